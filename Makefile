@@ -1,0 +1,37 @@
+# keras-transformer: `make demo` trains, translates and evaluates on the embedded Bible EN-DE;
+# `make test` runs the test suite. Both create .venv and install into it first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO_DIR ?= runs/demo
+DEMO_STEPS ?= 600
+
+.PHONY: demo test test-fast install install-dev clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+
+install-dev: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+
+demo: install
+	$(BIN)/keras-transformer train --data bible-en-de --preset small --model-dir $(DEMO_DIR) \
+		--max-steps $(DEMO_STEPS) --steps-per-epoch 100 --batch-tokens 2048 --warmup-steps 300 --learning-rate-scale 2
+	$(BIN)/keras-transformer translate --model-dir $(DEMO_DIR) \
+		"In the beginning God created the heavens and the earth." \
+		"Jesus wept." \
+		"The Lord is my shepherd; I shall not want."
+	$(BIN)/keras-transformer evaluate --model-dir $(DEMO_DIR) --limit 200
+
+test: install-dev
+	$(BIN)/python -m pytest -q --durations=10
+
+test-fast: install-dev
+	$(BIN)/python -m pytest -q -m "not slow"
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,138 @@
+"""`keras-transformer train | translate | evaluate`: the command line.
+
+Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
+config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
+traceback; set KERAS_TRANSFORMER_DEBUG=1 to see the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from keras_transformer.config import PRESETS, TrainingConfig, TransformerConfig
+from keras_transformer.data import BIBLE_EN_DE
+
+EXIT_USAGE = 2
+
+
+def _add_train(subparsers):
+    p = subparsers.add_parser("train", help="train (or resume) a model in --model-dir")
+    p.add_argument("--data", default=BIBLE_EN_DE, help=f"TSV path, tfds:NAME or {BIBLE_EN_DE} (default)")
+    p.add_argument("--reverse", action="store_true", help="swap source and target columns")
+    p.add_argument("--preset", default="small", help=f"model preset: {', '.join(PRESETS)} (default small)")
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--max-steps", type=int, default=TrainingConfig.max_steps)
+    p.add_argument("--steps-per-epoch", type=int, default=TrainingConfig.steps_per_epoch, help="steps between checkpoints")
+    p.add_argument("--batch-tokens", type=int, default=TrainingConfig.batch_tokens, help="padded tokens per side per batch")
+    p.add_argument("--warmup-steps", type=int, default=TrainingConfig.warmup_steps)
+    p.add_argument("--learning-rate-scale", type=float, default=TrainingConfig.learning_rate_scale)
+    p.add_argument("--seed", type=int, default=TrainingConfig.seed)
+    p.add_argument("--vocab-size", type=int, help="subword vocabulary size (default: the preset's)")
+    p.add_argument("--max-length", type=int, help="longest sequence in tokens (default: the preset's)")
+    p.add_argument("--dropout", type=float, help="P_drop (default: the preset's)")
+    p.add_argument("--label-smoothing", type=float, help="epsilon_ls (default: the preset's)")
+
+
+def _add_translate(subparsers):
+    p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("text", nargs="*", help="sentences; none: read stdin")
+
+
+def _add_evaluate(subparsers):
+    p = subparsers.add_parser("evaluate", help="sacreBLEU BLEU and chrF on a held-out split")
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--data", help="data source (default: the one the model was trained on)")
+    p.add_argument("--reverse", action="store_true")
+    p.add_argument("--split", default="test", choices=("validation", "test"))
+    p.add_argument("--limit", type=int, help="only the first N pairs")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--show", type=int, default=3, help="print N example translations")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="keras-transformer", description=__doc__.splitlines()[0])
+    subparsers = p.add_subparsers(dest="command", required=True)
+    _add_train(subparsers)
+    _add_translate(subparsers)
+    _add_evaluate(subparsers)
+    return p
+
+
+def _train(args):
+    from keras_transformer.training import train
+
+    overrides = {
+        name: getattr(args, name)
+        for name in ("vocab_size", "max_length", "dropout", "label_smoothing")
+        if getattr(args, name) is not None
+    }
+    config = TransformerConfig.preset(args.preset, **overrides)
+    training = TrainingConfig(
+        max_steps=args.max_steps,
+        steps_per_epoch=args.steps_per_epoch,
+        batch_tokens=args.batch_tokens,
+        warmup_steps=args.warmup_steps,
+        learning_rate_scale=args.learning_rate_scale,
+        seed=args.seed,
+    )
+    train(args.model_dir, config, training, args.data, reverse=args.reverse, log=_log)
+
+
+def _translator(args):
+    from keras_transformer.model_dir import load_model
+    from keras_transformer.translation import Translator
+
+    model, tokenizer, values = load_model(args.model_dir)
+    return Translator(model, tokenizer, batch_size=args.batch_size), values
+
+
+def _translate(args):
+    translator, _ = _translator(args)
+    texts = args.text or [line.rstrip("\r\n") for line in sys.stdin]
+    for translation in translator.translate(texts):
+        print(translation)
+
+
+def _evaluate(args):
+    from keras_transformer.data import read_pairs
+    from keras_transformer.metrics import corpus_scores
+
+    translator, values = _translator(args)
+    sources, references = read_pairs(args.data or values["data"], args.split, args.reverse, args.limit)
+    hypotheses = translator.translate(sources)
+    for source, reference, hypothesis in list(zip(sources, references, hypotheses))[: args.show]:
+        print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
+    print(json.dumps(corpus_scores(hypotheses, references)))
+
+
+def _log(message: str) -> None:
+    print(f"keras-transformer: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    from keras_transformer.data import DataError
+    from keras_transformer.model_dir import ModelDirError
+    from keras_transformer.tokenizer import TokenizerError
+
+    command = {"train": _train, "translate": _translate, "evaluate": _evaluate}[args.command]
+    try:
+        command(args)
+    except (DataError, ModelDirError, TokenizerError, ValueError, OSError) as error:
+        if os.environ.get("KERAS_TRANSFORMER_DEBUG"):
+            raise
+        _log(f"error: {error}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _log("interrupted")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Configuration: model presets (Vaswani et al., 2017, Table 3), training and decoding settings.
+
+One frozen dataclass per concern. Presets are classmethods that take overrides, which are
+applied with `dataclasses.replace`, so every preset is validated by `__post_init__`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+PRESETS = ("tiny", "small", "base", "big")
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyperparameters of the model (§3, Table 3), in the paper's names.
+
+    Source and target share one subword vocabulary and one embedding matrix (§3.4), so
+    `vocab_size` is the size of that joint vocabulary. Reserved ids: `pad_id` pads batches,
+    `start_id` starts every decoder input, `eos_id` ends every sequence.
+    """
+
+    vocab_size: int = 8000
+    num_layers: int = 6  # N, identical layers in each of the encoder and the decoder
+    d_model: int = 512  # d_model, width of every sub-layer output
+    d_ff: int = 2048  # d_ff, inner width of the position-wise feed-forward network
+    num_heads: int = 8  # h, parallel attention heads; d_k = d_v = d_model / h
+    dropout: float = 0.1  # P_drop, residual and embedding dropout (§5.4)
+    label_smoothing: float = 0.1  # epsilon_ls (§5.4)
+    max_length: int = 256  # longest sequence, in subword tokens including start/EOS
+    pad_id: int = 0
+    start_id: int = 1
+    eos_id: int = 2
+    layer_norm_epsilon: float = 1e-6
+
+    def __post_init__(self):
+        _check(self.vocab_size > 3, f"vocab_size must exceed the 3 reserved ids, got {self.vocab_size}")
+        _check(self.num_layers >= 1, f"num_layers must be >= 1, got {self.num_layers}")
+        _check(self.d_model >= 2 and self.d_model % 2 == 0, f"d_model must be even and >= 2, got {self.d_model}")
+        _check(self.d_ff >= 1, f"d_ff must be >= 1, got {self.d_ff}")
+        _check(self.num_heads >= 1, f"num_heads must be >= 1, got {self.num_heads}")
+        _check(
+            self.d_model % self.num_heads == 0,
+            f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})",
+        )
+        _check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
+        _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        _check(self.max_length >= 2, f"max_length must be >= 2, got {self.max_length}")
+        reserved = (self.pad_id, self.start_id, self.eos_id)
+        _check(len(set(reserved)) == 3, f"pad_id, start_id and eos_id must differ, got {reserved}")
+        _check(all(0 <= i < self.vocab_size for i in reserved), f"reserved ids {reserved} must be < vocab_size")
+
+    @property
+    def d_k(self) -> int:
+        """d_k = d_v = d_model / h (§3.2.2)."""
+        return self.d_model // self.num_heads
+
+    @classmethod
+    def base(cls, **overrides: Any) -> "TransformerConfig":
+        """Transformer (base model), Table 3: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1."""
+        return dataclasses.replace(cls(), **overrides)
+
+    @classmethod
+    def big(cls, **overrides: Any) -> "TransformerConfig":
+        """Transformer (big), Table 3: N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3."""
+        return dataclasses.replace(cls(d_model=1024, d_ff=4096, num_heads=16, dropout=0.3), **overrides)
+
+    @classmethod
+    def small(cls, **overrides: Any) -> "TransformerConfig":
+        """A CPU-sized model (not in the paper): N=3, d_model=256, d_ff=1024, h=4."""
+        return dataclasses.replace(cls(num_layers=3, d_model=256, d_ff=1024, num_heads=4), **overrides)
+
+    @classmethod
+    def tiny(cls, **overrides: Any) -> "TransformerConfig":
+        """A model for tests and smoke runs (not in the paper): N=2, d_model=64, d_ff=128, h=4."""
+        return dataclasses.replace(
+            cls(vocab_size=1000, num_layers=2, d_model=64, d_ff=128, num_heads=4, max_length=128), **overrides
+        )
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
+        """The preset called `name` (one of `PRESETS`)."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        return getattr(cls, name)(**overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown TransformerConfig fields: {', '.join(unknown)}")
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    """Optimisation settings (§5.2-5.3) and the batching of the data pipeline."""
+
+    warmup_steps: int = 4000  # warmup_steps of Eq. 3
+    learning_rate_scale: float = 1.0  # multiplies Eq. 3 (1.0 is the paper's)
+    beta_1: float = 0.9  # Adam (§5.3)
+    beta_2: float = 0.98
+    epsilon: float = 1e-9
+    batch_tokens: int = 4096  # padded tokens per side (source or target) in a batch, at most (§5.1: ~25000)
+    max_steps: int = 100_000  # the paper's base model trained 100k steps
+    steps_per_epoch: int = 500  # checkpoint, validation and log interval, in steps
+    keep_checkpoints: int = 5
+    shuffle_buffer: int = 20_000
+    seed: int = 1234
+
+    def __post_init__(self):
+        _check(self.warmup_steps >= 1, f"warmup_steps must be >= 1, got {self.warmup_steps}")
+        _check(self.learning_rate_scale > 0, f"learning_rate_scale must be > 0, got {self.learning_rate_scale}")
+        _check(self.batch_tokens >= 8, f"batch_tokens must be >= 8, got {self.batch_tokens}")
+        _check(self.max_steps >= 1, f"max_steps must be >= 1, got {self.max_steps}")
+        _check(self.steps_per_epoch >= 1, f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}")
+        _check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
+

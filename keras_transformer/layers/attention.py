@@ -1,0 +1,90 @@
+"""Multi-head scaled dot-product attention (Vaswani et al., 2017, §3.2).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V                          (Eq. 1)
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+        head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+
+The h per-head projections are one matrix each (W^Q: d_model x h*d_k), and W^K and W^V are
+fused into one d_model x 2*h*d_k matrix: the same arithmetic as the paper in fewer, larger
+matmuls. Keys and values can be projected once and reused (`project_key_value` + `attend`),
+which is what the decoder's key/value cache does.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_transformer.layers.masking import masked_fill_value
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """h heads of scaled dot-product attention, d_k = d_v = d_model / h (§3.2.2).
+
+    Call: `layer(query, memory, attention_mask=None)` with `query` [B, T, d_model], `memory`
+    [B, S, d_model] (the same tensor for self-attention) and a boolean `attention_mask`
+    broadcastable to [B, T, S], True where a query may attend to a key. Returns [B, T, d_model],
+    or `(output, weights)` with weights [B, h, T, S] when `return_attention_scores=True`.
+    """
+
+    def __init__(self, num_heads: int, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+
+    def build(self, query_shape, memory_shape=None):
+        d_model = query_shape[-1]
+        if d_model is None or d_model % self.num_heads:
+            raise ValueError(
+                f"MultiHeadAttention: the last input dimension ({d_model}) must be known and divisible "
+                f"by num_heads ({self.num_heads})"
+            )
+        memory_shape = query_shape if memory_shape is None else memory_shape
+        if memory_shape[-1] != d_model:
+            raise ValueError(f"MultiHeadAttention: memory width {memory_shape[-1]} != query width {d_model}")
+        self.d_model = d_model
+        self.d_k = d_model // self.num_heads
+        self.query_dense = keras.layers.Dense(d_model, name="query", dtype=self.dtype_policy)  # W^Q
+        self.key_value_dense = keras.layers.Dense(2 * d_model, name="key_value", dtype=self.dtype_policy)  # W^K|W^V
+        self.output_dense = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)  # W^O
+        self.query_dense.build(query_shape)
+        self.key_value_dense.build(memory_shape)
+        self.output_dense.build(query_shape)
+
+    def _split_heads(self, x):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        return ops.reshape(x, (batch, length, self.num_heads, self.d_k))  # [B, L, h, d_k]
+
+    def project_key_value(self, memory):
+        """K W^K and V W^V for every head: two tensors [B, S, h, d_k]."""
+        key_value = self.key_value_dense(memory)  # [B, S, 2 * d_model]
+        key, value = ops.split(key_value, 2, axis=-1)  # 2 x [B, S, d_model]
+        return self._split_heads(key), self._split_heads(value)
+
+    def attend(self, query, key, value, attention_mask=None, return_attention_scores=False):
+        """Eq. 1 for every head, given projected `key` and `value` [B, S, h, d_k]."""
+        q = self._split_heads(self.query_dense(query))  # [B, T, h, d_k]
+        q = q * ops.cast(1.0 / self.d_k**0.5, q.dtype)
+        scores = ops.einsum("bthd,bshd->bhts", q, key)  # [B, h, T, S]
+        # The softmax runs in float32 so that mixed precision changes no masked probability.
+        scores = ops.cast(scores, "float32")
+        if attention_mask is not None:
+            mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)  # [B, 1, T|1, S]
+            scores = ops.where(mask, scores, masked_fill_value("float32"))
+        weights = ops.softmax(scores, axis=-1)  # [B, h, T, S]
+        context = ops.einsum("bhts,bshd->bthd", ops.cast(weights, value.dtype), value)  # [B, T, h, d_k]
+        batch, length = ops.shape(context)[0], ops.shape(context)[1]
+        output = self.output_dense(ops.reshape(context, (batch, length, self.d_model)))  # [B, T, d_model]
+        if return_attention_scores:
+            return output, weights
+        return output
+
+    def call(self, query, memory, attention_mask=None, return_attention_scores=False):
+        key, value = self.project_key_value(memory)
+        return self.attend(query, key, value, attention_mask, return_attention_scores)
+
+    def compute_output_shape(self, query_shape, memory_shape=None):
+        return query_shape
+
+    def get_config(self):
+        return {**super().get_config(), "num_heads": self.num_heads}

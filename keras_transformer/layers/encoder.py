@@ -1,0 +1,124 @@
+"""Encoder layer and encoder stack (Vaswani et al., 2017, §3.1).
+
+Each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))): residual connection
+(He et al., 2016), layer normalisation (Ba et al., 2016) after it ("post-LN"), and dropout on
+the sub-layer output (§5.4).
+"""
+
+from __future__ import annotations
+
+import keras
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+from keras_transformer.layers.masking import key_mask
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class SublayerConnection(keras.layers.Layer):
+    """LayerNorm(x + Dropout(sublayer_output)) (§3.1, §5.4)."""
+
+    def __init__(self, dropout: float = 0.1, layer_norm_epsilon: float = 1e-6, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        self.layer_norm.build(input_shape)
+
+    def call(self, x, sublayer_output, training=None):
+        return self.layer_norm(x + self.dropout_layer(sublayer_output, training=training))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "dropout": self.dropout, "layer_norm_epsilon": self.layer_norm_epsilon}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class EncoderLayer(keras.layers.Layer):
+    """Self-attention then a position-wise feed-forward network, each a residual sub-layer (§3.1).
+
+    Call: `layer(x, padding_mask=None)` with x [B, S, d_model] and padding_mask [B, S], True at
+    real tokens; returns [B, S, d_model] (and per-head weights [B, h, S, S] when
+    `return_attention_scores=True`).
+    """
+
+    def __init__(self, num_heads: int, d_ff: int, dropout: float = 0.1, layer_norm_epsilon: float = 1e-6, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    def build(self, input_shape):
+        policy = self.dtype_policy
+        self.self_attention = MultiHeadAttention(self.num_heads, name="self_attention", dtype=policy)
+        self.self_attention_residual = SublayerConnection(self.dropout, self.layer_norm_epsilon, name="self_attention_residual", dtype=policy)
+        self.feed_forward = PositionwiseFeedForward(self.d_ff, name="feed_forward", dtype=policy)
+        self.feed_forward_residual = SublayerConnection(self.dropout, self.layer_norm_epsilon, name="feed_forward_residual", dtype=policy)
+        for layer in (self.self_attention, self.self_attention_residual, self.feed_forward, self.feed_forward_residual):
+            layer.build(input_shape)
+
+    def call(self, x, padding_mask=None, training=None, return_attention_scores=False):
+        mask = None if padding_mask is None else key_mask(padding_mask)  # [B, 1, S]
+        attention, weights = self.self_attention(x, x, attention_mask=mask, return_attention_scores=True)
+        x = self.self_attention_residual(x, attention, training=training)  # [B, S, d_model]
+        x = self.feed_forward_residual(x, self.feed_forward(x), training=training)  # [B, S, d_model]
+        return (x, weights) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "d_ff": self.d_ff,
+            "dropout": self.dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+        }
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Encoder(keras.layers.Layer):
+    """A stack of N identical encoder layers (§3.1) over embedded inputs [B, S, d_model]."""
+
+    def __init__(self, num_layers: int, num_heads: int, d_ff: int, dropout: float = 0.1, layer_norm_epsilon: float = 1e-6, **kwargs):
+        super().__init__(**kwargs)
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    def build(self, input_shape):
+        self.blocks = [
+            EncoderLayer(self.num_heads, self.d_ff, self.dropout, self.layer_norm_epsilon, name=f"layer_{i}", dtype=self.dtype_policy)
+            for i in range(self.num_layers)
+        ]
+        for layer in self.blocks:
+            layer.build(input_shape)
+
+    def call(self, x, padding_mask=None, training=None, return_attention_scores=False):
+        all_weights = []
+        for layer in self.blocks:
+            x, weights = layer(x, padding_mask=padding_mask, training=training, return_attention_scores=True)
+            all_weights.append(weights)
+        return (x, all_weights) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "d_ff": self.d_ff,
+            "dropout": self.dropout,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+        }

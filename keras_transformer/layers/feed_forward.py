@@ -1,0 +1,35 @@
+"""Position-wise feed-forward network (Vaswani et al., 2017, §3.3).
+
+    FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                                     (Eq. 2)
+"""
+
+from __future__ import annotations
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class PositionwiseFeedForward(keras.layers.Layer):
+    """Two linear maps with a ReLU between, applied to each position alone: d_model -> d_ff -> d_model."""
+
+    def __init__(self, d_ff: int, **kwargs):
+        super().__init__(**kwargs)
+        self.d_ff = d_ff
+
+    def build(self, input_shape):
+        d_model = input_shape[-1]
+        if d_model is None:
+            raise ValueError("PositionwiseFeedForward: the last input dimension (d_model) must be known")
+        self.inner = keras.layers.Dense(self.d_ff, activation="relu", name="inner", dtype=self.dtype_policy)
+        self.outer = keras.layers.Dense(d_model, name="outer", dtype=self.dtype_policy)
+        self.inner.build(input_shape)
+        self.outer.build((*input_shape[:-1], self.d_ff))
+
+    def call(self, x):
+        return self.outer(self.inner(x))  # [B, T, d_ff] -> [B, T, d_model]
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "d_ff": self.d_ff}

@@ -1,0 +1,54 @@
+"""Label-smoothed cross-entropy over non-pad target tokens (Vaswani et al., 2017, §5.4).
+
+Label smoothing (Szegedy et al., 2016) trains against q = (1 - eps) * onehot(y) + eps / V.
+Its cross-entropy with p = softmax(z) needs one log-sum-exp over the vocabulary:
+
+    -sum_v q_v log p_v = logsumexp(z) - (1 - eps) z_y - (eps / V) sum_v z_v
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+
+def global_token_count(mask):
+    """Non-pad tokens in the whole global batch: summed over replicas under tf.distribute."""
+    count = ops.sum(ops.cast(mask, "float32"))
+    replica = tf.distribute.get_replica_context()
+    if replica is not None and replica.num_replicas_in_sync > 1:
+        count = replica.all_reduce(tf.distribute.ReduceOp.SUM, count)
+    return count
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Mean label-smoothed cross-entropy per non-pad target token.
+
+    `y_true` [B, T] token ids, `y_pred` [B, T, V] logits. The sum over this replica's tokens is
+    divided by the non-pad token count of the global batch, so the gradients that tf.distribute
+    sums over replicas are those of the global per-token mean, whatever the split.
+    """
+
+    def __init__(self, label_smoothing: float = 0.1, pad_id: int = 0, name="label_smoothed_cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = label_smoothing
+        self.pad_id = pad_id
+
+    def call(self, y_true, y_pred):
+        logits = ops.cast(y_pred, "float32")  # [B, T, V]
+        labels = ops.cast(y_true, "int32")  # [B, T]
+        vocab_size = ops.shape(logits)[-1]
+        log_normalizer = ops.logsumexp(logits, axis=-1)  # [B, T]
+        target_logit = ops.squeeze(ops.take_along_axis(logits, labels[..., None], axis=-1), -1)  # [B, T]
+        eps = self.label_smoothing
+        losses = log_normalizer - (1.0 - eps) * target_logit
+        if eps:
+            losses -= eps / ops.cast(vocab_size, "float32") * ops.sum(logits, axis=-1)
+        mask = ops.not_equal(labels, self.pad_id)  # [B, T]
+        total = ops.sum(ops.where(mask, losses, 0.0))
+        return total / ops.maximum(global_token_count(mask), 1.0)  # a scalar: Keras reduces no further
+
+    def get_config(self):
+        return {**super().get_config(), "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}

@@ -1,0 +1,50 @@
+"""Training metrics and translation quality (sacreBLEU; Post, 2018)."""
+
+from __future__ import annotations
+
+import keras
+import sacrebleu
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedAccuracy(keras.metrics.Metric):
+    """Fraction of non-pad target tokens whose arg-max prediction is right."""
+
+    def __init__(self, pad_id: int = 0, name="accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = pad_id
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        labels = ops.cast(y_true, "int32")  # [B, T]
+        mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
+        hits = ops.cast(ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), labels), "float32")
+        self.correct.assign_add(ops.sum(hits * mask))
+        self.total.assign_add(ops.sum(mask))
+
+    def result(self):
+        return ops.divide_no_nan(self.correct, self.total)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.total.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
+    """sacreBLEU BLEU and chrF of detokenized hypotheses against one reference each, with signatures."""
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, [references])
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    return {
+        "bleu": round(bleu_score.score, 2),
+        "chrf": round(chrf_score.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+        "sentences": len(hypotheses),
+    }

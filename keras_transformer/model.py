@@ -1,0 +1,111 @@
+"""The Transformer encoder-decoder (Vaswani et al., 2017, §3, Figure 1)."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, SharedEmbedding
+from keras_transformer.layers.masking import padding_mask
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """Encoder-decoder Transformer with one shared embedding matrix (§3.4).
+
+    `model((source_ids, target_in_ids), training=...)` -> logits [B, T, vocab] (float32), where
+    `target_in_ids` is the target shifted right (starting with `start_id`). Masks come from
+    `config.pad_id`. For decoding: `encode`, then `init_cache` and `decode_step` per position.
+    """
+
+    def __init__(self, config: TransformerConfig | dict, **kwargs):
+        super().__init__(**kwargs)
+        self.config = config if isinstance(config, TransformerConfig) else TransformerConfig.from_dict(config)
+        c, policy = self.config, self.dtype_policy
+        self.embedding = SharedEmbedding(c.vocab_size, c.d_model, name="shared_embedding", dtype=policy)
+        self.positional_encoding = PositionalEncoding(c.max_length, name="positional_encoding", dtype=policy)
+        self.embedding_dropout = keras.layers.Dropout(c.dropout, name="embedding_dropout", dtype=policy)
+        self.encoder = Encoder(c.num_layers, c.num_heads, c.d_ff, c.dropout, c.layer_norm_epsilon, name="encoder", dtype=policy)
+        self.decoder = Decoder(c.num_layers, c.num_heads, c.d_ff, c.dropout, c.layer_norm_epsilon, name="decoder", dtype=policy)
+
+    def build(self, input_shape=None):
+        hidden = (None, None, self.config.d_model)
+        self.embedding.build((None, None))
+        self.positional_encoding.build(hidden)
+        self.encoder.build(hidden)
+        self.decoder.build(hidden, hidden)
+
+    def _embed(self, ids, training=None, position=None):
+        """Token embedding * sqrt(d_model) + positional encoding, then dropout (§3.4, §3.5, §5.4)."""
+        x = self.positional_encoding(self.embedding(ids), position=position)  # [B, L, d_model]
+        return self.embedding_dropout(x, training=training)
+
+    def encode(self, source_ids, training=None):
+        """source_ids [B, S] -> (memory [B, S, d_model], source padding mask [B, S] bool)."""
+        source_mask = padding_mask(source_ids, self.config.pad_id)
+        memory = self.encoder(self._embed(source_ids, training), padding_mask=source_mask, training=training)
+        return memory, source_mask
+
+    def decode(self, target_in_ids, memory, source_mask, training=None):
+        """target_in_ids [B, T] and the encoder output -> logits [B, T, vocab] (float32)."""
+        target_mask = padding_mask(target_in_ids, self.config.pad_id)
+        x = self.decoder(
+            self._embed(target_in_ids, training),
+            memory,
+            padding_mask=target_mask,
+            memory_padding_mask=source_mask,
+            training=training,
+        )  # [B, T, d_model]
+        return self.embedding.project(x)  # [B, T, vocab]
+
+    def call(self, inputs, training=None):
+        source_ids, target_in_ids = inputs
+        memory, source_mask = self.encode(source_ids, training=training)
+        return self.decode(target_in_ids, memory, source_mask, training=training)
+
+    def attention_weights(self, source_ids, target_in_ids):
+        """Every head's attention weights in inference mode, for inspection and plots.
+
+        Returns {"encoder": [[B, h, S, S]] * N, "decoder_self": [[B, h, T, T]] * N,
+        "decoder_cross": [[B, h, T, S]] * N}.
+        """
+        source_mask = padding_mask(source_ids, self.config.pad_id)
+        memory, encoder_weights = self.encoder(
+            self._embed(source_ids, False), padding_mask=source_mask, training=False, return_attention_scores=True
+        )
+        _, decoder_weights = self.decoder(
+            self._embed(target_in_ids, False),
+            memory,
+            padding_mask=padding_mask(target_in_ids, self.config.pad_id),
+            memory_padding_mask=source_mask,
+            training=False,
+            return_attention_scores=True,
+        )
+        return {
+            "encoder": encoder_weights,
+            "decoder_self": [w["self"] for w in decoder_weights],
+            "decoder_cross": [w["cross"] for w in decoder_weights],
+        }
+
+    def init_cache(self, memory, source_mask, max_length: int):
+        """The decoding state for `max_length` target positions: per-layer key/value caches and the
+        source padding mask. Every leaf has the batch on axis 0."""
+        return {"layers": self.decoder.init_cache(memory, max_length), "source_mask": source_mask}
+
+    def decode_step(self, token_ids, position, cache):
+        """token_ids [B] at `position` (scalar) -> (logits [B, vocab] float32, updated cache).
+
+        Equals `decode` on the whole prefix, at its last position.
+        """
+        x = self._embed(ops.expand_dims(token_ids, 1), training=False, position=position)  # [B, 1, d_model]
+        x, layers = self.decoder.decode_step(x, cache["layers"], position, cache["source_mask"])
+        logits = self.embedding.project(x)[:, 0]  # [B, vocab]
+        return logits, {**cache, "layers": layers}
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,112 @@
+"""The model directory: config.json, tokenizer.model, checkpoints/ and logs/ of one model.
+
+Everything needed to rebuild and use a trained model lives here; `load_model` restores the
+latest (or a chosen) checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import tensorflow as tf
+
+from keras_transformer.config import TrainingConfig, TransformerConfig
+from keras_transformer.tokenizer import SubwordTokenizer
+
+
+class ModelDirError(ValueError):
+    """A model directory that is missing, incomplete, corrupt or made for another config."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDir:
+    path: str
+
+    @property
+    def config_path(self) -> str:
+        return os.path.join(self.path, "config.json")
+
+    @property
+    def tokenizer_path(self) -> str:
+        return os.path.join(self.path, "tokenizer.model")
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return os.path.join(self.path, "checkpoints")
+
+    @property
+    def log_dir(self) -> str:
+        return os.path.join(self.path, "logs")
+
+    def exists(self) -> bool:
+        return os.path.isfile(self.config_path)
+
+    def write(self, model: TransformerConfig, training: TrainingConfig, data: str, tokenizer: SubwordTokenizer) -> None:
+        os.makedirs(self.path, exist_ok=True)
+        tokenizer.save(self.tokenizer_path)
+        values = {"model": model.to_dict(), "training": dataclasses.asdict(training), "data": data}
+        temporary = self.config_path + ".tmp"
+        with open(temporary, "w", encoding="utf-8") as f:
+            json.dump(values, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(temporary, self.config_path)  # atomic: never a half-written config
+
+    def read(self) -> dict:
+        """{"model": TransformerConfig, "training": dict, "data": str}."""
+        if not os.path.isdir(self.path):
+            raise ModelDirError(f"no such model directory: {self.path}")
+        if not self.exists():
+            raise ModelDirError(f"{self.path} has no config.json: not a model directory (train one first)")
+        try:
+            with open(self.config_path, encoding="utf-8") as f:
+                values = json.load(f)
+            values["model"] = TransformerConfig.from_dict(values["model"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+            raise ModelDirError(f"{self.config_path} is corrupt: {error}") from None
+        return values
+
+    def tokenizer(self) -> SubwordTokenizer:
+        return SubwordTokenizer.load(self.tokenizer_path)
+
+    def checkpoint_manager(self, checkpoint: tf.train.Checkpoint, keep: int = 5) -> tf.train.CheckpointManager:
+        return tf.train.CheckpointManager(checkpoint, self.checkpoint_dir, max_to_keep=keep, checkpoint_name="ckpt")
+
+    def latest_checkpoint(self) -> str | None:
+        return tf.train.latest_checkpoint(self.checkpoint_dir)
+
+
+def restore(checkpoint: tf.train.Checkpoint, path: str, *, weights_only: bool = False) -> None:
+    """Restore `checkpoint` from `path`, with a one-line error for a corrupt or foreign file."""
+    try:
+        status = checkpoint.restore(path)
+        if weights_only:
+            status.expect_partial()
+        else:
+            status.assert_existing_objects_matched()
+    except (tf.errors.OpError, AssertionError, ValueError, IndexError, KeyError) as error:  # IndexError: truncated data
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelDirError(f"cannot restore checkpoint {path}: {first_line}") from None
+
+
+def load_model(path: str, checkpoint: str | None = None):
+    """(Transformer, SubwordTokenizer, stored config dict) from a model directory, weights from
+    `checkpoint` or the latest one."""
+    from keras_transformer.model import Transformer
+
+    model_dir = ModelDir(path)
+    values = model_dir.read()
+    tokenizer = model_dir.tokenizer()
+    config = values["model"]
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ModelDirError(
+            f"{model_dir.tokenizer_path} has {tokenizer.vocab_size} tokens but the config says vocab_size={config.vocab_size}"
+        )
+    checkpoint = checkpoint or model_dir.latest_checkpoint()
+    if checkpoint is None:
+        raise ModelDirError(f"{path} holds no checkpoint yet (train first)")
+    model = Transformer(config)
+    model.build()
+    restore(tf.train.Checkpoint(model=model), checkpoint, weights_only=True)
+    return model, tokenizer, values

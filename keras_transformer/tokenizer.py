@@ -1,0 +1,96 @@
+"""A shared source/target subword vocabulary (§5.1: byte-pair encoding, 37000 tokens, shared).
+
+The vocabulary is a SentencePiece unigram model (Kudo & Richardson, 2018) learned from the
+training text with `sentencepiece`; encoding and decoding run as TensorFlow ops through
+tensorflow-text's `FastSentencepieceTokenizer`, so the tokenizer can live inside a graph, a
+SavedModel and a TFLite model. Decoding restores spaces and punctuation exactly
+(SentencePiece is lossless up to its NFKC normalisation), which sacreBLEU needs.
+
+Reserved ids: 0 = pad, 1 = start (SentencePiece's BOS), 2 = EOS, 3 = unknown. Characters
+that the model never saw map to the unknown id; `detokenize` drops it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable
+
+import sentencepiece
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+PAD_ID, START_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+class TokenizerError(ValueError):
+    """A tokenizer that cannot be trained or loaded."""
+
+
+class SubwordTokenizer(tf.Module):
+    """`tokenize(strings [N]) -> RaggedTensor int32 [N, (len)]`; `detokenize(ids [N, L]) -> strings [N]`."""
+
+    def __init__(self, model_proto: bytes):
+        super().__init__(name="subword_tokenizer")
+        processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+        ids = (processor.pad_id(), processor.bos_id(), processor.eos_id(), processor.unk_id())
+        if ids != (PAD_ID, START_ID, EOS_ID, UNK_ID):
+            raise TokenizerError(f"tokenizer reserves ids (pad, start, eos, unk) = {ids}, expected (0, 1, 2, 3)")
+        self.model_proto = model_proto
+        self.vocab_size = processor.get_piece_size()
+        self._tokenizer = tf_text.FastSentencepieceTokenizer(model_proto)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int, max_sentences: int = 2_000_000) -> "SubwordTokenizer":
+        """Learn a unigram vocabulary of at most `vocab_size` pieces from `texts` (source and target)."""
+        model = io.BytesIO()
+        try:
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=iter(texts),
+                model_writer=model,
+                vocab_size=vocab_size,
+                model_type="unigram",
+                character_coverage=0.9999,
+                pad_id=PAD_ID,
+                bos_id=START_ID,
+                eos_id=EOS_ID,
+                unk_id=UNK_ID,
+                hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary, not an error
+                input_sentence_size=max_sentences,
+                shuffle_input_sentence=True,
+                num_threads=os.cpu_count() or 1,
+                minloglevel=2,
+            )
+        except RuntimeError as error:
+            raise TokenizerError(f"could not learn a subword vocabulary: {error}") from None
+        return cls(model.getvalue())
+
+    @classmethod
+    def load(cls, path: str) -> "SubwordTokenizer":
+        try:
+            with open(path, "rb") as f:
+                proto = f.read()
+        except OSError as error:
+            raise TokenizerError(f"cannot read tokenizer {path}: {error.strerror}") from None
+        try:
+            return cls(proto)
+        except RuntimeError:
+            raise TokenizerError(f"{path} is not a SentencePiece model") from None
+
+    def save(self, path: str) -> None:
+        with open(path, "wb") as f:
+            f.write(self.model_proto)
+
+    def tokenize(self, strings):
+        """strings [N] -> subword ids, RaggedTensor int32 [N, (len)], without start or EOS."""
+        return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
+
+    def detokenize(self, ids):
+        """ids [N, L] int32 -> strings [N]: the tokens before the first EOS or pad; start and
+        unknown ids are dropped, and the spaces they leave behind with them."""
+        ids = tf.convert_to_tensor(ids, tf.int32)  # [N, L]
+        running = tf.math.cumprod(tf.cast((ids != EOS_ID) & (ids != PAD_ID), tf.int32), axis=1)  # [N, L]
+        tokens = tf.RaggedTensor.from_tensor(ids, lengths=tf.reduce_sum(running, axis=1))  # [N, (len)]
+        tokens = tf.ragged.boolean_mask(tokens, (tokens != START_ID) & (tokens != UNK_ID))
+        text = self._tokenizer.detokenize(tokens)  # [N]
+        return tf.strings.strip(tf.strings.regex_replace(text, "  +", " "))

@@ -1,0 +1,35 @@
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pathlib  # noqa: E402
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+
+DATA = pathlib.Path(__file__).parent / "data"
+FIXTURE = DATA / "fixture_bible.en-de.tsv"
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    keras.utils.set_random_seed(0)
+
+
+@pytest.fixture(scope="session")
+def fixture_pairs():
+    sources, targets = [], []
+    for line in FIXTURE.read_text(encoding="utf-8").splitlines():
+        source, target = line.split("\t")
+        sources.append(source)
+        targets.append(target)
+    return sources, targets
+
+
+@pytest.fixture(scope="session")
+def tokenizer(fixture_pairs):
+    from keras_transformer.tokenizer import SubwordTokenizer
+
+    sources, targets = fixture_pairs
+    return SubwordTokenizer.train(sources + targets, 400)

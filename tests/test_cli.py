@@ -1,0 +1,129 @@
+"""The command line end to end on the 400-pair fixture, and every bad input it must refuse."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURE
+from keras_transformer.cli import main
+
+TINY = ["--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10", "--steps-per-epoch", "15"]
+
+
+def run(*args, stdin=None):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run(
+        [sys.executable, "-m", "keras_transformer", *args], input=stdin, capture_output=True, text=True, env=env, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    model_dir = str(tmp_path_factory.mktemp("cli") / "model")
+    result = run("train", "--data", str(FIXTURE), "--model-dir", model_dir, "--max-steps", "30", *TINY)
+    assert result.returncode == 0, result.stderr
+    return model_dir, result
+
+
+@pytest.mark.slow
+def test_train_writes_a_complete_model_dir(trained):
+    model_dir, result = trained
+    assert sorted(os.listdir(model_dir)) == ["checkpoints", "config.json", "logs", "tokenizer.model"]
+    assert os.path.exists(os.path.join(model_dir, "checkpoints", "ckpt-30.index"))
+    config = json.load(open(os.path.join(model_dir, "config.json")))
+    assert config["model"]["d_model"] == 64 and config["training"]["max_steps"] == 30
+    assert "val_loss" in result.stdout  # the Keras progress bar with validation
+
+
+@pytest.mark.slow
+def test_training_again_resumes(trained, tmp_path):
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(trained[0], model_dir)
+    result = run("train", "--data", str(FIXTURE), "--model-dir", model_dir, "--max-steps", "45", *TINY)
+    assert result.returncode == 0, result.stderr
+    assert "resumed from step 30" in result.stderr
+    assert "trained to step 45" in result.stderr
+    assert os.path.exists(os.path.join(model_dir, "checkpoints", "ckpt-45.index"))
+
+
+@pytest.mark.slow
+def test_translate_arguments_and_stdin(trained):
+    model_dir, _ = trained
+    result = run("translate", "--model-dir", model_dir, "In the beginning God created the heavens.", "", "🦜 ∑")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # one line per input; empty -> empty
+    assert lines[0].strip()
+    piped = run("translate", "--model-dir", model_dir, stdin="And God said\n\nJesus wept.\n")
+    assert piped.returncode == 0, piped.stderr
+    assert len(piped.stdout.split("\n")) == 4
+
+
+@pytest.mark.slow
+def test_evaluate_prints_sacrebleu_scores(trained):
+    result = run("evaluate", "--model-dir", trained[0], "--show", "1")
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(result.stdout.strip().splitlines()[-1])
+    assert scores["sentences"] == 8
+    assert 0.0 <= scores["bleu"] <= 100.0 and scores["chrf"] > 0.0
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert result.stdout.startswith("source:")
+
+
+def error_of(capsys, *argv):
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    return err[0]
+
+
+def test_missing_data_file(capsys, tmp_path):
+    message = error_of(capsys, "train", "--data", str(tmp_path / "nope.tsv"), "--model-dir", str(tmp_path / "m"), *TINY)
+    assert "no such data file" in message
+
+
+def test_malformed_tsv_names_the_line(capsys, tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("one\tein\ntwo zwei\n", encoding="utf-8")
+    message = error_of(capsys, "train", "--data", str(bad), "--model-dir", str(tmp_path / "m"), *TINY)
+    assert "bad.tsv:2: expected 2 tab-separated fields" in message
+
+
+def test_unknown_preset(capsys, tmp_path):
+    message = error_of(capsys, "train", "--data", str(FIXTURE), "--model-dir", str(tmp_path / "m"), "--preset", "huge")
+    assert "unknown preset 'huge'" in message
+
+
+def test_missing_model_dir(capsys, tmp_path):
+    assert "no such model directory" in error_of(capsys, "translate", "--model-dir", str(tmp_path / "none"), "hi")
+
+
+@pytest.mark.slow
+def test_model_dir_of_another_config_is_refused(capsys, trained, tmp_path):
+    message = error_of(capsys, "train", "--data", str(FIXTURE), "--model-dir", trained[0], "--preset", "small")
+    assert "holds a model with another config" in message and "d_model: stored 64 != requested 256" in message
+
+
+@pytest.mark.slow
+def test_corrupt_checkpoint(capsys, trained, tmp_path):
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(trained[0], model_dir)
+    checkpoints = os.path.join(model_dir, "checkpoints")
+    for name in os.listdir(checkpoints):
+        if ".data-" in name:
+            with open(os.path.join(checkpoints, name), "wb") as f:
+                f.write(b"garbage")
+    assert "cannot restore checkpoint" in error_of(capsys, "translate", "--model-dir", model_dir, "hi")
+
+
+@pytest.mark.slow
+def test_corrupt_config(capsys, trained, tmp_path):
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(trained[0], model_dir)
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        f.write("{not json")
+    assert "config.json is corrupt" in error_of(capsys, "evaluate", "--model-dir", model_dir)

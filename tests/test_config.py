@@ -1,0 +1,51 @@
+import dataclasses
+
+import pytest
+
+from keras_transformer import TrainingConfig, TransformerConfig
+
+
+def test_presets_follow_table_3():
+    base, big = TransformerConfig.base(), TransformerConfig.big()
+    assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.dropout) == (6, 512, 2048, 8, 0.1)
+    assert (big.num_layers, big.d_model, big.d_ff, big.num_heads, big.dropout) == (6, 1024, 4096, 16, 0.3)
+    assert base.label_smoothing == big.label_smoothing == 0.1
+    assert base.d_k == big.d_k == 64
+    assert (base.pad_id, base.start_id, base.eos_id) == (0, 1, 2)
+
+
+def test_overrides_and_named_presets():
+    assert TransformerConfig.base(vocab_size=37000).vocab_size == 37000
+    assert TransformerConfig.preset("small", dropout=0.2) == TransformerConfig.small(dropout=0.2)
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        TransformerConfig.preset("huge")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"d_model": 100, "num_heads": 8}, "divisible by num_heads"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"vocab_size": 3}, "vocab_size"),
+        ({"eos_id": 0}, "must differ"),
+        ({"max_length": 1}, "max_length"),
+    ],
+)
+def test_invalid_configs_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerConfig.base(**overrides)
+
+
+def test_dict_round_trip_and_unknown_fields():
+    config = TransformerConfig.tiny()
+    assert TransformerConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match="unknown TransformerConfig fields: colour"):
+        TransformerConfig.from_dict({**config.to_dict(), "colour": "red"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.d_model = 3
+
+
+def test_training_config_validation():
+    assert TrainingConfig().warmup_steps == 4000
+    with pytest.raises(ValueError, match="batch_tokens"):
+        TrainingConfig(batch_tokens=0)

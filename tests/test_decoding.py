@@ -1,0 +1,63 @@
+import numpy as np
+import pytest
+
+from keras_transformer import Transformer, TransformerConfig
+from keras_transformer.decoding import _greedy, compiled, decode_limits, greedy_search
+
+CONFIG = TransformerConfig.tiny(vocab_size=40, dropout=0.0, max_length=20)
+SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
+
+
+@pytest.fixture(scope="module")
+def model():
+    model = Transformer(CONFIG)
+    model.build()
+    # Large random weights make the untrained model's choices vary from step to step.
+    rng = np.random.default_rng(1)
+    for weight in model.weights:
+        if "layer_norm" not in weight.path:
+            weight.assign(rng.normal(scale=2.0, size=weight.shape) / np.sqrt(weight.shape[0]))
+    return model
+
+
+def reference_greedy(model, source, steps):
+    """Uncached greedy decoding: the full forward pass over the growing prefix."""
+    target = np.full((len(source), 1), CONFIG.start_id, np.int32)
+    for _ in range(steps):
+        logits = np.array(model((source, target)))[:, -1]
+        logits[:, [CONFIG.pad_id, CONFIG.start_id]] = -np.inf
+        target = np.concatenate([target, logits.argmax(-1)[:, None].astype(np.int32)], axis=1)
+    return target[:, 1:]
+
+
+def test_greedy_equals_uncached_argmax_decoding(model):
+    result = greedy_search(model, SOURCE, b=5)
+    assert result.ids.shape[:2] == (2, 1) and result.scores.shape == (2, 1)
+    ids = result.ids.numpy()[:, 0]
+    expected = reference_greedy(model, SOURCE, ids.shape[1])
+    assert len(np.unique(expected)) >= 3
+    for row, reference, limit in zip(ids, expected, [9, 7]):  # |source| + 5
+        eos = np.flatnonzero(reference == CONFIG.eos_id)
+        end = min(eos[0] + 1 if len(eos) else len(reference), limit)
+        np.testing.assert_array_equal(row[:end], reference[:end])
+        assert np.all(row[end:] == CONFIG.pad_id)
+    assert np.all(result.scores.numpy() < 0)
+
+
+def test_length_limits():
+    limits = decode_limits(SOURCE, pad_id=0, max_length=20, a=1.0, b=5).numpy()
+    np.testing.assert_array_equal(limits, [9, 7])  # |source| + 5
+    np.testing.assert_array_equal(decode_limits(SOURCE, 0, 8, 1.0, 50).numpy(), [8, 8])  # capped
+
+
+def test_limits_bound_the_output(model):
+    ids = greedy_search(model, SOURCE, a=0.0, b=3).ids.numpy()
+    assert ids.shape[-1] == 3
+
+
+def test_no_retracing_for_new_shapes(model):
+    greedy_search(model, SOURCE)
+    function = compiled(model, "greedy", _greedy, a=1.0, b=50)
+    greedy_search(model, np.array([[5, 6, 7, 8, 9, 2]], np.int32))
+    greedy_search(model, SOURCE[:1])
+    assert function.experimental_get_tracing_count() == 1

@@ -1,0 +1,86 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import Transformer, TransformerConfig
+
+CONFIG = TransformerConfig.tiny(vocab_size=50, dropout=0.0)
+SOURCE = np.array([[5, 6, 7, 8, 2, 0], [9, 10, 2, 0, 0, 0]], np.int32)
+TARGET_IN = np.array([[1, 11, 12, 13], [1, 14, 15, 16]], np.int32)
+
+
+@pytest.fixture(scope="module")
+def model():
+    model = Transformer(CONFIG)
+    model.build()
+    return model
+
+
+@pytest.mark.parametrize(
+    "preset, expected_millions",
+    [("base", 63.1), ("big", 214.2)],  # the paper: 65M and 213M (Table 3)
+)
+def test_parameter_counts_match_the_paper(preset, expected_millions):
+    model = Transformer(TransformerConfig.preset(preset, vocab_size=37000))
+    model.build()
+    assert model.count_params() / 1e6 == pytest.approx(expected_millions, abs=0.1)
+
+
+def test_logits_shape_and_dtype(model):
+    logits = model((SOURCE, TARGET_IN))
+    assert logits.shape == (2, 4, 50) and logits.dtype == "float32"
+
+
+def test_extra_source_padding_changes_nothing(model):
+    padded = np.pad(SOURCE, ((0, 0), (0, 3)))
+    np.testing.assert_allclose(model((padded, TARGET_IN)), model((SOURCE, TARGET_IN)), atol=1e-5)
+
+
+def test_extra_target_padding_changes_nothing(model):
+    padded = np.pad(TARGET_IN, ((0, 0), (0, 2)))
+    np.testing.assert_allclose(model((SOURCE, padded))[:, :4], model((SOURCE, TARGET_IN)), atol=1e-5)
+
+
+def test_future_target_tokens_change_nothing(model):
+    changed = TARGET_IN.copy()
+    changed[:, 2:] = [[30, 31], [32, 33]]
+    np.testing.assert_allclose(model((SOURCE, changed))[:, :2], model((SOURCE, TARGET_IN))[:, :2], atol=1e-5)
+
+
+def test_other_rows_of_the_batch_change_nothing(model):
+    alone = model((SOURCE[:1, :5], TARGET_IN[:1]))
+    np.testing.assert_allclose(model((SOURCE, TARGET_IN))[:1], alone, atol=1e-5)
+
+
+def test_keras_round_trip_gives_identical_outputs(model, tmp_path):
+    path = tmp_path / "model.keras"
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    assert reloaded.config == CONFIG
+    np.testing.assert_array_equal(reloaded((SOURCE, TARGET_IN)), model((SOURCE, TARGET_IN)))
+
+
+def test_cached_decode_steps_equal_the_full_forward_pass(model):
+    logits = np.asarray(model((SOURCE, TARGET_IN)))
+    memory, source_mask = model.encode(SOURCE)
+    cache = model.init_cache(memory, source_mask, max_length=6)
+    for position in range(TARGET_IN.shape[1]):
+        step_logits, cache = model.decode_step(TARGET_IN[:, position], position, cache)
+        np.testing.assert_allclose(step_logits, logits[:, position], atol=1e-4)
+
+
+def test_attention_weights_for_every_layer_and_head(model):
+    weights = model.attention_weights(SOURCE, TARGET_IN)
+    assert len(weights["encoder"]) == CONFIG.num_layers
+    assert weights["encoder"][0].shape == (2, CONFIG.num_heads, 6, 6)
+    assert weights["decoder_self"][0].shape == (2, CONFIG.num_heads, 4, 4)
+    assert weights["decoder_cross"][1].shape == (2, CONFIG.num_heads, 4, 6)
+    cross = np.asarray(weights["decoder_cross"][0])
+    np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-5)
+    assert np.all(cross[1, :, :, 3:] == 0.0)  # source padding gets no attention
+    assert np.all(np.triu(np.asarray(weights["decoder_self"][0])[0, 0], k=1) == 0.0)  # causal
+
+
+def test_the_embedding_matrix_is_shared(model):
+    names = [w.path for w in model.trainable_weights if "embedding" in w.path]
+    assert len(names) == 1 and names[0].endswith("shared_embedding/embeddings")
