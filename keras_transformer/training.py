@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable
 
 import keras
@@ -145,17 +146,21 @@ def train(
     )
     validation_batches = make_batches(pairs_dataset(data, "validation", reverse), tokenizer, training=False, **batching)
     steps_per_epoch = min(training.steps_per_epoch, training.max_steps)
-    model.fit(
-        train_batches,
-        validation_data=validation_batches,
-        epochs=math.ceil(training.max_steps / steps_per_epoch),
-        initial_epoch=step // steps_per_epoch,
-        steps_per_epoch=steps_per_epoch,
-        callbacks=[
-            CheckpointCallback(manager, training.max_steps),
-            keras.callbacks.TensorBoard(directory.log_dir),
-        ],
-        verbose=verbose,
-    )
+    with warnings.catch_warnings():
+        # Keras warns when the (finite, unsized) validation set ends: that is how it should end.
+        warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
+        model.fit(
+            train_batches,
+            validation_data=validation_batches,
+            epochs=math.ceil(training.max_steps / steps_per_epoch),
+            initial_epoch=step // steps_per_epoch,
+            steps_per_epoch=steps_per_epoch,
+            shuffle=False,  # the dataset shuffles itself
+            callbacks=[
+                CheckpointCallback(manager, training.max_steps),
+                keras.callbacks.TensorBoard(directory.log_dir),
+            ],
+            verbose=verbose,
+        )
     log(f"trained to step {int(model.optimizer.iterations.numpy())}; checkpoint {manager.latest_checkpoint}")
     return model
