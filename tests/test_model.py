@@ -84,3 +84,15 @@ def test_attention_weights_for_every_layer_and_head(model):
 def test_the_embedding_matrix_is_shared(model):
     names = [w.path for w in model.trainable_weights if "embedding" in w.path]
     assert len(names) == 1 and names[0].endswith("shared_embedding/embeddings")
+
+
+def test_a_tensorflow_checkpoint_holds_every_weight(model, tmp_path):
+    import tensorflow as tf
+
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    saved = {name for name, _ in tf.train.list_variables(path) if name.startswith("model/")}
+    assert len(saved) == len(model.weights)  # every layer, also those built in a stack
+    fresh = Transformer(CONFIG)
+    fresh.build()
+    tf.train.Checkpoint(model=fresh).restore(path).assert_consumed()
+    np.testing.assert_array_equal(fresh((SOURCE, TARGET_IN)), model((SOURCE, TARGET_IN)))

@@ -176,8 +176,8 @@ class Decoder(keras.layers.Layer):
         self.cross_attention = cross_attention
 
     def build(self, x_shape, memory_shape=None):
-        self.blocks = [
-            DecoderLayer(
+        for i in range(self.num_layers):
+            layer = DecoderLayer(
                 self.num_heads,
                 self.d_ff,
                 self.dropout,
@@ -186,10 +186,13 @@ class Decoder(keras.layers.Layer):
                 name=f"layer_{i}",
                 dtype=self.dtype_policy,
             )
-            for i in range(self.num_layers)
-        ]
-        for layer in self.blocks:
             layer.build(x_shape, memory_shape)
+            setattr(self, f"layer_{i}", layer)  # an attribute, not a list: tf.train.Checkpoint follows attributes only
+
+    @property
+    def blocks(self) -> list:
+        """The N decoder layers, bottom first."""
+        return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
 
     def call(self, x, memory=None, padding_mask=None, memory_padding_mask=None, training=None, return_attention_scores=False):
         all_weights = []

@@ -96,12 +96,15 @@ class Encoder(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
 
     def build(self, input_shape):
-        self.blocks = [
-            EncoderLayer(self.num_heads, self.d_ff, self.dropout, self.layer_norm_epsilon, name=f"layer_{i}", dtype=self.dtype_policy)
-            for i in range(self.num_layers)
-        ]
-        for layer in self.blocks:
+        for i in range(self.num_layers):
+            layer = EncoderLayer(self.num_heads, self.d_ff, self.dropout, self.layer_norm_epsilon, name=f"layer_{i}", dtype=self.dtype_policy)
             layer.build(input_shape)
+            setattr(self, f"layer_{i}", layer)  # an attribute, not a list: tf.train.Checkpoint follows attributes only
+
+    @property
+    def blocks(self) -> list:
+        """The N encoder layers, bottom first."""
+        return [getattr(self, f"layer_{i}") for i in range(self.num_layers)]
 
     def call(self, x, padding_mask=None, training=None, return_attention_scores=False):
         all_weights = []
