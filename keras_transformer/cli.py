@@ -14,6 +14,7 @@ import sys
 
 from keras_transformer.config import PRESETS, TrainingConfig, TransformerConfig
 from keras_transformer.data import BIBLE_EN_DE
+from keras_transformer.distribute import STRATEGIES
 
 EXIT_USAGE = 2
 
@@ -34,6 +35,14 @@ def _add_train(subparsers):
     p.add_argument("--max-length", type=int, help="longest sequence in tokens (default: the preset's)")
     p.add_argument("--dropout", type=float, help="P_drop (default: the preset's)")
     p.add_argument("--label-smoothing", type=float, help="epsilon_ls (default: the preset's)")
+    d = p.add_argument_group("distribution, fault tolerance and speed")
+    d.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy (default auto)")
+    d.add_argument("--cpu-devices", type=int, help="split the CPU into N logical devices (try mirrored without GPUs)")
+    d.add_argument("--collective-timeout", type=float, default=600.0, help="seconds before a multi-worker collective fails")
+    d.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (default: epoch ends only)")
+    d.add_argument("--grad-accumulation", type=int, default=1, help="micro-batches per optimizer step")
+    d.add_argument("--mixed-precision", action="store_true", help="mixed_float16 on GPU, mixed_bfloat16 on CPU/TPU")
+    d.add_argument("--jit-compile", action="store_true", help="compile the training step with XLA")
 
 
 def _add_translate(subparsers):
@@ -64,8 +73,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _train(args):
+    from keras_transformer.distribute import resolve_strategy, use_cpu_devices
     from keras_transformer.training import train
 
+    if args.cpu_devices:
+        use_cpu_devices(args.cpu_devices)
     overrides = {
         name: getattr(args, name)
         for name in ("vocab_size", "max_length", "dropout", "label_smoothing")
@@ -79,8 +91,13 @@ def _train(args):
         warmup_steps=args.warmup_steps,
         learning_rate_scale=args.learning_rate_scale,
         seed=args.seed,
+        checkpoint_every=args.checkpoint_every,
+        grad_accumulation=args.grad_accumulation,
+        mixed_precision=args.mixed_precision,
+        jit_compile=args.jit_compile,
     )
-    train(args.model_dir, config, training, args.data, reverse=args.reverse, log=_log)
+    strategy = resolve_strategy(args.strategy, args.collective_timeout)
+    train(args.model_dir, config, training, args.data, reverse=args.reverse, strategy=strategy, log=_log)
 
 
 def _translator(args):

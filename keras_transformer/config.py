@@ -114,7 +114,11 @@ class TrainingConfig:
     batch_tokens: int = 4096  # padded tokens per side (source or target) in a batch, at most (§5.1: ~25000)
     max_steps: int = 100_000  # the paper's base model trained 100k steps
     steps_per_epoch: int = 500  # checkpoint, validation and log interval, in steps
+    checkpoint_every: int = 0  # also checkpoint every this many steps (0: only at epoch ends)
     keep_checkpoints: int = 5
+    grad_accumulation: int = 1  # micro-batches per optimizer step: the update uses their mean gradient
+    mixed_precision: bool = False  # mixed_float16 on GPU, mixed_bfloat16 on CPU and TPU
+    jit_compile: bool = False  # XLA
     shuffle_buffer: int = 20_000
     seed: int = 1234
 
@@ -124,5 +128,7 @@ class TrainingConfig:
         _check(self.batch_tokens >= 8, f"batch_tokens must be >= 8, got {self.batch_tokens}")
         _check(self.max_steps >= 1, f"max_steps must be >= 1, got {self.max_steps}")
         _check(self.steps_per_epoch >= 1, f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}")
+        _check(self.checkpoint_every >= 0, f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
+        _check(self.grad_accumulation >= 1, f"grad_accumulation must be >= 1, got {self.grad_accumulation}")
         _check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
 

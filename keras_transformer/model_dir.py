@@ -70,8 +70,11 @@ class ModelDir:
     def tokenizer(self) -> SubwordTokenizer:
         return SubwordTokenizer.load(self.tokenizer_path)
 
-    def checkpoint_manager(self, checkpoint: tf.train.Checkpoint, keep: int = 5) -> tf.train.CheckpointManager:
-        return tf.train.CheckpointManager(checkpoint, self.checkpoint_dir, max_to_keep=keep, checkpoint_name="ckpt")
+    def checkpoint_manager(self, checkpoint: tf.train.Checkpoint, keep: int = 5, worker: int = 0) -> tf.train.CheckpointManager:
+        """The chief (worker 0) saves to checkpoints/; in multi-worker training every other worker
+        saves too (all must), to checkpoints/worker-N/, which nothing reads but that worker."""
+        directory = self.checkpoint_dir if worker == 0 else os.path.join(self.checkpoint_dir, f"worker-{worker}")
+        return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep, checkpoint_name="ckpt")
 
     def latest_checkpoint(self) -> str | None:
         return tf.train.latest_checkpoint(self.checkpoint_dir)

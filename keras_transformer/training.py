@@ -1,5 +1,6 @@
 """Training with `model.fit` (Vaswani et al., 2017, §5): Adam with the Eq. 3 schedule,
-label-smoothed cross-entropy, checkpoints every epoch, resume from the model directory.
+label-smoothed cross-entropy, on any `tf.distribute` strategy (`distribute.py`), checkpoints
+every epoch (and every `checkpoint_every` steps), resume from the model directory.
 
 An "epoch" here is `TrainingConfig.steps_per_epoch` steps of a repeated, shuffled stream: the
 unit of logging, validation and checkpointing. Training stops at `max_steps` optimizer steps,
@@ -18,6 +19,13 @@ import tensorflow as tf
 
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.data import make_batches, pairs_dataset, read_pairs
+from keras_transformer.distribute import (
+    DistributedTransformer,
+    check_jit_compile,
+    mixed_precision_policy,
+    resolve_strategy,
+    worker_id,
+)
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import Transformer
@@ -29,31 +37,49 @@ TOKENIZER_SENTENCES = 200_000  # sentences per side sampled to learn the vocabul
 
 
 def compile_model(model: Transformer, training: TrainingConfig) -> Transformer:
-    """Adam(beta_1 0.9, beta_2 0.98, eps 1e-9) on the Eq. 3 schedule (§5.3), label smoothing (§5.4)."""
+    """Adam(beta_1 0.9, beta_2 0.98, eps 1e-9) on the Eq. 3 schedule (§5.3), label smoothing (§5.4).
+
+    With `training.grad_accumulation` N > 1 each update uses the mean gradient of N micro-batches
+    (Keras' `gradient_accumulation_steps`), so `optimizer.iterations` and the schedule count
+    updates, as the paper's steps. A mixed_float16 model gets dynamic loss scaling from Keras.
+    """
     config = model.config
+    accumulation = training.grad_accumulation
     optimizer = keras.optimizers.Adam(
-        learning_rate=TransformerSchedule(config.d_model, training.warmup_steps, training.learning_rate_scale),
+        learning_rate=TransformerSchedule(config.d_model, training.warmup_steps, training.learning_rate_scale, accumulation),
         beta_1=training.beta_1,
         beta_2=training.beta_2,
         epsilon=training.epsilon,
+        gradient_accumulation_steps=accumulation if accumulation > 1 else None,
     )
     model.compile(
         optimizer=optimizer,
         loss=LabelSmoothedCrossEntropy(config.label_smoothing, config.pad_id),
         metrics=[MaskedAccuracy(config.pad_id)],
+        jit_compile=training.jit_compile,
     )
     return model
 
 
-class CheckpointCallback(keras.callbacks.Callback):
-    """Saves model and optimizer at every epoch end and when training ends, numbered by step;
-    stops training at `max_steps`. `tf.train.CheckpointManager` writes the new files before it
-    points `checkpoint` at them, so a crash mid-write leaves the previous checkpoint in use."""
+class TrainingDiverged(ValueError):
+    """The training loss became NaN or infinite."""
 
-    def __init__(self, manager: tf.train.CheckpointManager, max_steps: int):
+
+class CheckpointCallback(keras.callbacks.Callback):
+    """Saves model and optimizer every `every` steps (0: never), at every epoch end and when
+    training ends, numbered by step; stops training at `max_steps`, or at the first non-finite
+    loss, which it never saves (`diverged_at` then holds the step).
+
+    `tf.train.CheckpointManager` writes the new files before it points `checkpoint` at them
+    (itself replaced atomically), so a crash mid-write leaves the previous checkpoint in use.
+    """
+
+    def __init__(self, manager: tf.train.CheckpointManager, max_steps: int, every: int = 0):
         super().__init__()
         self.manager = manager
         self.max_steps = max_steps
+        self.every = every
+        self.diverged_at = None
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
@@ -63,13 +89,20 @@ class CheckpointCallback(keras.callbacks.Callback):
 
     def _save(self):
         step = self._step()
-        if step != self._saved_step:
+        if step != self._saved_step and self.diverged_at is None:
             self.manager.save(checkpoint_number=step)
             self._saved_step = step
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._step() >= self.max_steps:
+        step = self._step()
+        if logs and "loss" in logs and not math.isfinite(float(logs["loss"])):
+            self.diverged_at = step
             self.model.stop_training = True
+            return
+        if step >= self.max_steps:
+            self.model.stop_training = True
+        if self.every and step % self.every == 0:
+            self._save()
 
     def on_epoch_end(self, epoch, logs=None):
         self._save()
@@ -105,28 +138,39 @@ def train(
     data: str = "bible-en-de",
     *,
     reverse: bool = False,
-    strategy: tf.distribute.Strategy | None = None,
+    strategy: tf.distribute.Strategy | str | None = None,
     verbose: int | str = "auto",
     log: Callable[[str], None] = print,
 ) -> Transformer:
-    """Train (or resume training) the model in `model_dir` up to `training.max_steps` steps."""
+    """Train (or resume training) the model in `model_dir` up to `training.max_steps` steps.
+
+    `strategy`: a `tf.distribute.Strategy`, or a name from `distribute.STRATEGIES` (default
+    "auto"). Batches hold `training.batch_tokens` tokens per side in all, split across replicas.
+    Raises `TrainingDiverged` at a NaN or infinite loss, after keeping the last good checkpoint.
+    """
     keras.utils.set_random_seed(training.seed)
+    if strategy is None or isinstance(strategy, str):
+        strategy = resolve_strategy(strategy or "auto")
+    if training.jit_compile:
+        check_jit_compile(strategy)
     directory = ModelDir(model_dir)
     config, tokenizer = prepare_model_dir(directory, config, training, data, reverse, log)
-    strategy = strategy or tf.distribute.get_strategy()
+    dtype = mixed_precision_policy(strategy) if training.mixed_precision else None
     with strategy.scope():
-        model = compile_model(Transformer(config), training)
+        model = compile_model(DistributedTransformer(config, dtype=dtype), training)
         model.build()
         model.optimizer.build(model.trainable_variables)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
-    manager = directory.checkpoint_manager(checkpoint, training.keep_checkpoints)
-    if manager.latest_checkpoint:
-        restore(checkpoint, manager.latest_checkpoint)
+    manager = directory.checkpoint_manager(checkpoint, training.keep_checkpoints, worker=worker_id(strategy))
+    latest = manager.latest_checkpoint or directory.latest_checkpoint()  # a worker > 0 resumes as the chief
+    if latest:
+        restore(checkpoint, latest)
         log(f"resumed from step {int(model.optimizer.iterations.numpy())}")
     step = int(model.optimizer.iterations.numpy())
     if step >= training.max_steps:
         log(f"already trained for {step} steps (--max-steps {training.max_steps}): nothing to do")
         return model
+    log(f"training on {strategy.num_replicas_in_sync} replica(s) with {type(strategy).__name__}")
 
     batching = dict(
         max_length=config.max_length,
@@ -145,7 +189,15 @@ def train(
         **batching,
     )
     validation_batches = make_batches(pairs_dataset(data, "validation", reverse), tokenizer, training=False, **batching)
+    # Every worker builds the same batches; each takes its replicas' share of every global batch.
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    train_batches, validation_batches = train_batches.with_options(options), validation_batches.with_options(options)
     steps_per_epoch = min(training.steps_per_epoch, training.max_steps)
+    saver = CheckpointCallback(manager, training.max_steps, training.checkpoint_every)
+    callbacks = [saver]
+    if worker_id(strategy) == 0:
+        callbacks.append(keras.callbacks.TensorBoard(directory.log_dir))
     with warnings.catch_warnings():
         # Keras warns when the (finite, unsized) validation set ends: that is how it should end.
         warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
@@ -154,13 +206,15 @@ def train(
             validation_data=validation_batches,
             epochs=math.ceil(training.max_steps / steps_per_epoch),
             initial_epoch=step // steps_per_epoch,
-            steps_per_epoch=steps_per_epoch,
+            steps_per_epoch=steps_per_epoch * training.grad_accumulation,  # micro-batches
             shuffle=False,  # the dataset shuffles itself
-            callbacks=[
-                CheckpointCallback(manager, training.max_steps),
-                keras.callbacks.TensorBoard(directory.log_dir),
-            ],
+            callbacks=callbacks,
             verbose=verbose,
+        )
+    if saver.diverged_at is not None:
+        raise TrainingDiverged(
+            f"the training loss became NaN or infinite at step {saver.diverged_at}; stopped without saving "
+            f"(last good checkpoint: {manager.latest_checkpoint or 'none'}); try a lower --learning-rate-scale"
         )
     log(f"trained to step {int(model.optimizer.iterations.numpy())}; checkpoint {manager.latest_checkpoint}")
     return model

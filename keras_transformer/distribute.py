@@ -1,0 +1,147 @@
+"""Where training runs: one device, several GPUs, several hosts or a TPU, with `tf.distribute`.
+
+The paper trained on 8 GPUs with synchronous data parallelism (Vaswani et al., 2017, §5.2);
+`tf.distribute` gives the same on any of these with one code path. Every strategy splits the
+global batch across its replicas, and the loss (`losses.py`) divides each replica's token-loss
+sum by the *global* non-pad token count, so updates do not depend on the number of replicas.
+
+`DistributedTransformer` is the `Transformer` that `training.train` builds: it carries the few
+overrides Keras 3.15 needs to train under `MultiWorkerMirroredStrategy` and to report the
+right loss for a batch split unevenly across replicas. They touch private Keras methods, so
+keras is pinned (pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.model import Transformer
+
+STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")
+
+
+def use_cpu_devices(count: int) -> None:
+    """Split the CPU into `count` logical devices, so that `mirrored` can be tried without GPUs.
+    Must run before TensorFlow touches a device."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+
+
+def tf_config_workers() -> int:
+    """The number of workers the `TF_CONFIG` environment variable names (0 when unset)."""
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    return len(config.get("cluster", {}).get("worker", []))
+
+
+def resolve_strategy(name: str = "auto", collective_timeout_s: float | None = None) -> tf.distribute.Strategy:
+    """The strategy called `name` (one of `STRATEGIES`).
+
+    auto: `MultiWorkerMirroredStrategy` when `TF_CONFIG` names several workers,
+    `MirroredStrategy` when more than one GPU is visible, else TensorFlow's default strategy.
+    mirrored: all GPUs, or all (logical) CPU devices when there is no GPU. `collective_timeout_s`
+    bounds every multi-worker collective, so a dead peer ends the run instead of hanging it.
+    """
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    gpus = tf.config.list_logical_devices("GPU")
+    if name == "auto":
+        if tf_config_workers() > 1:
+            name = "multi-worker"
+        elif len(gpus) > 1:
+            name = "mirrored"
+        else:
+            return tf.distribute.get_strategy()
+    if name == "one-device":
+        return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
+    if name == "mirrored":
+        devices = gpus or tf.config.list_logical_devices("CPU")
+        return tf.distribute.MirroredStrategy([d.name for d in devices])
+    if name == "multi-worker":
+        if tf_config_workers() < 1:
+            raise ValueError("--strategy multi-worker needs TF_CONFIG naming the cluster's workers")
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=collective_timeout_s)
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver()  # tpu: Colab / Cloud TPU VM
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and strategy.extended._in_multi_worker_mode()
+
+
+def worker_id(strategy: tf.distribute.Strategy) -> int:
+    """This worker's task id (0 is the chief); 0 outside multi-worker training."""
+    return strategy.cluster_resolver.task_id if is_multi_worker(strategy) else 0
+
+
+def mixed_precision_policy(strategy: tf.distribute.Strategy) -> str:
+    """mixed_float16 (with loss scaling, added by `Model.compile`) on GPUs; mixed_bfloat16 on
+    CPUs and TPUs, whose bfloat16 needs no loss scaling (Micikevicius et al., 2018)."""
+    if isinstance(strategy, tf.distribute.TPUStrategy) or not tf.config.list_logical_devices("GPU"):
+        return "mixed_bfloat16"
+    return "mixed_float16"
+
+
+def check_jit_compile(strategy: tf.distribute.Strategy) -> None:
+    """Refuse XLA where TF 2.21 cannot run it: several replicas on (logical) CPU devices."""
+    devices = strategy.extended.worker_devices
+    if strategy.num_replicas_in_sync > 1 and all("CPU" in d.upper() for d in devices):
+        raise ValueError(
+            "--jit-compile does not work with several replicas on CPU devices: XLA cannot read a "
+            "variable placed on another CPU device (\"Trying to access resource ... located in device "
+            "CPU:1 from device CPU:0\"); use one device, or GPUs"
+        )
+
+
+class ReplicaShareMean(keras.metrics.Mean):
+    """The mean training loss per step, for losses that are already global on every replica.
+
+    Keras weights each replica's loss by its number of sequences, which is wrong when a batch
+    splits unevenly (3 + 2 sequences): each replica's loss here is its share of the global
+    per-token mean, so each counts 1 / num_replicas of a step.
+    """
+
+    def update_state(self, values, sample_weight=None):
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        super().update_state(values, sample_weight=1.0 / replicas)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DistributedTransformer(Transformer):
+    """A `Transformer` that trains under every `tf.distribute` strategy with Keras 3.15."""
+
+    def compile(self, *args, **kwargs):
+        super().compile(*args, **kwargs)
+        self._loss_tracker = ReplicaShareMean(name="loss")
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # keras-team/keras#20329: Keras builds from `strategy.reduce("MEAN", batch)` of the first
+        # distributed batch, which fails under MultiWorkerMirroredStrategy (a collective over a
+        # nested batch of integer ids). Only shapes matter here: build from this replica's part.
+        if iterator is not None and is_multi_worker(self.distribute_strategy):
+            for _, _, batches in iterator:
+                local = self.distribute_strategy.experimental_local_results
+                data_batch = tf.nest.map_structure(lambda value: local(value)[0], next(batches))
+                break
+            iterator = None
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+    def _as_vectors(self, logs):
+        # Keras 3.15 reduces the logs of a multi-worker step with strategy.reduce("MEAN", v,
+        # axis=0), which fails on scalars ("Invalid reduction dimension 0 for input with 0
+        # dimensions"; same family as keras-team/keras#20329): give it [1]-vectors.
+        if is_multi_worker(self.distribute_strategy):
+            return {name: tf.reshape(value, [1]) for name, value in logs.items()}
+        return logs
+
+    def train_step(self, data):
+        return self._as_vectors(super().train_step(data))
+
+    def test_step(self, data):
+        return self._as_vectors(super().test_step(data))

@@ -1,0 +1,113 @@
+"""Strategies: one device and MirroredStrategy agree (uneven batch included), two local workers
+under MultiWorkerMirroredStrategy end with identical weights, and XLA is refused where it fails.
+
+Logical CPU devices and TF_CONFIG must be set before TensorFlow starts: those runs are
+subprocesses, each bounded by a timeout."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import FIXTURE
+from keras_transformer.distribute import check_jit_compile, resolve_strategy, tf_config_workers
+
+HERE = os.path.dirname(__file__)
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+TIMEOUT_S = 600
+
+
+def test_mirrored_on_two_cpu_devices_matches_one_device():
+    result = subprocess.run(
+        [sys.executable, os.path.join(HERE, "replica_parity.py"), "mirrored"],
+        capture_output=True, text=True, env=ENV, timeout=TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    print(report)
+    assert report["replicas"] == 2 and report["steps"] == [3, 3]
+    assert report["max_loss_difference"] < 1e-5  # the batch of 5 splits 3 + 2
+    assert report["max_weight_difference"] < 1e-5
+    assert report["max_weight_change"] > 1e-2  # the weights did move
+
+
+def test_auto_is_the_default_strategy_on_one_cpu(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert resolve_strategy("auto") is tf.distribute.get_strategy()
+    assert isinstance(resolve_strategy("one-device"), tf.distribute.OneDeviceStrategy)
+
+
+def test_tf_config_workers(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}))
+    assert tf_config_workers() == 2
+    monkeypatch.delenv("TF_CONFIG")
+    assert tf_config_workers() == 0
+    with pytest.raises(ValueError, match="needs TF_CONFIG"):
+        resolve_strategy("multi-worker")
+    with pytest.raises(ValueError, match="unknown strategy 'nccl'"):
+        resolve_strategy("nccl")
+
+
+def test_jit_compile_is_refused_for_several_cpu_replicas():
+    class TwoCpuReplicas:  # what check_jit_compile reads of a MirroredStrategy on 2 logical CPUs
+        num_replicas_in_sync = 2
+
+        class extended:
+            worker_devices = ("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
+
+    with pytest.raises(ValueError, match="XLA cannot read a variable placed on another CPU device"):
+        check_jit_compile(TwoCpuReplicas())
+    check_jit_compile(tf.distribute.get_strategy())  # one device: allowed
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_two_workers_end_with_identical_weights(tmp_path):
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    args = [
+        "train", "--data", str(FIXTURE), "--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512",
+        "--warmup-steps", "10", "--steps-per-epoch", "6", "--max-steps", "12",
+        "--strategy", "multi-worker", "--collective-timeout", "120",
+    ]  # fmt: skip
+    processes = []
+    start = time.monotonic()
+    try:
+        for index in range(2):
+            tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            log = open(tmp_path / f"worker{index}.log", "w")
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "keras_transformer", *args, "--model-dir", str(tmp_path / f"worker{index}")],
+                env={**ENV, "TF_CONFIG": json.dumps(tf_config)}, stdout=log, stderr=subprocess.STDOUT,
+            ))  # fmt: skip
+        codes = [p.wait(timeout=TIMEOUT_S) for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    elapsed = time.monotonic() - start
+    logs = [(tmp_path / f"worker{i}.log").read_text() for i in range(2)]
+    assert codes == [0, 0], "\n".join(log[-3000:] for log in logs)
+    print(f"multi-worker run time: {elapsed:.1f} s")
+    assert all("training on 2 replica(s) with MultiWorkerMirroredStrategy" in log for log in logs)
+    chief = tf.train.load_checkpoint(str(tmp_path / "worker0" / "checkpoints" / "ckpt-12"))
+    other = tf.train.load_checkpoint(str(tmp_path / "worker1" / "checkpoints" / "worker-1" / "ckpt-12"))
+    names = [n for n in chief.get_variable_to_shape_map() if n.startswith("model/") and "OPTIMIZER_SLOT" not in n]
+    assert len(names) > 10
+    for name in names:
+        np.testing.assert_array_equal(chief.get_tensor(name), other.get_tensor(name), err_msg=name)
