@@ -47,7 +47,9 @@ def resolve_strategy(name: str = "auto", collective_timeout_s: float | None = No
     """
     if name not in STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
-    gpus = tf.config.list_logical_devices("GPU")
+    # Physical, not logical: listing logical devices starts the runtime, after which collectives
+    # can no longer be configured ("Collective ops must be configured at program startup").
+    gpus = tf.config.list_physical_devices("GPU")
     if name == "auto":
         if tf_config_workers() > 1:
             name = "multi-worker"
@@ -58,7 +60,7 @@ def resolve_strategy(name: str = "auto", collective_timeout_s: float | None = No
     if name == "one-device":
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
     if name == "mirrored":
-        devices = gpus or tf.config.list_logical_devices("CPU")
+        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([d.name for d in devices])
     if name == "multi-worker":
         if tf_config_workers() < 1:
