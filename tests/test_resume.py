@@ -1,0 +1,69 @@
+"""Surviving a crash: a training run killed with SIGKILL resumes, with the same command, from its
+last checkpoint; a half-written checkpoint is never used."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from conftest import FIXTURE
+
+TIMEOUT_S = 600
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def latest_step(model_dir):
+    latest = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    return int(re.search(r"ckpt-(\d+)$", latest).group(1)) if latest else None
+
+
+@pytest.mark.slow
+def test_kill_9_then_the_same_command_resumes_from_the_last_checkpoint(tmp_path):
+    model_dir = str(tmp_path / "model")
+    command = [
+        sys.executable, "-m", "keras_transformer", "train", "--data", str(FIXTURE), "--model-dir", model_dir,
+        "--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10",
+        "--steps-per-epoch", "40", "--max-steps", "40", "--checkpoint-every", "2",
+    ]  # fmt: skip
+    first = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while (latest_step(model_dir) or 0) < 6:  # mid-run, between or during checkpoint writes
+            assert first.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+            time.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == -signal.SIGKILL
+    killed_at = latest_step(model_dir)
+    assert 6 <= killed_at < 40
+
+    second = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert second.returncode == 0, second.stderr[-3000:]
+    print(f"killed; resumed from step {killed_at}")
+    assert f"resumed from step {killed_at}" in second.stderr
+    assert "trained to step 40" in second.stderr
+    assert latest_step(model_dir) == 40
+
+
+def test_a_checkpoint_whose_write_was_cut_short_is_not_used(tmp_path):
+    """CheckpointManager names a checkpoint in its index file only once all its files are
+    written: files of an unfinished save (no index entry) are ignored."""
+    variable = tf.Variable(1.0)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=variable), str(tmp_path), max_to_keep=3)
+    manager.save(checkpoint_number=2)
+    (tmp_path / "ckpt-4.index").write_bytes(b"truncated")  # a save killed before its index update
+    (tmp_path / "ckpt-4_temp").mkdir()
+    variable.assign(5.0)
+    restarted = tf.train.CheckpointManager(tf.train.Checkpoint(v=variable), str(tmp_path), max_to_keep=3)
+    assert restarted.latest_checkpoint.endswith("ckpt-2")
+    restarted.checkpoint.restore(restarted.latest_checkpoint).assert_existing_objects_matched()
+    assert float(variable.numpy()) == 1.0

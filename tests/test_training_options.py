@@ -1,0 +1,64 @@
+"""Speed options and the divergence guard: mixed precision stays close to float32, gradient
+accumulation of N equal micro-batches equals one step, a NaN loss stops training unsaved."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import FIXTURE
+from keras_transformer.config import TrainingConfig, TransformerConfig
+from keras_transformer.distribute import DistributedTransformer
+from keras_transformer.training import TrainingDiverged, compile_model, train
+
+CONFIG = TransformerConfig.tiny(vocab_size=60, dropout=0.0)
+RNG = np.random.default_rng(0)
+SOURCE, TARGET_IN, TARGET_OUT = (RNG.integers(3, 60, size=(4, 8)).astype("int32") for _ in range(3))
+TARGET_OUT[:, 6:] = CONFIG.pad_id
+
+
+def compiled(training, dtype=None, weights=None):
+    model = compile_model(DistributedTransformer(CONFIG, dtype=dtype), training)
+    model.build()
+    if weights is not None:
+        model.set_weights(weights)
+    return model
+
+
+def test_mixed_bfloat16_steps_are_finite_and_close_to_float32():
+    training = TrainingConfig(warmup_steps=2)
+    reference = compiled(training)
+    mixed = compiled(training, "mixed_bfloat16", reference.get_weights())
+    assert mixed.encoder.compute_dtype == "bfloat16" and mixed.embedding.embeddings.dtype == "float32"
+    for _ in range(3):
+        expected = reference.train_on_batch((SOURCE, TARGET_IN), TARGET_OUT, return_dict=True)["loss"]
+        loss = mixed.train_on_batch((SOURCE, TARGET_IN), TARGET_OUT, return_dict=True)["loss"]
+        assert np.isfinite(loss) and loss == pytest.approx(expected, rel=2e-2)
+    assert mixed((SOURCE, TARGET_IN)).dtype == "float32"  # logits stay float32
+
+
+def test_accumulating_two_equal_micro_batches_is_one_step():
+    one = compiled(TrainingConfig(warmup_steps=2))
+    accumulated = compiled(TrainingConfig(warmup_steps=2, grad_accumulation=2), weights=one.get_weights())
+    initial = one.get_weights()
+    one.train_on_batch((SOURCE, TARGET_IN), TARGET_OUT)
+    accumulated.train_on_batch((SOURCE, TARGET_IN), TARGET_OUT)
+    assert int(accumulated.optimizer.iterations) == 0  # no update yet
+    np.testing.assert_array_equal(accumulated.get_weights()[0], initial[0])
+    accumulated.train_on_batch((SOURCE, TARGET_IN), TARGET_OUT)
+    assert int(accumulated.optimizer.iterations) == int(one.optimizer.iterations) == 1
+    for a, b in zip(accumulated.get_weights(), one.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
+    config = TransformerConfig.tiny(vocab_size=300)
+    training = TrainingConfig(
+        batch_tokens=512, warmup_steps=1, learning_rate_scale=1e30, max_steps=8, steps_per_epoch=8, checkpoint_every=1
+    )
+    with pytest.raises(TrainingDiverged, match=r"NaN or infinite at step (\d+); stopped without saving") as error:
+        train(str(tmp_path / "model"), config, training, str(FIXTURE), verbose=0, log=lambda message: None)
+    diverged = int(str(error.value).split("at step ")[1].split(";")[0])
+    latest = tf.train.latest_checkpoint(str(tmp_path / "model" / "checkpoints"))
+    assert latest is not None and latest.endswith(f"ckpt-{diverged - 1}")  # the last finite step, not the NaN one
+    assert f"last good checkpoint: {latest}" in str(error.value)
