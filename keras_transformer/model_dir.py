@@ -43,10 +43,15 @@ class ModelDir:
     def exists(self) -> bool:
         return os.path.isfile(self.config_path)
 
-    def write(self, model: TransformerConfig, training: TrainingConfig, data: str, tokenizer: SubwordTokenizer) -> None:
+    def write(
+        self, model: TransformerConfig, training: TrainingConfig, data: str, tokenizer: SubwordTokenizer, requested_vocab_size: int | None = None
+    ) -> None:
+        """`requested_vocab_size`: the vocab_size the tokenizer was asked for (it may learn fewer)."""
         os.makedirs(self.path, exist_ok=True)
         tokenizer.save(self.tokenizer_path)
         values = {"model": model.to_dict(), "training": dataclasses.asdict(training), "data": data}
+        if requested_vocab_size is not None:
+            values["requested_vocab_size"] = requested_vocab_size
         temporary = self.config_path + ".tmp"
         with open(temporary, "w", encoding="utf-8") as f:
             json.dump(values, f, indent=2, sort_keys=True)
@@ -54,7 +59,7 @@ class ModelDir:
         os.replace(temporary, self.config_path)  # atomic: never a half-written config
 
     def read(self) -> dict:
-        """{"model": TransformerConfig, "training": dict, "data": str}."""
+        """{"model": TransformerConfig, "training": dict, "data": str, "requested_vocab_size": int (newer dirs)}."""
         if not os.path.isdir(self.path):
             raise ModelDirError(f"no such model directory: {self.path}")
         if not self.exists():

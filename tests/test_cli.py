@@ -108,6 +108,13 @@ def test_model_dir_of_another_config_is_refused(capsys, trained, tmp_path):
 
 
 @pytest.mark.slow
+def test_model_dir_of_another_vocabulary_is_refused(capsys, trained):
+    args = [a if a != "300" else "400" for a in TINY]  # --vocab-size 400
+    message = error_of(capsys, "train", "--data", str(FIXTURE), "--model-dir", trained[0], *args)
+    assert "vocabulary learned for vocab_size 300, not 400" in message
+
+
+@pytest.mark.slow
 def test_corrupt_checkpoint(capsys, trained, tmp_path):
     model_dir = str(tmp_path / "model")
     shutil.copytree(trained[0], model_dir)
