@@ -92,8 +92,7 @@ def mixed_precision_policy(strategy: tf.distribute.Strategy) -> str:
 
 def check_jit_compile(strategy: tf.distribute.Strategy) -> None:
     """Refuse XLA where TF 2.21 cannot run it: several replicas on (logical) CPU devices."""
-    devices = strategy.extended.worker_devices
-    if strategy.num_replicas_in_sync > 1 and all("CPU" in d.upper() for d in devices):
+    if strategy.num_replicas_in_sync > 1 and all("CPU" in d.upper() for d in strategy.extended.worker_devices):
         raise ValueError(
             "--jit-compile does not work with several replicas on CPU devices: XLA cannot read a "
             "variable placed on another CPU device (\"Trying to access resource ... located in device "
