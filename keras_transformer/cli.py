@@ -30,6 +30,13 @@ def _add_train(subparsers):
     p.add_argument("--batch-tokens", type=int, default=TrainingConfig.batch_tokens, help="padded tokens per side per batch")
     p.add_argument("--warmup-steps", type=int, default=TrainingConfig.warmup_steps)
     p.add_argument("--learning-rate-scale", type=float, default=TrainingConfig.learning_rate_scale)
+    p.add_argument("--time-budget", help="stop after this wall-clock time, e.g. 30m or 2h (a final checkpoint is kept)")
+    p.add_argument(
+        "--warmup-fraction",
+        type=float,
+        help="fit the schedule to the step budget: warm up for this fraction of it (instead of --warmup-steps)",
+    )
+    p.add_argument("--cooldown-fraction", type=float, default=TrainingConfig.cooldown_fraction, help="with --warmup-fraction: decay to 0 over this last fraction")
     p.add_argument("--seed", type=int, default=TrainingConfig.seed)
     p.add_argument("--vocab-size", type=int, help="subword vocabulary size (default: the preset's)")
     p.add_argument("--max-length", type=int, help="longest sequence in tokens (default: the preset's)")
@@ -74,6 +81,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _train(args):
     from keras_transformer.distribute import resolve_strategy, use_cpu_devices
+    from keras_transformer.budget import parse_duration
     from keras_transformer.training import train
 
     if args.cpu_devices:
@@ -95,6 +103,9 @@ def _train(args):
         grad_accumulation=args.grad_accumulation,
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
+        time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
+        warmup_fraction=args.warmup_fraction,
+        cooldown_fraction=args.cooldown_fraction,
     )
     strategy = resolve_strategy(args.strategy, args.collective_timeout)
     train(args.model_dir, config, training, args.data, reverse=args.reverse, strategy=strategy, log=_log)

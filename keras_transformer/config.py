@@ -121,6 +121,9 @@ class TrainingConfig:
     jit_compile: bool = False  # XLA
     shuffle_buffer: int = 20_000
     seed: int = 1234
+    time_budget_s: float | None = None  # stop after this much wall-clock time (and fit the schedule to it)
+    warmup_fraction: float | None = None  # warm-up as a fraction of the step budget, instead of warmup_steps
+    cooldown_fraction: float = 0.2  # with warmup_fraction: linear decay to 0 over this last fraction
 
     def __post_init__(self):
         _check(self.warmup_steps >= 1, f"warmup_steps must be >= 1, got {self.warmup_steps}")
@@ -131,4 +134,15 @@ class TrainingConfig:
         _check(self.checkpoint_every >= 0, f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
         _check(self.grad_accumulation >= 1, f"grad_accumulation must be >= 1, got {self.grad_accumulation}")
         _check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
+        _check(self.time_budget_s is None or self.time_budget_s > 0, f"time_budget_s must be > 0, got {self.time_budget_s}")
+        _check(
+            self.warmup_fraction is None or 0.0 < self.warmup_fraction < 1.0,
+            f"warmup_fraction must be in (0, 1), got {self.warmup_fraction}",
+        )
+        _check(0.0 <= self.cooldown_fraction < 1.0, f"cooldown_fraction must be in [0, 1), got {self.cooldown_fraction}")
+
+    @property
+    def fits_schedule_to_budget(self) -> bool:
+        """Warm-up and decay as fractions of the step budget (max_steps, or what the time budget buys)."""
+        return self.warmup_fraction is not None
 

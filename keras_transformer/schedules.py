@@ -6,6 +6,11 @@ import keras
 from keras import ops
 
 
+def update_number(step, accumulation_steps: int = 1):
+    """step_num of Eq. 3, counting from 1: Keras passes the 0-based count of (micro-)batches."""
+    return ops.cast(ops.floor_divide(step, accumulation_steps), "float32") + 1.0
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5)      (Eq. 3)
@@ -23,9 +28,62 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.accumulation_steps = accumulation_steps
 
     def __call__(self, step):
-        step_num = ops.cast(ops.floor_divide(step, self.accumulation_steps), "float32") + 1.0
+        step_num = update_number(step, self.accumulation_steps)
         warmup = float(self.warmup_steps)
         return self.scale * self.d_model**-0.5 * ops.minimum(ops.rsqrt(step_num), step_num * warmup**-1.5)
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale, "accumulation_steps": self.accumulation_steps}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class StepBudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Eq. 3 fitted to the steps a run will actually get.
+
+    Deviation from the paper: for runs far shorter than the paper's 100k steps. With T the
+    step budget, warm-up lasts `warmup_fraction * T` steps (Eq. 3 with that warmup_steps), and
+    the last `cooldown_fraction * T` steps decay linearly to zero:
+
+        lrate = Eq3(step_num; warmup = w T) * min(1, (T - step_num) / (c T))
+
+    `total_steps` (T) is a variable so that a wall-clock budget can set it once the speed of
+    the first steps is known (`keras_transformer.budget.TimeBudget`).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        total_steps: float,
+        warmup_fraction: float = 0.1,
+        cooldown_fraction: float = 0.2,
+        scale: float = 1.0,
+        accumulation_steps: int = 1,
+    ):
+        if not 0.0 < warmup_fraction < 1.0 or not 0.0 <= cooldown_fraction < 1.0:
+            raise ValueError(f"warmup_fraction must be in (0, 1) and cooldown_fraction in [0, 1), got {warmup_fraction}, {cooldown_fraction}")
+        self.d_model = d_model
+        self.warmup_fraction = warmup_fraction
+        self.cooldown_fraction = cooldown_fraction
+        self.scale = scale
+        self.accumulation_steps = accumulation_steps
+        self.total_steps = keras.Variable(float(total_steps), dtype="float32", trainable=False, name="step_budget")
+
+    def __call__(self, step):
+        step_num = update_number(step, self.accumulation_steps)
+        total = ops.maximum(self.total_steps, 1.0)
+        warmup = ops.maximum(self.warmup_fraction * total, 1.0)
+        eq3 = self.scale * self.d_model**-0.5 * ops.minimum(ops.rsqrt(step_num), step_num * warmup**-1.5)
+        if not self.cooldown_fraction:
+            return eq3
+        cooldown = ops.clip((total - step_num) / (self.cooldown_fraction * total), 0.0, 1.0)
+        return eq3 * cooldown
+
+    def get_config(self):
+        return {
+            "d_model": self.d_model,
+            "total_steps": float(self.total_steps.numpy()),
+            "warmup_fraction": self.warmup_fraction,
+            "cooldown_fraction": self.cooldown_fraction,
+            "scale": self.scale,
+            "accumulation_steps": self.accumulation_steps,
+        }

@@ -30,14 +30,31 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.model_dir import ModelDir, ModelDirError, restore
-from keras_transformer.schedules import TransformerSchedule
+from keras_transformer.budget import TimeBudget
+from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule
 from keras_transformer.tokenizer import SubwordTokenizer
 
 TOKENIZER_SENTENCES = 200_000  # sentences per side sampled to learn the vocabulary
 
 
-def compile_model(model: Transformer, training: TrainingConfig) -> Transformer:
-    """Adam(beta_1 0.9, beta_2 0.98, eps 1e-9) on the Eq. 3 schedule (§5.3), label smoothing (§5.4).
+def learning_rate_schedule(d_model: int, training: TrainingConfig):
+    """Eq. 3 with `warmup_steps` (the paper's), or fitted to the step budget (`warmup_fraction`)."""
+    accumulation = training.grad_accumulation
+    if training.fits_schedule_to_budget:
+        return StepBudgetSchedule(
+            d_model,
+            training.max_steps,
+            training.warmup_fraction,
+            training.cooldown_fraction,
+            training.learning_rate_scale,
+            accumulation,
+        )
+    return TransformerSchedule(d_model, training.warmup_steps, training.learning_rate_scale, accumulation)
+
+
+def compile_model(model: Transformer, training: TrainingConfig, schedule=None) -> Transformer:
+    """Adam(beta_1 0.9, beta_2 0.98, eps 1e-9) on the Eq. 3 schedule (§5.3) or `schedule`,
+    label smoothing (§5.4).
 
     With `training.grad_accumulation` N > 1 each update uses the mean gradient of N micro-batches
     (Keras' `gradient_accumulation_steps`), so `optimizer.iterations` and the schedule count
@@ -46,7 +63,7 @@ def compile_model(model: Transformer, training: TrainingConfig) -> Transformer:
     config = model.config
     accumulation = training.grad_accumulation
     optimizer = keras.optimizers.Adam(
-        learning_rate=TransformerSchedule(config.d_model, training.warmup_steps, training.learning_rate_scale, accumulation),
+        learning_rate=schedule or learning_rate_schedule(config.d_model, training),
         beta_1=training.beta_1,
         beta_2=training.beta_2,
         epsilon=training.epsilon,
@@ -165,10 +182,13 @@ def train(
     config, tokenizer = prepare_model_dir(directory, config, training, data, reverse, log)
     dtype = mixed_precision_policy(strategy) if training.mixed_precision else None
     with strategy.scope():
-        model = compile_model(DistributedTransformer(config, dtype=dtype), training)
+        schedule = learning_rate_schedule(config.d_model, training)
+        model = compile_model(DistributedTransformer(config, dtype=dtype), training, schedule)
         model.build()
         model.optimizer.build(model.trainable_variables)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    fitted = schedule if isinstance(schedule, StepBudgetSchedule) else None
+    budget_state = {"step_budget": fitted.total_steps} if fitted else {}  # resumes keep the fitted budget
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **budget_state)
     manager = directory.checkpoint_manager(checkpoint, training.keep_checkpoints, worker=worker_id(strategy))
     latest = manager.latest_checkpoint or directory.latest_checkpoint()  # a worker > 0 resumes as the chief
     if latest:
@@ -204,6 +224,8 @@ def train(
     steps_per_epoch = min(training.steps_per_epoch, training.max_steps)
     saver = CheckpointCallback(manager, training.max_steps, training.checkpoint_every)
     callbacks = [saver]
+    if training.time_budget_s:
+        callbacks.insert(0, TimeBudget(training.time_budget_s, fitted, log=log))
     if worker_id(strategy) == 0:
         callbacks.append(keras.callbacks.TensorBoard(directory.log_dir))
     with warnings.catch_warnings():

@@ -1,0 +1,66 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import TrainingConfig
+from keras_transformer.budget import TimeBudget, parse_duration
+from keras_transformer.cli import main
+from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400), ("0.5h", 1800)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "abc", "30x", "0m", "m"])
+def test_bad_durations(text):
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+def lr(schedule, step_num):
+    return float(schedule(step_num - 1))  # Keras passes 0-based iterations
+
+
+def test_step_budget_schedule_warms_up_and_cools_down_by_fractions():
+    schedule = StepBudgetSchedule(d_model=256, total_steps=1000, warmup_fraction=0.1, cooldown_fraction=0.2)
+    eq3 = TransformerSchedule(d_model=256, warmup_steps=100)  # 0.1 * 1000
+    assert lr(schedule, 1) == pytest.approx(lr(eq3, 1), rel=1e-5)
+    assert lr(schedule, 100) == pytest.approx(256**-0.5 * 100**-0.5, rel=1e-5)  # the peak
+    assert lr(schedule, 800) == pytest.approx(lr(eq3, 800), rel=1e-5)  # cool-down not begun
+    assert lr(schedule, 900) == pytest.approx(0.5 * lr(eq3, 900), rel=1e-4)  # half way down
+    assert lr(schedule, 1000) == 0.0
+    schedule.total_steps.assign(2000.0)  # a new budget moves warm-up and cool-down with it
+    assert lr(schedule, 200) == pytest.approx(256**-0.5 * 200**-0.5, rel=1e-5)
+    revived = StepBudgetSchedule.from_config(schedule.get_config())
+    assert lr(revived, 1500) == pytest.approx(lr(schedule, 1500))
+
+
+def test_without_cool_down_it_is_equation_3():
+    schedule = StepBudgetSchedule(d_model=512, total_steps=40000, warmup_fraction=0.1, cooldown_fraction=0.0)
+    eq3 = TransformerSchedule(d_model=512, warmup_steps=4000)
+    for step in (1, 4000, 39999):
+        assert lr(schedule, step) == pytest.approx(lr(eq3, step), rel=1e-5)
+
+
+def test_time_budget_stops_training_and_fits_the_schedule():
+    schedule = StepBudgetSchedule(d_model=4, total_steps=1000, warmup_fraction=0.1)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(schedule), "mse")
+    messages = []
+    clock = lambda: float(model.optimizer.iterations.numpy())  # noqa: E731  (a fake clock: one second per step)
+    budget = TimeBudget(30, schedule, calibration_steps=5, log=messages.append, clock=clock)
+    x = np.ones((4, 2), "float32")
+    model.fit(x, x[:, :1], batch_size=1, epochs=100, verbose=0, callbacks=[budget])
+    assert int(model.optimizer.iterations.numpy()) == 30  # 30 s at 1 s per step
+    assert float(schedule.total_steps.numpy()) == pytest.approx(30)  # re-fitted at every epoch end
+    assert messages[0].startswith("time budget 30s: 1.00s per step, about 30 steps")
+    assert messages[-1] == "time budget of 30s used up at step 30"
+
+
+def test_budget_settings_are_validated(capsys):
+    with pytest.raises(ValueError, match="warmup_fraction"):
+        TrainingConfig(warmup_fraction=1.5)
+    assert main(["train", "--model-dir", "unused", "--time-budget", "soon"]) == 2
+    assert "invalid duration 'soon'" in capsys.readouterr().err
