@@ -56,6 +56,10 @@ class Translator(tf.Module):
     def __init__(self, model, tokenizer=None, decode: Decode = greedy_search, *, lite_text: bool = False):
         super().__init__(name="translator")
         self.model = model
+        # Tracked one by one as well: Keras keeps sublayer lists (the encoder's and decoder's
+        # layers) out of TF's checkpoint graph, so without this the SavedModel's saver (what TF
+        # Serving and tf.compat.v1 loaders restore with) would leave those variables unset.
+        self.model_variables = [variable.value for variable in model.variables]
         self.tokenizer = tokenizer
         self._decode = decode
         self._lite_text = lite_text
