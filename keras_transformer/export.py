@@ -22,7 +22,7 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_transformer.decoding import greedy_search
-from keras_transformer.serving import IDS_SPEC, TEXT_SPEC, Decode, Translator
+from keras_transformer.serving import IDS_SPEC, TEXT_SPEC, Decode, TranslationModule
 
 VERSION = "1"  # TF Serving loads the highest numbered version directory
 WARMUP_TEXTS = ("In the beginning God created the heavens and the earth.", "Jesus wept.")
@@ -89,7 +89,7 @@ def export(model, tokenizer, out: str, name: str = "translator", decode: Decode 
     }
     os.makedirs(out, exist_ok=True)
     log(f"writing the SavedModel {paths['saved_model']}")
-    Translator(model, tokenizer, decode).save(paths["saved_model"])
+    TranslationModule(model, tokenizer, decode).save(paths["saved_model"])
     write_warmup_requests(
         os.path.join(paths["saved_model"], "assets.extra", "tf_serving_warmup_requests"),
         name,
@@ -97,12 +97,12 @@ def export(model, tokenizer, out: str, name: str = "translator", decode: Decode 
         {"text": np.array(WARMUP_TEXTS, dtype=object)},
     )
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
-    ids_only = Translator(model, decode=decode)
+    ids_only = TranslationModule(model, decode=decode)
     ids_only.save(paths["saved_model_ids"])
     log("converting to TFLite (builtin ops only) and int8")
     ids_models = tflite_models(ids_only.translate_ids, IDS_SPEC, quantize=(False, True))
     log("converting the text TFLite model (tensorflow-text tokenizer op)")
-    lite_text = Translator(model, tokenizer, decode, lite_text=True)
+    lite_text = TranslationModule(model, tokenizer, decode, lite_text=True)
     text_model = tflite_models(lite_text.translate_text_to_ids, TEXT_SPEC, custom_ops=True)[0]
     for key, flatbuffer in zip(("tflite", "tflite_int8", "tflite_text"), (*ids_models, text_model)):
         with open(paths[key], "wb") as f:

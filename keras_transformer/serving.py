@@ -1,6 +1,6 @@
 """Translation as TensorFlow signatures, for a SavedModel (TF Serving) and TFLite (devices).
 
-`Translator` is a `tf.Module` whose `tf.function`s need no Python code of this package once
+`TranslationModule` is a `tf.Module` whose `tf.function`s need no Python code of this package once
 saved: the SentencePiece tokenizer (tensorflow-text ops), the search and the detokenizer are
 all in the graph.
 
@@ -43,7 +43,7 @@ def source_ids_from_text(tokenizer, text, max_length: int, eos_id: int, pad_id: 
     return tf.where(at_end, eos_id, dense), lengths == 0
 
 
-class Translator(tf.Module):
+class TranslationModule(tf.Module):
     """The exported signatures of one model; `tokenizer=None` gives an ids-only module (no
     tensorflow-text op). Holds the model's variables, so `tf.saved_model.save` stores them.
 

@@ -5,9 +5,9 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
-from keras_transformer.serving import Translator, source_ids_from_text
+from keras_transformer.serving import TranslationModule, source_ids_from_text
 from keras_transformer.serving_check import check_saved_model
-from keras_transformer.translation import Translator as PythonTranslator
+from keras_transformer.translation import Translator
 
 
 def test_source_ids_truncate_append_eos_and_flag_empty_texts(tokenizer):
@@ -28,7 +28,7 @@ def test_source_ids_truncate_append_eos_and_flag_empty_texts(tokenizer):
 def served(tokenizer):
     model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, max_length=24))
     model.build()
-    return Translator(model, tokenizer), PythonTranslator(model, tokenizer)
+    return TranslationModule(model, tokenizer), Translator(model, tokenizer)
 
 
 def test_signatures_equal_the_python_translator(served):
