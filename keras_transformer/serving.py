@@ -56,9 +56,9 @@ class TranslationModule(tf.Module):
     def __init__(self, model, tokenizer=None, decode: Decode = greedy_search, *, lite_text: bool = False):
         super().__init__(name="translator")
         self.model = model
-        # Tracked one by one as well: Keras keeps sublayer lists (the encoder's and decoder's
-        # layers) out of TF's checkpoint graph, so without this the SavedModel's saver (what TF
-        # Serving and tf.compat.v1 loaders restore with) would leave those variables unset.
+        # Tracked one by one as well, so the SavedModel's saver (what TF Serving and the
+        # tf.compat.v1 loader restore with) holds every variable the signatures read, whatever
+        # the model's own tracking (Keras 3 sublayer lists are not in TF's object graph).
         self.model_variables = [variable.value for variable in model.variables]
         self.tokenizer = tokenizer
         self._decode = decode
