@@ -1,4 +1,4 @@
-"""`keras-transformer train | translate | evaluate`: the command line.
+"""`keras-transformer train | translate | evaluate | export`: the command line.
 
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
@@ -70,12 +70,21 @@ def _add_evaluate(subparsers):
     p.add_argument("--show", type=int, default=3, help="print N example translations")
 
 
+def _add_export(subparsers):
+    p = subparsers.add_parser("export", help="write a TF Serving SavedModel and TFLite models (see export/README.md)")
+    p.add_argument("--model-dir", help="the trained model to export")
+    p.add_argument("--out", help="output directory")
+    p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
+    p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="keras-transformer", description=__doc__.splitlines()[0])
     subparsers = p.add_subparsers(dest="command", required=True)
     _add_train(subparsers)
     _add_translate(subparsers)
     _add_evaluate(subparsers)
+    _add_export(subparsers)
     return p
 
 
@@ -138,6 +147,27 @@ def _evaluate(args):
     print(json.dumps(corpus_scores(hypotheses, references)))
 
 
+def _export(args):
+    if args.check:
+        from keras_transformer.serving_check import check_export
+
+        problems = check_export(args.check)
+        for problem in problems:
+            _log(f"contract: {problem}")
+        if problems:
+            return 1
+        print(f"{args.check}: every SavedModel meets the TF Serving contract")
+        return 0
+    if not (args.model_dir and args.out):
+        raise ValueError("export needs --model-dir and --out (or --check OUT)")
+    from keras_transformer.export import export
+    from keras_transformer.model_dir import load_model
+
+    model, tokenizer, _ = load_model(args.model_dir)
+    for artifact, path in export(model, tokenizer, args.out, args.name, log=_log).items():
+        print(f"{artifact}\t{path}")
+
+
 def _log(message: str) -> None:
     print(f"keras-transformer: {message}", file=sys.stderr, flush=True)
 
@@ -148,9 +178,9 @@ def main(argv=None) -> int:
     from keras_transformer.model_dir import ModelDirError
     from keras_transformer.tokenizer import TokenizerError
 
-    command = {"train": _train, "translate": _translate, "evaluate": _evaluate}[args.command]
+    command = {"train": _train, "translate": _translate, "evaluate": _evaluate, "export": _export}[args.command]
     try:
-        command(args)
+        status = command(args)
     except (DataError, ModelDirError, TokenizerError, ValueError, OSError) as error:
         if os.environ.get("KERAS_TRANSFORMER_DEBUG"):
             raise
@@ -159,7 +189,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         _log("interrupted")
         return 130
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,118 @@
+"""Translation as TensorFlow signatures, for a SavedModel (TF Serving) and TFLite (devices).
+
+`TranslationModule` is a `tf.Module` whose `tf.function`s need no Python code of this package once
+saved: the SentencePiece tokenizer (tensorflow-text ops), the search and the detokenizer are
+all in the graph.
+
+- `translate(text [B]) -> {translation [B] string, score [B] float32}`: `serving_default`.
+- `translate_ids(source_ids [B, S] int32) -> {ids [B, beam, L] int32, scores [B, beam] float32}`.
+- `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
+
+Text goes through the same steps as `keras_transformer.translation.Translator`: tokens
+truncated to `max_length - 1`, then EOS; a text with no tokens (empty or only spaces)
+translates to "" with score 0. Invalid UTF-8 bytes are replaced by U+FFFD (the unknown
+token) instead of failing the batch.
+
+The search is any `decode(model, source_ids) -> DecodeResult` (`greedy_search`, or a beam
+search with the same contract); its output length follows `decoding.decode_limits`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from keras_transformer.decoding import DecodeResult, greedy_search
+
+TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+
+Decode = Callable[..., DecodeResult]
+
+
+def source_ids_from_text(tokenizer, text, max_length: int, eos_id: int, pad_id: int):
+    """text [B] -> (source_ids [B, S] int32: tokens truncated to max_length - 1, then EOS, padded;
+    empty [B] bool: texts with no tokens). Only ops with TFLite kernels (besides the tokenizer)."""
+    tokens = tokenizer.tokenize(text)  # [B, (n)]
+    lengths = tf.minimum(tf.cast(tokens.row_lengths(), tf.int32), max_length - 1)  # [B]
+    dense = tokens.to_tensor(default_value=pad_id)[:, : max_length - 1]  # [B, n]
+    width = tf.reduce_max(tf.concat([lengths, [0]], axis=0)) + 1
+    dense = tf.pad(dense, [[0, 0], [0, width - tf.shape(dense)[1]]], constant_values=pad_id)  # [B, n + 1]
+    at_end = tf.one_hot(lengths, width, on_value=True, off_value=False, dtype=tf.bool)  # [B, n + 1]
+    return tf.where(at_end, eos_id, dense), lengths == 0
+
+
+class TranslationModule(tf.Module):
+    """The exported signatures of one model; `tokenizer=None` gives an ids-only module (no
+    tensorflow-text op). Holds the model's variables, so `tf.saved_model.save` stores them.
+
+    `lite_text=True` gives only `translate_text_to_ids(text [B]) -> {ids, scores}`, for TFLite:
+    ops with TFLite kernels only, so invalid UTF-8 is not repaired, and no detokenizer
+    (tensorflow-text 2.21.1's TFLite SentencePiece detokenizer kernel crashes LiteRT 2.3 and
+    tf.lite alike; the device detokenizes with its SentencePiece library).
+    """
+
+    def __init__(self, model, tokenizer=None, decode: Decode = greedy_search, *, lite_text: bool = False):
+        super().__init__(name="translator")
+        self.model = model
+        # Tracked one by one as well, so the SavedModel's saver (what TF Serving and the
+        # tf.compat.v1 loader restore with) holds every variable the signatures read, whatever
+        # the model's own tracking (Keras 3 sublayer lists are not in TF's object graph).
+        self.model_variables = [variable.value for variable in model.variables]
+        self.tokenizer = tokenizer
+        self._decode = decode
+        self._lite_text = lite_text
+        config = model.config
+        self._truncate = dict(max_length=config.max_length, eos_id=config.eos_id, pad_id=config.pad_id)
+        self.translate_ids = tf.function(self._translate_ids, input_signature=[IDS_SPEC])
+        if tokenizer is not None and lite_text:
+            self.translate_text_to_ids = tf.function(self._translate_text_to_ids, input_signature=[TEXT_SPEC])
+        elif tokenizer is not None:
+            self.translate = tf.function(self._translate, input_signature=[TEXT_SPEC])
+            self.translate_nbest = tf.function(self._translate_nbest, input_signature=[TEXT_SPEC])
+
+    def _translate_ids(self, source_ids):
+        result = self._decode(self.model, source_ids)
+        return {"ids": result.ids, "scores": result.scores}  # [B, beam, L], [B, beam]
+
+    def _search_text(self, text):
+        """text [B] -> (ids [B, beam, L], scores [B, beam]); a text with no tokens gets only pads
+        (which detokenize to "") and score 0."""
+        if not self._lite_text:
+            text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
+        source_ids, empty = source_ids_from_text(self.tokenizer, text, **self._truncate)
+        result = self._decode(self.model, source_ids)
+        ids = tf.where(empty[:, None, None], self.model.config.pad_id, result.ids)  # [B, beam, L]
+        return ids, tf.where(empty[:, None], 0.0, result.scores)
+
+    def _detokenize_beams(self, ids):
+        """ids [B, beam, L] -> strings [B, beam]."""
+        shape = tf.shape(ids)
+        flat = self.tokenizer.detokenize(tf.reshape(ids, [-1, shape[2]]))  # [B * beam]
+        return tf.reshape(flat, shape[:2])
+
+    def _translate(self, text):
+        ids, scores = self._search_text(text)
+        return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
+
+    def _translate_nbest(self, text):
+        ids, scores = self._search_text(text)
+        return {"translations": self._detokenize_beams(ids), "scores": scores}  # [B, beam], [B, beam]
+
+    def _translate_text_to_ids(self, text):
+        ids, scores = self._search_text(text)
+        return {"ids": ids, "scores": scores}  # [B, beam, L], [B, beam]
+
+    def signatures(self) -> dict:
+        """The SavedModel signatures; the first is `serving_default`."""
+        if self.tokenizer is None:
+            return {"serving_default": self.translate_ids}
+        return {
+            "serving_default": self.translate,
+            "translate_ids": self.translate_ids,
+            "translate_nbest": self.translate_nbest,
+        }
+
+    def save(self, path: str) -> None:
+        tf.saved_model.save(self, path, signatures=self.signatures())

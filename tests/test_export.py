@@ -1,0 +1,225 @@
+"""Proofs of every exported artifact: each runs in a fresh process that imports only
+tensorflow (+ tensorflow_text) or only LiteRT, and gives the Python model's translations."""
+
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import sentencepiece
+import tensorflow as tf
+
+from conftest import FIXTURE
+from keras_transformer.cli import main
+from keras_transformer.config import TrainingConfig, TransformerConfig
+from keras_transformer.data import read_pairs
+from keras_transformer.decoding import decode_limits, greedy_search
+from keras_transformer.export import export
+from keras_transformer.model_dir import ModelDir
+from keras_transformer.training import train
+from keras_transformer.translation import Translator
+
+PROBE = os.path.join(os.path.dirname(__file__), "probes", "run_artifact.py")
+PACKAGE_MODULES = {"keras_transformer", "sentencepiece"}  # tensorflow_text itself imports keras
+
+
+class Exported:
+    """A tiny model trained for a few steps, its export, and its Python reference."""
+
+    def __init__(self, root):
+        model_dir = str(root / "model")
+        config = TransformerConfig.tiny(vocab_size=300)
+        training = TrainingConfig(max_steps=30, batch_tokens=512, warmup_steps=10, steps_per_epoch=30, learning_rate_scale=2.0)
+        self.model = train(model_dir, config, training, str(FIXTURE), verbose=0, log=lambda message: None)
+        self.tokenizer = ModelDir(model_dir).tokenizer()
+        self.out = str(root / "export")
+        self.paths = export(self.model, self.tokenizer, self.out, log=lambda message: None)
+        self.translator = Translator(self.model, self.tokenizer, batch_size=256)
+        self.sentences = read_pairs(str(FIXTURE), "test")[0] + read_pairs(str(FIXTURE), "validation")[0]
+
+    def source_ids(self, texts):
+        """[B, S] padded ids, exactly as the Python Translator builds them."""
+        rows = self.translator.source_ids(texts)
+        batch = np.zeros((len(rows), max(len(r) for r in rows)), np.int32)
+        for i, row in enumerate(rows):
+            batch[i, : len(row)] = row
+        return batch
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return Exported(tmp_path_factory.mktemp("export"))
+
+
+def run_artifact(kind, path, calls):
+    """Outputs of `calls` [(signature, inputs)] run by tests/probes/run_artifact.py in a fresh process."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""}
+    result = subprocess.run(
+        [sys.executable, PROBE, kind, path], input=pickle.dumps(calls), capture_output=True, env=env, cwd=os.path.dirname(PROBE), timeout=600
+    )
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    outputs = pickle.loads(result.stdout)
+    assert not PACKAGE_MODULES & set(outputs[0].pop("__modules__")), "the probe imported package code"
+    return outputs
+
+
+def texts(values):
+    return np.array([t.encode("utf-8") if isinstance(t, str) else t for t in values], dtype=object)
+
+
+def decoded(strings):
+    return [s.decode("utf-8") for s in strings]
+
+
+@pytest.mark.slow
+def test_export_writes_every_artifact(exported):
+    for key in ("tflite", "tflite_int8", "tflite_text", "tokenizer"):
+        assert os.path.getsize(exported.paths[key]) > 0, key
+    assert os.path.getsize(exported.paths["tflite_int8"]) < 0.7 * os.path.getsize(exported.paths["tflite"])
+    warmup = os.path.join(exported.paths["saved_model"], "assets.extra", "tf_serving_warmup_requests")
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    records = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in tf.data.TFRecordDataset(warmup)]
+    assert len(records) == 1
+    request = records[0].predict_log.request
+    assert request.model_spec.signature_name == "serving_default" and list(request.inputs) == ["text"]
+    assert sorted(os.listdir(os.path.join(exported.out, "saved_model"))) == ["translator", "translator_ids"]
+
+
+@pytest.mark.slow
+def test_saved_model_signatures_equal_the_python_model(exported):
+    sentences = exported.sentences[:6]
+    source_ids = exported.source_ids(sentences)
+    reference = greedy_search(exported.model, source_ids)
+    outputs = run_artifact(
+        "saved_model",
+        exported.paths["saved_model"],
+        [
+            ("serving_default", {"text": texts(sentences)}),
+            ("translate_ids", {"source_ids": source_ids}),
+            ("translate_nbest", {"text": texts(sentences)}),
+        ],
+    )
+    translations = exported.translator.translate(sentences)
+    assert decoded(outputs[0]["translation"]) == translations
+    assert outputs[0]["score"].shape == (6,) and outputs[0]["score"].dtype == np.float32
+    np.testing.assert_array_equal(outputs[1]["ids"], reference.ids.numpy())
+    np.testing.assert_allclose(outputs[1]["scores"], reference.scores.numpy(), rtol=1e-5)
+    assert outputs[2]["translations"].shape == (6, 1) and decoded(outputs[2]["translations"][:, 0]) == translations
+    ids_only = run_artifact("saved_model", exported.paths["saved_model_ids"], [("serving_default", {"source_ids": source_ids})])
+    np.testing.assert_array_equal(ids_only[0]["ids"], reference.ids.numpy())
+
+
+@pytest.mark.slow
+def test_session_run_as_the_model_server_does(exported):
+    sentences = exported.sentences[2:8]
+    source_ids = exported.source_ids(sentences)
+    outputs = run_artifact(
+        "session",
+        exported.paths["saved_model"],
+        [("serving_default", {"text": texts(sentences)}), ("translate_ids", {"source_ids": source_ids})],
+    )
+    assert decoded(outputs[0]["translation"]) == exported.translator.translate(sentences)
+    np.testing.assert_array_equal(outputs[1]["ids"], greedy_search(exported.model, source_ids).ids.numpy())
+
+
+@pytest.mark.slow
+def test_serving_contract_check_passes(exported, capsys):
+    assert main(["export", "--check", exported.out]) == 0
+    assert "meets the TF Serving contract" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_tflite_ids_equal_the_saved_model(exported):
+    """Two batch sizes x two lengths, on held-out sentences; the int8 model runs with the same shapes."""
+    by_length = sorted(exported.sentences, key=len)
+    batches = [exported.source_ids(s) for s in (by_length[:1], by_length[-1:], by_length[:4], by_length[-4:])]
+    assert len({b.shape for b in batches}) == 4
+    calls = [("serving_default", {"source_ids": b}) for b in batches]
+    expected = run_artifact("saved_model", exported.paths["saved_model_ids"], calls)
+    for kind in ("tflite", "tflite_int8"):
+        outputs = run_artifact("litert", exported.paths[kind], calls)
+        for want, got in zip(expected, outputs):
+            assert got["ids"].shape == want["ids"].shape and got["ids"].dtype == np.int32
+            if kind == "tflite":
+                np.testing.assert_array_equal(got["ids"], want["ids"])
+                np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_text_tflite_ids_equal_the_saved_model(exported):
+    sentences = exported.sentences[:5] + [""]
+    outputs = run_artifact("litert_text", exported.paths["tflite_text"], [("serving_default", {"text": texts(sentences)})])
+    want = greedy_search(exported.model, exported.source_ids(sentences[:5])).ids.numpy()
+    np.testing.assert_array_equal(outputs[0]["ids"][:5, :, : want.shape[2]], want)
+    assert not outputs[0]["ids"][5].any()  # no tokens: nothing generated
+    assert exported.tokenizer.detokenize(outputs[0]["ids"][:5, 0]).numpy().tolist() == texts(exported.translator.translate(sentences[:5])).tolist()
+
+
+HOSTILE = [
+    "",
+    "   ",
+    "In the beginning " * 600,  # ~10,000 characters
+    "\x00\x01\x02\x1b[31m\t\r\n\x7f",
+    "🦜🔥 God ∑ Gott 神 الله Бог",
+    b"\xff\xfe invalid \xc3\x28 utf-8",
+]
+
+
+@pytest.mark.slow
+def test_hostile_input_through_serving_default(exported):
+    assert len(HOSTILE[2]) > 9000
+    calls = [("serving_default", {"text": texts(HOSTILE)}), ("serving_default", {"text": texts([])}), ("serving_default", {"text": texts(exported.sentences[:8] * 32)})]
+    outputs = run_artifact("saved_model", exported.paths["saved_model"], calls)
+    assert [len(o["translation"]) for o in outputs] == [len(HOSTILE), 0, 256]
+    assert [len(o["score"]) for o in outputs] == [len(HOSTILE), 0, 256]
+    hostile = outputs[0]
+    assert hostile["translation"][0] == b"" and hostile["translation"][1] == b""
+    config = exported.model.config
+    pieces = sentencepiece.SentencePieceProcessor(model_proto=exported.tokenizer.model_proto)
+    longest_piece = max(len(pieces.id_to_piece(i).encode("utf-8")) for i in range(config.vocab_size))
+    for text, translation in zip(HOSTILE, hostile["translation"]):
+        translation.decode("utf-8")  # valid UTF-8 out, whatever came in
+        source_tokens = min(len(text), config.max_length - 1) + 1
+        limit = int(decode_limits(np.ones((1, source_tokens), np.int32), config.pad_id, config.max_length)[0])
+        assert len(translation) <= limit * longest_piece
+    assert np.all(np.isfinite(hostile["score"]))
+
+
+def kit_module(name):
+    """A client example of export/ as a module."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "export", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"export_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_client_payloads_run_through_the_served_signature(exported):
+    """The REST body and the gRPC PredictRequest of export/'s clients, fed to the signature as the server would."""
+    import json
+
+    sentences = exported.sentences[:3]
+    body = json.loads(json.dumps(kit_module("rest_client").request_body(sentences)))
+    request = kit_module("grpc_client").predict_request(sentences)
+    assert request.model_spec.signature_name == body["signature_name"] == "serving_default"
+    calls = [
+        (body["signature_name"], {"text": texts(body["instances"])}),
+        (request.model_spec.signature_name, {k: tf.make_ndarray(v) for k, v in request.inputs.items()}),
+    ]
+    outputs = run_artifact("session", exported.paths["saved_model"], calls)
+    expected = exported.translator.translate(sentences)
+    assert [decoded(o["translation"]) for o in outputs] == [expected, expected]
+
+
+@pytest.mark.slow
+def test_litert_client_translates_like_the_python_model(exported):
+    client = kit_module("litert_client")
+    sentences = exported.sentences[:4]
+    got = client.translate(sentences, exported.out, max_length=exported.model.config.max_length)
+    assert [t for t, _ in got] == exported.translator.translate(sentences)

@@ -1,0 +1,74 @@
+"""The serving signatures in process, and the serving contract check on models that break it."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import Transformer, TransformerConfig
+from keras_transformer.serving import TranslationModule, source_ids_from_text
+from keras_transformer.serving_check import check_saved_model
+from keras_transformer.translation import Translator
+
+
+def test_source_ids_truncate_append_eos_and_flag_empty_texts(tokenizer):
+    texts = tf.constant(["In the beginning God created the heavens and the earth.", "", "Jesus wept."])
+    ids, empty = source_ids_from_text(tokenizer, texts, max_length=6, eos_id=2, pad_id=0)
+    full = tokenizer.tokenize(texts)
+    np.testing.assert_array_equal(empty.numpy(), [False, True, False])
+    ids = ids.numpy()
+    assert ids.shape[1] == 6  # 5 tokens (max_length - 1), then EOS
+    np.testing.assert_array_equal(ids[0], [*full[0][:5].numpy(), 2])
+    np.testing.assert_array_equal(ids[1], [2, 0, 0, 0, 0, 0])
+    n = len(full[2])
+    np.testing.assert_array_equal(ids[2, : n + 1], [*full[2].numpy(), 2])
+    assert not ids[2, n + 1 :].any()
+
+
+@pytest.fixture(scope="module")
+def served(tokenizer):
+    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, max_length=24))
+    model.build()
+    return TranslationModule(model, tokenizer), Translator(model, tokenizer)
+
+
+def test_signatures_equal_the_python_translator(served):
+    module, python = served
+    texts = ["And God said,", "", "Jesus wept.", "   "]
+    out = module.translate(tf.constant(texts))
+    assert [t.decode() for t in out["translation"].numpy()] == python.translate(texts)
+    scores = out["score"].numpy()
+    assert scores[1] == scores[3] == 0.0 and scores[0] < 0 and scores[2] < 0
+    nbest = module.translate_nbest(tf.constant(texts))
+    assert nbest["translations"].shape == (4, 1) and nbest["scores"].shape == (4, 1)
+    assert set(module.signatures()) == {"serving_default", "translate_ids", "translate_nbest"}
+
+
+class Unservable(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([], tf.float32, name="x")])
+    def scalar_py_func(self, x):
+        return {"y": tf.py_function(lambda v: v + 1, [x], tf.float32)}
+
+    @tf.function(input_signature=[tf.TensorSpec([3, None], tf.int32, name="ids")])
+    def fixed_batch(self, ids):
+        return {"ids": ids + 1}
+
+
+def test_check_reports_every_broken_rule(tmp_path):
+    module = Unservable()
+    path = str(tmp_path / "1")
+    tf.saved_model.save(module, path, signatures={"scalar_py_func": module.scalar_py_func, "fixed_batch": module.fixed_batch})
+    problems = "\n".join(check_saved_model(path))
+    assert "no serving_default signature" in problems
+    assert "signature scalar_py_func input 'x' has no batch dimension" in problems
+    assert "signature scalar_py_func output 'y' has no batch dimension" in problems
+    assert "signature fixed_batch input 'ids' has a fixed first dimension 3" in problems
+    assert "op EagerPyFunc calls back into Python" in problems
+
+
+def test_export_command_needs_a_model_dir_and_an_output(capsys, tmp_path):
+    from keras_transformer.cli import main
+
+    assert main(["export", "--out", str(tmp_path)]) == 2
+    assert "export needs --model-dir and --out (or --check OUT)" in capsys.readouterr().err
+    assert main(["export", "--check", str(tmp_path)]) == 1
+    assert "no SavedModel under saved_model/<name>/<version>/" in capsys.readouterr().err
