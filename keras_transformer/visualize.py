@@ -113,7 +113,7 @@ def head_statistics(maps: AttentionMaps, kind: str) -> list[dict]:
     return rows
 
 
-def plot_attention(maps: AttentionMaps, kind: str, layers=None, cell_inches: float = 2.6):
+def plot_attention(maps: AttentionMaps, kind: str, layers=None, inches_per_token: float = 0.15):
     """Heat maps of every head of `kind` ("encoder", "decoder_self" or "decoder_cross"): one row
     per layer, one column per head; rows of a map are queries, columns keys. Returns the figure."""
     import matplotlib.pyplot as plt
@@ -122,21 +122,18 @@ def plot_attention(maps: AttentionMaps, kind: str, layers=None, cell_inches: flo
     all_layers = maps.weights[kind]
     layers = list(range(len(all_layers))) if layers is None else list(layers)
     heads = all_layers[0].shape[0]
-    figure, axes = plt.subplots(
-        len(layers),
-        heads,
-        figsize=(cell_inches * heads * max(1.0, len(keys) / 12), cell_inches * len(layers) * max(1.0, len(queries) / 12)),
-        squeeze=False,
-        constrained_layout=True,
-    )
+    width = max(1.5, inches_per_token * len(keys)) + 0.8  # one panel, with room for the query labels
+    height = max(1.5, inches_per_token * len(queries)) + 1.0  # with room for the key labels and title
+    figure, axes = plt.subplots(len(layers), heads, figsize=(width * heads, height * len(layers)), squeeze=False)
     for row, layer in enumerate(layers):
         for head in range(heads):
             ax = axes[row, head]
-            ax.imshow(all_layers[layer][head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            ax.imshow(all_layers[layer][head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
             ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=9)
             ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
             ax.set_yticks(range(len(queries)), queries, fontsize=7)
     figure.suptitle(f"{KIND_TITLES[kind]}: rows = queries, columns = keys", fontsize=11)
+    figure.subplots_adjust(left=0.8 / (width * heads), right=0.99, bottom=0.9 / (height * len(layers)), top=1 - 0.8 / (height * len(layers)), wspace=0.3, hspace=0.45)
     return figure
 
 
@@ -163,7 +160,7 @@ def plot_path_lengths(max_n: int = 100, kernel_size: int = 3, neighbourhood: int
     for n in ns:
         for name, value in max_path_lengths(int(n), kernel_size, neighbourhood).items():
             curves.setdefault(name, []).append(value)
-    figure, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+    figure, ax = plt.subplots(figsize=(6, 4), layout="tight")
     for name, values in curves.items():
         ax.plot(ns, values, label=name)
     ax.set_xlabel("sequence length n")
@@ -194,7 +191,8 @@ def training_curves(model_dir: str) -> dict[str, tuple[list[int], list[float]]]:
     }
     for split, tags in wanted.items():
         for path in sorted(glob.glob(os.path.join(model_dir, "logs", split, "events.out.tfevents.*"))):
-            for event in tf.compat.v1.train.summary_iterator(path):
+            for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+                event = tf.compat.v1.Event.FromString(record)
                 for value in event.summary.value:
                     if value.tag in tags:
                         number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
