@@ -16,6 +16,7 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
+from keras_transformer.callbacks import BleuCallback
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.data import make_batches, pairs_dataset, read_pairs
 from keras_transformer.losses import LabelSmoothedCrossEntropy
@@ -24,6 +25,7 @@ from keras_transformer.model import Transformer
 from keras_transformer.model_dir import ModelDir, ModelDirError, restore
 from keras_transformer.schedules import TransformerSchedule
 from keras_transformer.tokenizer import SubwordTokenizer
+from keras_transformer.translation import Translator
 
 TOKENIZER_SENTENCES = 200_000  # sentences per side sampled to learn the vocabulary
 
@@ -146,6 +148,11 @@ def train(
     )
     validation_batches = make_batches(pairs_dataset(data, "validation", reverse), tokenizer, training=False, **batching)
     steps_per_epoch = min(training.steps_per_epoch, training.max_steps)
+    callbacks = [CheckpointCallback(manager, training.max_steps), keras.callbacks.TensorBoard(directory.log_dir)]
+    if training.bleu_every_epochs:
+        sources, references = read_pairs(data, "validation", reverse, training.bleu_sentences)
+        best_dir = directory.weights_dir("best")
+        callbacks.append(BleuCallback(Translator(model, tokenizer), sources, references, best_dir, training.bleu_every_epochs, log))
     with warnings.catch_warnings():
         # Keras warns when the (finite, unsized) validation set ends: that is how it should end.
         warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
@@ -156,10 +163,7 @@ def train(
             initial_epoch=step // steps_per_epoch,
             steps_per_epoch=steps_per_epoch,
             shuffle=False,  # the dataset shuffles itself
-            callbacks=[
-                CheckpointCallback(manager, training.max_steps),
-                keras.callbacks.TensorBoard(directory.log_dir),
-            ],
+            callbacks=callbacks,
             verbose=verbose,
         )
     log(f"trained to step {int(model.optimizer.iterations.numpy())}; checkpoint {manager.latest_checkpoint}")
