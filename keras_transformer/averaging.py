@@ -5,8 +5,6 @@ intervals. For the big models, we averaged the last 20 checkpoints."
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import tensorflow as tf
 
@@ -37,10 +35,10 @@ def average_last(path: str, last: int = 5) -> str:
     model_dir = ModelDir(path)
     config = model_dir.read()["model"]
     state = tf.train.get_checkpoint_state(model_dir.checkpoint_dir)
-    paths = list(state.all_model_checkpoint_paths) if state else []
+    paths = list(state.all_model_checkpoint_paths) if state else []  # oldest first, joined to the dir
     if len(paths) < last:
         raise ModelDirError(f"{path} holds {len(paths)} checkpoint(s), fewer than the {last} to average")
-    paths = [p if os.path.isabs(p) else os.path.join(model_dir.checkpoint_dir, p) for p in paths[-last:]]
+    paths = paths[-last:]
     model = Transformer(config)
     model.build()
     average_checkpoints(model, paths)

@@ -39,10 +39,11 @@ def test_average_checkpoints_gives_the_mean(model_dir):
         np.testing.assert_allclose(weight.numpy(), (1.0 + 2.0 + 8.0) / 3.0, rtol=1e-6)
 
 
-def test_average_last_writes_the_averaged_checkpoint(model_dir):
-    path = average_last(model_dir.path, last=3)
+def test_average_last_writes_the_averaged_checkpoint(model_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative model dir, as on the command line
+    path = average_last("model", last=3)
     assert path.endswith("averaged/ckpt-40")
-    model, _, _ = load_model(model_dir.path, "averaged")
+    model, _, _ = load_model("model", "averaged")
     for weight in model.weights:
         np.testing.assert_allclose(weight.numpy(), (2.0 + 4.0 + 8.0) / 3.0, rtol=1e-6)
     latest, _, _ = load_model(model_dir.path)  # training checkpoints are untouched
