@@ -99,12 +99,12 @@ class ModelDir:
 
 
 def weights_checkpoint(model) -> tf.train.Checkpoint:
-    """A checkpoint of the model's weights only, that also reads the training checkpoints.
+    """A checkpoint of the model's weights only, that also reads older training checkpoints.
 
-    Keras 3 keeps the layers built in `build()` (the encoder's and decoder's layer lists) in
-    lists that TensorFlow's object graph does not follow, so under `model/` a training checkpoint
-    holds only the embedding; it reaches every weight through the optimizer's list of trainable
-    variables. This checkpoint mirrors that path, so it restores (and writes) all of them.
+    Before the encoder and decoder kept their layers as attributes, Keras 3 held them in lists
+    that TensorFlow's object graph does not follow, so under `model/` a training checkpoint held
+    only the embedding and reached the other weights only through the optimizer's list of
+    trainable variables. This checkpoint has both paths, so it restores checkpoints of either age.
     """
     trainable = tf.train.Checkpoint(_trainable_variables=list(model.trainable_variables))
     return tf.train.Checkpoint(model=model, optimizer=trainable)
