@@ -1,4 +1,4 @@
-"""`keras-transformer train | translate | evaluate | export`: the command line.
+"""`keras-transformer train | translate | evaluate | average | export`: the command line.
 
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
@@ -50,12 +50,24 @@ def _add_train(subparsers):
     d.add_argument("--grad-accumulation", type=int, default=1, help="micro-batches per optimizer step")
     d.add_argument("--mixed-precision", action="store_true", help="mixed_float16 on GPU, mixed_bfloat16 on CPU/TPU")
     d.add_argument("--jit-compile", action="store_true", help="compile the training step with XLA")
+    p.add_argument(
+        "--bleu-every-epochs", type=int, default=TrainingConfig.bleu_every_epochs,
+        help="validation BLEU every N epochs, best weights kept in MODEL_DIR/best (default 0: off)",
+    )
+
+
+def _add_decoding(p):
+    p.add_argument("--beam-size", type=int, default=4, help="beam size K (default 4, the paper's; 1 with --alpha 0: greedy)")
+    p.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha (default 0.6, the paper's)")
+    p.add_argument("--checkpoint", default="latest", help="latest (default), averaged, best, or a checkpoint path")
+    p.add_argument("--batch-size", type=int, default=32)
 
 
 def _add_translate(subparsers):
     p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
     p.add_argument("--model-dir", required=True)
-    p.add_argument("--batch-size", type=int, default=32)
+    _add_decoding(p)
+    p.add_argument("--nbest", type=int, default=1, help="N > 1: N lines per input, INDEX<TAB>SCORE<TAB>TRANSLATION")
     p.add_argument("text", nargs="*", help="sentences; none: read stdin")
 
 
@@ -66,7 +78,7 @@ def _add_evaluate(subparsers):
     p.add_argument("--reverse", action="store_true")
     p.add_argument("--split", default="test", choices=("validation", "test"))
     p.add_argument("--limit", type=int, help="only the first N pairs")
-    p.add_argument("--batch-size", type=int, default=32)
+    _add_decoding(p)
     p.add_argument("--show", type=int, default=3, help="print N example translations")
 
 
@@ -76,6 +88,10 @@ def _add_export(subparsers):
     p.add_argument("--out", help="output directory")
     p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
     p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
+def _add_average(subparsers):
+    p = subparsers.add_parser("average", help="average the last N checkpoints into MODEL_DIR/averaged (§6.1)")
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--last", type=int, default=5, help="checkpoints to average (default 5, the paper's for base)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -85,6 +101,7 @@ def parser() -> argparse.ArgumentParser:
     _add_translate(subparsers)
     _add_evaluate(subparsers)
     _add_export(subparsers)
+    _add_average(subparsers)
     return p
 
 
@@ -115,6 +132,7 @@ def _train(args):
         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
         warmup_fraction=args.warmup_fraction,
         cooldown_fraction=args.cooldown_fraction,
+        bleu_every_epochs=args.bleu_every_epochs,
     )
     strategy = resolve_strategy(args.strategy, args.collective_timeout)
     train(args.model_dir, config, training, args.data, reverse=args.reverse, strategy=strategy, log=_log)
@@ -124,15 +142,17 @@ def _translator(args):
     from keras_transformer.model_dir import load_model
     from keras_transformer.translation import Translator
 
-    model, tokenizer, values = load_model(args.model_dir)
-    return Translator(model, tokenizer, batch_size=args.batch_size), values
+    model, tokenizer, values = load_model(args.model_dir, args.checkpoint)
+    nbest = getattr(args, "nbest", 1)
+    return Translator(model, tokenizer, args.batch_size, args.beam_size, args.alpha, nbest), values
 
 
 def _translate(args):
     translator, _ = _translator(args)
     texts = args.text or [line.rstrip("\r\n") for line in sys.stdin]
-    for translation in translator.translate(texts):
-        print(translation)
+    for index, hypotheses in enumerate(translator.translate_nbest(texts)):
+        for translation, score in hypotheses:
+            print(f"{index}\t{score:.4f}\t{translation}" if args.nbest > 1 else translation)
 
 
 def _evaluate(args):
@@ -144,7 +164,14 @@ def _evaluate(args):
     hypotheses = translator.translate(sources)
     for source, reference, hypothesis in list(zip(sources, references, hypotheses))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
-    print(json.dumps(corpus_scores(hypotheses, references)))
+    decoding = {"beam_size": args.beam_size, "alpha": args.alpha, "checkpoint": args.checkpoint}
+    print(json.dumps({**corpus_scores(hypotheses, references), **decoding}))
+
+
+def _average(args):
+    from keras_transformer.averaging import average_last
+
+    _log(f"averaged the last {args.last} checkpoints into {average_last(args.model_dir, args.last)}")
 
 
 def _export(args):
@@ -178,7 +205,9 @@ def main(argv=None) -> int:
     from keras_transformer.model_dir import ModelDirError
     from keras_transformer.tokenizer import TokenizerError
 
-    command = {"train": _train, "translate": _translate, "evaluate": _evaluate, "export": _export}[args.command]
+    command = {"train": _train, "translate": _translate, "evaluate": _evaluate, "average": _average, "export": _export}[
+        args.command
+    ]
     try:
         status = command(args)
     except (DataError, ModelDirError, TokenizerError, ValueError, OSError) as error:

@@ -124,8 +124,12 @@ class TrainingConfig:
     time_budget_s: float | None = None  # stop after this much wall-clock time (and fit the schedule to it)
     warmup_fraction: float | None = None  # warm-up as a fraction of the step budget, instead of warmup_steps
     cooldown_fraction: float = 0.2  # with warmup_fraction: linear decay to 0 over this last fraction
+    bleu_every_epochs: int = 0  # validation BLEU every this many epochs, best weights kept in best/ (0: off)
+    bleu_sentences: int = 100  # validation sentences translated for that BLEU
 
     def __post_init__(self):
+        _check(self.bleu_every_epochs >= 0, f"bleu_every_epochs must be >= 0, got {self.bleu_every_epochs}")
+        _check(self.bleu_sentences >= 1, f"bleu_sentences must be >= 1, got {self.bleu_sentences}")
         _check(self.warmup_steps >= 1, f"warmup_steps must be >= 1, got {self.warmup_steps}")
         _check(self.learning_rate_scale > 0, f"learning_rate_scale must be > 0, got {self.learning_rate_scale}")
         _check(self.batch_tokens >= 8, f"batch_tokens must be >= 8, got {self.batch_tokens}")

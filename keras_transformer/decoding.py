@@ -1,8 +1,20 @@
 """Autoregressive decoding as `tf.function`s over the model's key/value cache (§3, §6.1).
 
 The search never sees layers: it drives `model.encode`, `model.init_cache` and
-`model.decode_step(token_ids, position, cache) -> (logits, cache)`. The cache has a fixed
-length, so every step has the same shapes.
+`model.decode_step(token_ids, position, cache) -> (logits, cache)`, and reorders the cache by
+beam (every cache leaf has the batch on axis 0). The cache has a fixed length, every step has
+the same shapes, and sequences are written by one-hot position, so the same function runs as a
+`tf.function`, compiles under XLA (`jit_compile=True`, with a static `max_decode_length`) and
+converts to TFLite builtin ops.
+
+Beam search (§6.1: beam size 4, length penalty alpha 0.6) keeps an alive and a finished set of
+K hypotheses each, as in Wu et al. (2016) and tensor2tensor: each step takes the best 2K
+one-token extensions of the alive set; those that end (EOS, or the length limit) among the best
+K enter the finished set (as in fairseq, so that K = 1 is greedy decoding), and the best K that
+do not end stay alive. A hypothesis's score is the sum of its tokens' log-probabilities over the
+full vocabulary (pad and start masked to -inf after the log-softmax) divided by the length
+penalty lp(|y|), |y| counting EOS. A sentence stops early when no alive hypothesis can beat its
+worst finished one.
 
 Maximum output length per sentence (§6.1): `a * source_length + b` tokens, EOS included
 (paper: a = 1, b = 50), capped at the model's `max_length`. A hypothesis that reaches it
@@ -13,10 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from typing import NamedTuple
 
 import tensorflow as tf
 
 LENGTH_A, LENGTH_B = 1.0, 50
+# Scores are float32 whatever the model's compute dtype; -inf is exact in every float dtype
+# (unlike -1e9, which overflows float16) and marks "no hypothesis" in a beam slot.
+NEG_INF = float("-inf")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,42 +55,131 @@ def token_log_probs(logits, pad_id: int, start_id: int):
     log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # [B, V]
     vocab_size = tf.shape(log_probs)[-1]
     banned = tf.reduce_max(tf.one_hot([pad_id, start_id], vocab_size, dtype=tf.float32), axis=0)  # [V]
-    return tf.where(banned > 0, tf.constant(-float("inf"), tf.float32), log_probs)
+    return tf.where(banned > 0, tf.constant(NEG_INF, tf.float32), log_probs)
 
 
-def _greedy(model, source_ids, a: float, b: int):
+def length_penalty(length, alpha: float):
+    """lp(Y) = (5 + |Y|)^alpha / (5 + 1)^alpha   (Wu et al., 2016, §7, Eq. 14)."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+class BeamState(NamedTuple):
+    """The loop state of `search_beams`; B sentences, K beams, L output positions."""
+
+    position: tf.Tensor  # [] int32, decoder position of the next step = tokens generated so far
+    alive_ids: tf.Tensor  # [B, K, L] int32, generated tokens, pad from `position` on
+    alive_log_probs: tf.Tensor  # [B, K] float32, sum of token log-probabilities, descending; -inf: empty slot
+    alive_token: tf.Tensor  # [B, K] int32, the last token (start_id before the first step)
+    finished_ids: tf.Tensor  # [B, K, L] int32, ending in EOS (or at the length limit), pad after
+    finished_scores: tf.Tensor  # [B, K] float32, log-probability / lp, descending; -inf: empty slot
+    cache: dict  # the model's decoding cache, every leaf [B * K, ...]
+
+
+def _gather_beams(values, indices):
+    """values [B, N, ...], indices [B, M] into N -> [B, M, ...] (a flat gather: TFLite builtins)."""
+    shape = tf.shape(values)
+    batch, width = shape[0], shape[1]
+    flat = tf.reshape(values, tf.concat([[batch * width], shape[2:]], axis=0))  # [B * N, ...]
+    return tf.gather(flat, indices + tf.range(batch)[:, None] * width)  # [B, M, ...]
+
+
+def _beam_step(state: BeamState, tokens_to_log_probs, limits, beam_size: int, alpha: float, eos_id: int) -> BeamState:
+    """Extend every alive hypothesis by one token; refill the alive and the finished sets."""
+    k = beam_size
+    batch = tf.shape(state.alive_log_probs)[0]
+    length = tf.shape(state.alive_ids)[2]
+    log_probs, cache = tokens_to_log_probs(tf.reshape(state.alive_token, [-1]), state.position, state.cache)  # [B*K, V]
+    vocab_size = tf.shape(log_probs)[-1]
+    candidates = state.alive_log_probs[:, :, None] + tf.reshape(log_probs, [batch, k, vocab_size])  # [B, K, V]
+    top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [batch, k * vocab_size]), k=2 * k)  # [B, 2K]
+    top_beam = top_index // vocab_size  # [B, 2K], the alive hypothesis each candidate extends
+    top_token = top_index % vocab_size  # [B, 2K]
+    write = tf.one_hot(state.position, length, dtype=tf.int32)  # [L]
+    top_ids = _gather_beams(state.alive_ids, top_beam) + write * top_token[:, :, None]  # [B, 2K, L]
+    generated = state.position + 1  # |y| of every candidate
+    ends = (top_token == eos_id) | (generated >= limits[:, None])  # [B, 2K]
+
+    # Alive: the best K candidates that do not end (at most K of the 2K end in EOS).
+    alive_log_probs, alive_rank = tf.math.top_k(tf.where(ends, NEG_INF, top_log_probs), k=k)  # [B, K]
+    alive_beam = _gather_beams(top_beam, alive_rank)  # [B, K]
+    cache_index = tf.reshape(alive_beam + tf.range(batch)[:, None] * k, [-1])  # [B*K]
+
+    # Finished: the ending candidates among the best K, merged with the finished set.
+    ending_scores = tf.where(ends, top_log_probs / length_penalty(generated, alpha), NEG_INF)  # [B, 2K]
+    merged_scores = tf.concat([state.finished_scores, ending_scores[:, :k]], axis=1)  # [B, 2K]
+    merged_ids = tf.concat([state.finished_ids, top_ids[:, :k]], axis=1)  # [B, 2K, L]
+    finished_scores, finished_rank = tf.math.top_k(merged_scores, k=k)  # [B, K], ties keep the older
+
+    return BeamState(
+        position=generated,
+        alive_ids=_gather_beams(top_ids, alive_rank),
+        alive_log_probs=alive_log_probs,
+        alive_token=_gather_beams(top_token, alive_rank),
+        finished_ids=_gather_beams(merged_ids, finished_rank),
+        finished_scores=finished_scores,
+        cache=tf.nest.map_structure(lambda leaf: tf.gather(leaf, cache_index), cache),
+    )
+
+
+def _searching(state: BeamState, limits, alpha: float):
+    """[] bool: some sentence's best alive hypothesis could still beat its worst finished one.
+
+    Log-probabilities only fall and lp grows with length, so the best an alive hypothesis can
+    reach is its log-probability / lp(limit).
+    """
+    best_alive = state.alive_log_probs[:, 0] / length_penalty(limits, alpha)  # [B]
+    worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [B], -inf while a slot is empty
+    return tf.logical_not(tf.reduce_all(worst_finished >= best_alive))
+
+
+def search_beams(
+    model,
+    source_ids,
+    *,
+    beam_size: int,
+    alpha: float,
+    max_decode_length: int | None = None,
+    a: float = LENGTH_A,
+    b: int = LENGTH_B,
+):
+    """The traceable beam search: source_ids [B, S] int32 -> (ids [B, K, L] int32, scores [B, K] float32).
+
+    Wrap it in `tf.function` (any `jit_compile`) or a `tf.Module` signature; `beam_search` is
+    the checked, compiled entry point. L = `max_decode_length` (static) if given, else the
+    longest per-sentence limit in the batch.
+    """
     config = model.config
+    k = beam_size
     source_ids = tf.cast(source_ids, tf.int32)  # [B, S]
     batch = tf.shape(source_ids)[0]
-    limits = decode_limits(source_ids, config.pad_id, config.max_length, a, b)  # [B]
-    length = tf.reduce_max(tf.concat([limits, [1]], axis=0))
+    cap = config.max_length if max_decode_length is None else min(max_decode_length, config.max_length)
+    limits = decode_limits(source_ids, config.pad_id, cap, a, b)  # [B]
+    length = cap if max_decode_length is not None else tf.reduce_max(tf.concat([limits, [1]], axis=0))
     memory, source_mask = model.encode(source_ids, training=False)
     cache = model.init_cache(memory, source_mask, length)
+    tile = tf.range(batch * k) // k  # [B*K], the sentence of every beam
+    cache = tf.nest.map_structure(lambda leaf: tf.gather(leaf, tile), cache)  # leaves [B*K, ...]
 
-    def step(position, token, ids, scores, finished, cache):
-        logits, cache = model.decode_step(token, position, cache)  # [B, V]
-        log_probs = token_log_probs(logits, config.pad_id, config.start_id)  # [B, V]
-        next_token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)  # [B]
-        next_token = tf.where(finished, config.pad_id, next_token)
-        gained = tf.gather(log_probs, next_token, batch_dims=1)  # [B]
-        scores += tf.where(finished, 0.0, gained)
-        ids += tf.one_hot(position, length, dtype=tf.int32)[None, :] * next_token[:, None]  # [B, L]
-        finished = finished | (next_token == config.eos_id) | (position + 1 >= limits)
-        return position + 1, next_token, ids, scores, finished, cache
+    def tokens_to_log_probs(token_ids, position, cache):
+        logits, cache = model.decode_step(token_ids, position, cache)  # [B*K, V]
+        return token_log_probs(logits, config.pad_id, config.start_id), cache
 
-    _, _, ids, scores, _, _ = tf.while_loop(
-        lambda position, token, ids, scores, finished, cache: tf.logical_not(tf.reduce_all(finished)),
-        step,
-        (
-            tf.constant(0),
-            tf.fill([batch], config.start_id),
-            tf.zeros([batch, length], tf.int32),
-            tf.zeros([batch], tf.float32),
-            tf.zeros([batch], tf.bool),
-            cache,
-        ),
+    first_beam = tf.one_hot(0, k, on_value=0.0, off_value=NEG_INF)  # [K]: one hypothesis, the empty one
+    state = BeamState(
+        position=tf.constant(0),
+        alive_ids=tf.zeros([batch, k, length], tf.int32),
+        alive_log_probs=tf.tile(first_beam[None], [batch, 1]),
+        alive_token=tf.fill([batch, k], config.start_id),
+        finished_ids=tf.zeros([batch, k, length], tf.int32),
+        finished_scores=tf.fill([batch, k], NEG_INF),
+        cache=cache,
     )
-    return ids, scores
+    state = tf.while_loop(
+        lambda state: tf.logical_and(state.position < length, _searching(state, limits, alpha)),
+        lambda state: (_beam_step(state, tokens_to_log_probs, limits, k, alpha, config.eos_id),),
+        (state,),
+    )[0]
+    return state.finished_ids, state.finished_scores
 
 
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -93,7 +198,51 @@ def compiled(model, name: str, function, **static):
     return functions[key]
 
 
+def beam_search(
+    model,
+    source_ids,
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_decode_length: int | None = None,
+    a: float = LENGTH_A,
+    b: int = LENGTH_B,
+) -> DecodeResult:
+    """Beam search with the GNMT length penalty (§6.1; Wu et al., 2016): the `beam_size` best
+    hypotheses of every sentence, best first.
+
+    source_ids: [B, S] int32, padded with `pad_id`, at most the model's `max_length` long
+    (`Translator` truncates longer sources with a warning). `max_decode_length`: a static output
+    length (for XLA and fixed-shape exports), also a cap on every sentence's limit
+    `a * |source| + b`. Returns ids [B, beam_size, L] and scores [B, beam_size].
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    if max_decode_length is not None and max_decode_length < 1:
+        raise ValueError(f"max_decode_length must be >= 1, got {max_decode_length}")
+    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+    if source_ids.shape.rank != 2:
+        raise ValueError(f"source_ids must be [batch, length], got shape {source_ids.shape}")
+    if source_ids.shape[1] is not None and source_ids.shape[1] > model.config.max_length:
+        raise ValueError(
+            f"source of {source_ids.shape[1]} tokens is longer than the model's max_length {model.config.max_length}"
+        )
+    search = compiled(
+        model, "beam", search_beams, beam_size=int(beam_size), alpha=float(alpha),
+        max_decode_length=max_decode_length, a=float(a), b=int(b),
+    )
+    ids, scores = search(source_ids)
+    return DecodeResult(ids=ids, scores=scores)
+
+
+def paper_beam_search(model, source_ids) -> DecodeResult:
+    """The paper's decoding (§6.1): beam size 4, length penalty alpha 0.6, limit |source| + 50."""
+    return beam_search(model, source_ids, beam_size=4, alpha=0.6)
+
+
 def greedy_search(model, source_ids, *, a: float = LENGTH_A, b: int = LENGTH_B) -> DecodeResult:
-    """Greedy decoding: ids [B, 1, L], scores [B, 1] = the sum of the chosen tokens' log-probabilities."""
-    ids, scores = compiled(model, "greedy", _greedy, a=float(a), b=int(b))(tf.convert_to_tensor(source_ids, tf.int32))
-    return DecodeResult(ids=ids[:, None], scores=scores[:, None])
+    """Greedy decoding, which is beam search with beam_size 1 and alpha 0: ids [B, 1, L], scores
+    [B, 1] = the sum of the chosen tokens' log-probabilities."""
+    return beam_search(model, source_ids, beam_size=1, alpha=0.0, a=a, b=b)

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from keras_transformer.decoding import greedy_search
+from keras_transformer.decoding import paper_beam_search
 from keras_transformer.serving import IDS_SPEC, TEXT_SPEC, Decode, TranslationModule
 
 VERSION = "1"  # TF Serving loads the highest numbered version directory
@@ -77,7 +77,7 @@ def tflite_models(function, spec: tf.TensorSpec, quantize=(False,), *, custom_op
     return models
 
 
-def export(model, tokenizer, out: str, name: str = "translator", decode: Decode = greedy_search, log=print) -> dict:
+def export(model, tokenizer, out: str, name: str = "translator", decode: Decode = paper_beam_search, log=print) -> dict:
     """Write every artifact (see the module docstring) to `out`; returns {artifact: path}."""
     paths = {
         "saved_model": saved_model_dir(out, name),

@@ -1,4 +1,6 @@
-"""The model directory: config.json, tokenizer.model, checkpoints/ and logs/ of one model.
+"""The model directory: config.json, tokenizer.model, checkpoints/ and logs/ of one model, and
+the weights-only checkpoints averaged/ (`keras-transformer average`) and best/ (the best
+validation BLEU, `keras_transformer.callbacks.BleuCallback`).
 
 Everything needed to rebuild and use a trained model lives here; `load_model` restores the
 latest (or a chosen) checkpoint.
@@ -14,6 +16,9 @@ import tensorflow as tf
 
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.tokenizer import SubwordTokenizer
+
+
+WEIGHTS_CHECKPOINTS = ("averaged", "best")
 
 
 class ModelDirError(ValueError):
@@ -39,6 +44,22 @@ class ModelDir:
     @property
     def log_dir(self) -> str:
         return os.path.join(self.path, "logs")
+
+    def weights_dir(self, name: str) -> str:
+        """Where the weights-only checkpoint `name` ("averaged" or "best") lives."""
+        return os.path.join(self.path, name)
+
+    def resolve_checkpoint(self, name: str | None) -> str | None:
+        """None or "latest": the last training checkpoint; "averaged" or "best": that one;
+        anything else is a checkpoint path."""
+        if name in (None, "latest"):
+            return self.latest_checkpoint()
+        if name in WEIGHTS_CHECKPOINTS:
+            path = tf.train.latest_checkpoint(self.weights_dir(name))
+            if path is None:
+                raise ModelDirError(f"{self.path} has no {name} checkpoint yet")
+            return path
+        return name
 
     def exists(self) -> bool:
         return os.path.isfile(self.config_path)
@@ -85,6 +106,11 @@ class ModelDir:
         return tf.train.latest_checkpoint(self.checkpoint_dir)
 
 
+def weights_checkpoint(model) -> tf.train.Checkpoint:
+    """A checkpoint of the model's weights only (no optimizer); it also reads training checkpoints."""
+    return tf.train.Checkpoint(model=model)
+
+
 def restore(checkpoint: tf.train.Checkpoint, path: str, *, weights_only: bool = False) -> None:
     """Restore `checkpoint` from `path`, with a one-line error for a corrupt or foreign file."""
     try:
@@ -100,7 +126,7 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, *, weights_only: bool = 
 
 def load_model(path: str, checkpoint: str | None = None):
     """(Transformer, SubwordTokenizer, stored config dict) from a model directory, weights from
-    `checkpoint` or the latest one."""
+    `checkpoint` ("latest", the default; "averaged"; "best"; or a path)."""
     from keras_transformer.model import Transformer
 
     model_dir = ModelDir(path)
@@ -111,10 +137,10 @@ def load_model(path: str, checkpoint: str | None = None):
         raise ModelDirError(
             f"{model_dir.tokenizer_path} has {tokenizer.vocab_size} tokens but the config says vocab_size={config.vocab_size}"
         )
-    checkpoint = checkpoint or model_dir.latest_checkpoint()
+    checkpoint = model_dir.resolve_checkpoint(checkpoint)
     if checkpoint is None:
         raise ModelDirError(f"{path} holds no checkpoint yet (train first)")
     model = Transformer(config)
     model.build()
-    restore(tf.train.Checkpoint(model=model), checkpoint, weights_only=True)
+    restore(weights_checkpoint(model), checkpoint, weights_only=True)
     return model, tokenizer, values

@@ -13,8 +13,8 @@ truncated to `max_length - 1`, then EOS; a text with no tokens (empty or only sp
 translates to "" with score 0. Invalid UTF-8 bytes are replaced by U+FFFD (the unknown
 token) instead of failing the batch.
 
-The search is any `decode(model, source_ids) -> DecodeResult` (`greedy_search`, or a beam
-search with the same contract); its output length follows `decoding.decode_limits`.
+The search is any `decode(model, source_ids) -> DecodeResult` (`paper_beam_search` by default, or
+`greedy_search`); its output length follows `decoding.decode_limits`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from keras_transformer.decoding import DecodeResult, greedy_search
+from keras_transformer.decoding import DecodeResult, paper_beam_search
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
@@ -53,7 +53,7 @@ class TranslationModule(tf.Module):
     tf.lite alike; the device detokenizes with its SentencePiece library).
     """
 
-    def __init__(self, model, tokenizer=None, decode: Decode = greedy_search, *, lite_text: bool = False):
+    def __init__(self, model, tokenizer=None, decode: Decode = paper_beam_search, *, lite_text: bool = False):
         super().__init__(name="translator")
         self.model = model
         # Tracked one by one as well, so the SavedModel's saver (what TF Serving and the

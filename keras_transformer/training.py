@@ -17,6 +17,7 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
+from keras_transformer.callbacks import BleuCallback
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.data import make_batches, pairs_dataset, read_pairs
 from keras_transformer.distribute import (
@@ -33,6 +34,7 @@ from keras_transformer.model_dir import ModelDir, ModelDirError, restore
 from keras_transformer.budget import TimeBudget
 from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule
 from keras_transformer.tokenizer import SubwordTokenizer
+from keras_transformer.translation import Translator
 
 TOKENIZER_SENTENCES = 200_000  # sentences per side sampled to learn the vocabulary
 
@@ -228,6 +230,10 @@ def train(
         callbacks.insert(0, TimeBudget(training.time_budget_s, fitted, log=log))
     if worker_id(strategy) == 0:
         callbacks.append(keras.callbacks.TensorBoard(directory.log_dir))
+    if training.bleu_every_epochs:
+        sources, references = read_pairs(data, "validation", reverse, training.bleu_sentences)
+        best_dir = directory.weights_dir("best")
+        callbacks.append(BleuCallback(Translator(model, tokenizer), sources, references, best_dir, training.bleu_every_epochs, log))
     with warnings.catch_warnings():
         # Keras warns when the (finite, unsized) validation set ends: that is how it should end.
         warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)

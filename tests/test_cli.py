@@ -24,7 +24,7 @@ def run(*args, stdin=None):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     model_dir = str(tmp_path_factory.mktemp("cli") / "model")
-    result = run("train", "--data", str(FIXTURE), "--model-dir", model_dir, "--max-steps", "30", *TINY)
+    result = run("train", "--data", str(FIXTURE), "--model-dir", model_dir, "--max-steps", "30", "--bleu-every-epochs", "2", *TINY)
     assert result.returncode == 0, result.stderr
     return model_dir, result
 
@@ -32,7 +32,9 @@ def trained(tmp_path_factory):
 @pytest.mark.slow
 def test_train_writes_a_complete_model_dir(trained):
     model_dir, result = trained
-    assert sorted(os.listdir(model_dir)) == ["checkpoints", "config.json", "logs", "tokenizer.model"]
+    assert sorted(os.listdir(model_dir)) == ["best", "checkpoints", "config.json", "logs", "tokenizer.model"]
+    assert "step 30: validation BLEU" in result.stderr  # once, after epoch 2
+    assert json.load(open(os.path.join(model_dir, "best", "bleu.json")))["step"] == 30
     assert os.path.exists(os.path.join(model_dir, "checkpoints", "ckpt-30.index"))
     config = json.load(open(os.path.join(model_dir, "config.json")))
     assert config["model"]["d_model"] == 64 and config["training"]["max_steps"] == 30
@@ -71,6 +73,39 @@ def test_evaluate_prints_sacrebleu_scores(trained):
     assert 0.0 <= scores["bleu"] <= 100.0 and 0.0 <= scores["chrf"] <= 100.0
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert result.stdout.startswith("source:")
+
+
+@pytest.mark.slow
+def test_translate_nbest(trained):
+    result = run("translate", "--model-dir", trained[0], "--beam-size", "3", "--nbest", "2", "Jesus wept.", "")
+    assert result.returncode == 0, result.stderr
+    fields = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [f[0] for f in fields] == ["0", "0", "1", "1"]  # INDEX<TAB>SCORE<TAB>TRANSLATION, 2 per input
+    assert float(fields[0][1]) >= float(fields[1][1]) and fields[0][2] != fields[1][2]
+    assert fields[2][1:] == ["0.0000", ""] == fields[3][1:]
+
+
+@pytest.mark.slow
+def test_average_then_evaluate_greedy_on_the_averaged_weights(trained, tmp_path):
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(trained[0], model_dir)
+    result = run("average", "--model-dir", model_dir, "--last", "2")
+    assert result.returncode == 0, result.stderr
+    assert "averaged the last 2 checkpoints into" in result.stderr and os.path.exists(os.path.join(model_dir, "averaged", "ckpt-30.index"))
+    result = run("evaluate", "--model-dir", model_dir, "--checkpoint", "averaged", "--beam-size", "1", "--alpha", "0", "--show", "0")
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(result.stdout)
+    assert (scores["checkpoint"], scores["beam_size"], scores["alpha"], scores["sentences"]) == ("averaged", 1, 0.0, 8)
+
+
+@pytest.mark.slow
+def test_nbest_above_the_beam_size_is_refused(capsys, trained):
+    message = error_of(capsys, "translate", "--model-dir", trained[0], "--beam-size", "2", "--nbest", "3", "hi")
+    assert "nbest must be between 1 and the beam size 2, got 3" in message
+
+
+def test_average_without_a_model_dir(capsys, tmp_path):
+    assert "no such model directory" in error_of(capsys, "average", "--model-dir", str(tmp_path / "none"))
 
 
 def error_of(capsys, *argv):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import Transformer, TransformerConfig
-from keras_transformer.decoding import _greedy, compiled, decode_limits, greedy_search
+from keras_transformer.decoding import compiled, decode_limits, greedy_search, search_beams
 
 CONFIG = TransformerConfig.tiny(vocab_size=40, dropout=0.0, max_length=20)
 SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
@@ -57,7 +57,7 @@ def test_limits_bound_the_output(model):
 
 def test_no_retracing_for_new_shapes(model):
     greedy_search(model, SOURCE)
-    function = compiled(model, "greedy", _greedy, a=1.0, b=50)
+    function = compiled(model, "beam", search_beams, beam_size=1, alpha=0.0, max_decode_length=None, a=1.0, b=50)
     greedy_search(model, np.array([[5, 6, 7, 8, 9, 2]], np.int32))
     greedy_search(model, SOURCE[:1])
     assert function.experimental_get_tracing_count() == 1

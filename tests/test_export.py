@@ -15,7 +15,7 @@ from conftest import FIXTURE
 from keras_transformer.cli import main
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.data import read_pairs
-from keras_transformer.decoding import decode_limits, greedy_search
+from keras_transformer.decoding import decode_limits, paper_beam_search
 from keras_transformer.export import export
 from keras_transformer.model_dir import ModelDir
 from keras_transformer.training import train
@@ -92,7 +92,7 @@ def test_export_writes_every_artifact(exported):
 def test_saved_model_signatures_equal_the_python_model(exported):
     sentences = exported.sentences[:6]
     source_ids = exported.source_ids(sentences)
-    reference = greedy_search(exported.model, source_ids)
+    reference = paper_beam_search(exported.model, source_ids)
     outputs = run_artifact(
         "saved_model",
         exported.paths["saved_model"],
@@ -122,7 +122,7 @@ def test_session_run_as_the_model_server_does(exported):
         [("serving_default", {"text": texts(sentences)}), ("translate_ids", {"source_ids": source_ids})],
     )
     assert decoded(outputs[0]["translation"]) == exported.translator.translate(sentences)
-    np.testing.assert_array_equal(outputs[1]["ids"], greedy_search(exported.model, source_ids).ids.numpy())
+    np.testing.assert_array_equal(outputs[1]["ids"], paper_beam_search(exported.model, source_ids).ids.numpy())
 
 
 @pytest.mark.slow
@@ -152,7 +152,7 @@ def test_tflite_ids_equal_the_saved_model(exported):
 def test_text_tflite_ids_equal_the_saved_model(exported):
     sentences = exported.sentences[:5] + [""]
     outputs = run_artifact("litert_text", exported.paths["tflite_text"], [("serving_default", {"text": texts(sentences)})])
-    want = greedy_search(exported.model, exported.source_ids(sentences[:5])).ids.numpy()
+    want = paper_beam_search(exported.model, exported.source_ids(sentences[:5])).ids.numpy()
     np.testing.assert_array_equal(outputs[0]["ids"][:5, :, : want.shape[2]], want)
     assert not outputs[0]["ids"][5].any()  # no tokens: nothing generated
     assert exported.tokenizer.detokenize(outputs[0]["ids"][:5, 0]).numpy().tolist() == texts(exported.translator.translate(sentences[:5])).tolist()

@@ -1,0 +1,261 @@
+"""Beam search (§6.1; Wu et al., 2016): hand-derived beams on scripted probabilities, exactness
+against brute force, cached == uncached, greedy, tracing, XLA, TFLite, and bad input."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+from keras_transformer import Transformer, TransformerConfig, beam_search
+from keras_transformer.decoding import compiled, search_beams
+from test_decoding import reference_greedy
+
+EOS = 2
+CONFIG = TransformerConfig.tiny(vocab_size=40, dropout=0.0, max_length=20)
+SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
+
+
+class ScriptedModel:
+    """The interface the search drives (`config`, `encode`, `init_cache`, `decode_step`), with
+    next-token probabilities looked up by the generated prefix; unlisted tokens get ~1e-9.
+    Counts the decoding steps it runs."""
+
+    def __init__(self, probabilities, vocab_size=6, max_length=8):
+        self.config = TransformerConfig.tiny(vocab_size=vocab_size, max_length=max_length)
+        self.probabilities = probabilities  # prefix tuple -> {token: p} or an array of logits [V]
+        self.steps = 0
+
+    def encode(self, source_ids, training=None):
+        return tf.cast(source_ids, tf.float32)[:, :, None], source_ids != self.config.pad_id
+
+    def init_cache(self, memory, source_mask, max_length):
+        return {"fed": tf.zeros([tf.shape(memory)[0], max_length], tf.int32)}  # decoder inputs so far
+
+    def decode_step(self, token_ids, position, cache):
+        write = tf.one_hot(position, tf.shape(cache["fed"])[1], dtype=tf.int32)
+        fed = cache["fed"] + write[None, :] * token_ids[:, None]  # [B, L]
+        logits = tf.numpy_function(self._logits, [fed, position], tf.float32)
+        logits.set_shape([None, self.config.vocab_size])
+        return logits, {"fed": fed}
+
+    def _logits(self, fed, position):
+        self.steps += 1
+        logits = np.full((len(fed), self.config.vocab_size), np.log(1e-9), np.float32)
+        for row, prefix in zip(logits, fed[:, 1 : position + 1]):  # fed[:, 0] is start_id
+            script = self.probabilities(tuple(int(t) for t in prefix))
+            if isinstance(script, dict):
+                for token, p in script.items():
+                    row[token] = np.log(p)
+            else:
+                row[:] = script
+        return logits
+
+
+def lp(length, alpha):
+    return ((5 + length) / 6) ** alpha
+
+
+# K = 2, alpha = 0. Step 1: [3] .5, [4] .3 alive; [EOS] .15 ranks 3rd of the 2K, so it never
+# enters the finished set. Step 2: [3 EOS] .3 finishes; [4 3] .27 and [3 4] .2 stay alive.
+# Step 3: [4 3 EOS] .27 and [3 4 EOS] .14 end; finished = {[3 EOS] .3, [4 3 EOS] .27}, and the
+# best alive, [3 4 5] .06, cannot beat .27: the search stops after 3 of its 6 steps.
+EOS_SCRIPT = {
+    (): {3: 0.5, 4: 0.3, EOS: 0.15, 5: 0.05},
+    (3,): {EOS: 0.6, 4: 0.4},
+    (4,): {EOS: 0.1, 3: 0.9},
+    (4, 3): {EOS: 1.0},
+    (3, 4): {EOS: 0.7, 5: 0.3},
+}
+
+
+def test_eos_ends_hypotheses_and_the_search_stops_early():
+    model = ScriptedModel(lambda prefix: EOS_SCRIPT.get(prefix, {}))
+    result = beam_search(model, [[5, 2]], beam_size=2, alpha=0.0, max_decode_length=6)
+    np.testing.assert_array_equal(result.ids.numpy()[0], [[3, EOS, 0, 0, 0, 0], [4, 3, EOS, 0, 0, 0]])
+    np.testing.assert_allclose(result.scores.numpy()[0], np.log([0.3, 0.27]), rtol=1e-5)
+    assert model.steps == 3
+
+
+# K = 2. The alive hypotheses go [3], [4] -> [4 5] .36, [3 3] .27 (while [3 EOS] .3 finishes)
+# -> [4 5 5] .324, [3 3 3] .216 -> at the limit of 4 tokens, [4 5 5 EOS] .2754 and [3 3 3 EOS]
+# .1296 end. alpha 0: [3 EOS] wins (log .3 > log .2754); alpha 0.6 favours the longer one:
+# log .3 / lp(2) = -1.0976 < log .2754 / lp(4) = -1.0111.
+LENGTH_SCRIPT = {
+    (): {3: 0.6, 4: 0.4},
+    (3,): {EOS: 0.5, 3: 0.45, 5: 0.05},
+    (4,): {5: 0.9, EOS: 0.1},
+    (3, 3): {3: 0.8, EOS: 0.2},
+    (4, 5): {5: 0.9, EOS: 0.1},
+    (3, 3, 3): {EOS: 0.6, 3: 0.4},
+    (4, 5, 5): {EOS: 0.85, 5: 0.15},
+}
+
+
+@pytest.mark.parametrize(
+    "alpha, best, second",
+    [(0.0, [3, EOS, 0, 0], [4, 5, 5, EOS]), (0.6, [4, 5, 5, EOS], [3, EOS, 0, 0])],
+)
+def test_length_penalty_changes_the_winner(alpha, best, second):
+    model = ScriptedModel(lambda prefix: LENGTH_SCRIPT.get(prefix, {}))
+    result = beam_search(model, [[5, 2]], beam_size=2, alpha=alpha, max_decode_length=4)
+    np.testing.assert_array_equal(result.ids.numpy()[0], [best, second])
+    short, long = math.log(0.3) / lp(2, alpha), math.log(0.4 * 0.9 * 0.9 * 0.85) / lp(4, alpha)
+    np.testing.assert_allclose(result.scores.numpy()[0], sorted([short, long], reverse=True), rtol=1e-5)
+
+
+def random_logits(prefix):
+    return np.random.default_rng([len(prefix), *prefix]).normal(size=5).astype(np.float32)
+
+
+def brute_force(limit, alpha, vocab_size=5):
+    """Every hypothesis over the tokens 2..V-1 (EOS only last, at most `limit` tokens), scored
+    as the contract says, best first."""
+    hypotheses = []
+    for length in range(1, limit + 1):
+        for ids in itertools.product(range(EOS, vocab_size), repeat=length):
+            if EOS in ids[:-1] or (length < limit and ids[-1] != EOS):
+                continue
+            log_prob = 0.0
+            for t, token in enumerate(ids):
+                log_probs = tf.nn.log_softmax(random_logits(ids[:t])).numpy()
+                log_prob += log_probs[token]
+            hypotheses.append((log_prob / lp(length, alpha), list(ids) + [0] * (limit - length)))
+    return sorted(hypotheses, reverse=True)
+
+
+def test_a_beam_as_wide_as_the_search_space_is_exact():
+    expected = brute_force(limit=3, alpha=0.6)
+    assert len(expected) == 15  # 1 + 2 + 4 ending in EOS, 8 stopped at the limit
+    result = beam_search(ScriptedModel(random_logits, vocab_size=5), [[3, 2]], beam_size=15, alpha=0.6, max_decode_length=3)
+    np.testing.assert_array_equal(result.ids.numpy()[0], [ids for _, ids in expected])
+    np.testing.assert_allclose(result.scores.numpy()[0], [score for score, _ in expected], rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def model():
+    model = Transformer(CONFIG)
+    model.build()
+    # Large random weights make the untrained model's choices vary from step to step.
+    rng = np.random.default_rng(1)
+    for weight in model.weights:
+        if "layer_norm" not in weight.path:
+            weight.assign(rng.normal(scale=2.0, size=weight.shape) / np.sqrt(weight.shape[0]))
+    return model
+
+
+class Uncached:
+    """The real model without its key/value cache: every step runs the whole decoder over the prefix."""
+
+    def __init__(self, model):
+        self.model, self.config = model, model.config
+
+    def encode(self, source_ids, training=None):
+        return self.model.encode(source_ids, training=training)
+
+    def init_cache(self, memory, source_mask, max_length):
+        fed = tf.zeros([tf.shape(memory)[0], max_length], tf.int32)
+        return {"fed": fed, "memory": memory, "source_mask": source_mask}
+
+    def decode_step(self, token_ids, position, cache):
+        write = tf.one_hot(position, tf.shape(cache["fed"])[1], dtype=tf.int32)
+        fed = cache["fed"] + write[None, :] * token_ids[:, None]  # [B, L]
+        logits = self.model.decode(fed, cache["memory"], cache["source_mask"], training=False)  # [B, L, V]
+        return tf.gather(logits, position, axis=1), {**cache, "fed": fed}
+
+
+def test_n_best_contract_and_cached_equals_uncached(model):
+    result = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=5)
+    ids, scores = result.ids.numpy(), result.scores.numpy()
+    assert ids.dtype == np.int32 and ids.shape == (2, 3, 9) and scores.dtype == np.float32  # |source| + 5
+    assert np.all(np.diff(scores, axis=1) <= 0) and np.all(np.isfinite(scores))
+    for hypothesis in ids.reshape(-1, ids.shape[-1]):
+        length = np.count_nonzero(hypothesis)
+        assert np.all(hypothesis[:length] > CONFIG.start_id) and np.all(hypothesis[length:] == CONFIG.pad_id)
+        assert EOS not in hypothesis[: length - 1]
+    assert len({tuple(h) for h in ids[0]}) == 3  # n distinct hypotheses
+    uncached = beam_search(Uncached(model), SOURCE, beam_size=3, alpha=0.6, b=5)
+    np.testing.assert_array_equal(uncached.ids.numpy(), ids)
+    np.testing.assert_allclose(uncached.scores.numpy(), scores, rtol=1e-4)
+
+
+def test_beam_1_with_alpha_0_is_greedy(model):
+    """K = 1: the best candidate either ends (and is finished) or stays alive, as greedy's argmax."""
+    ids = beam_search(model, SOURCE, beam_size=1, alpha=0.0, b=5).ids.numpy()[:, 0]
+    expected = reference_greedy(model, SOURCE, ids.shape[1])
+    for row, reference, limit in zip(ids, expected, [9, 7]):  # |source| + 5
+        eos = np.flatnonzero(reference == EOS)
+        end = min(eos[0] + 1 if len(eos) else limit, limit)
+        np.testing.assert_array_equal(row[:end], reference[:end])
+        assert np.all(row[end:] == CONFIG.pad_id)
+
+
+def test_no_retracing_on_new_shapes(model):
+    beam_search(model, SOURCE)
+    function = compiled(model, "beam", search_beams, beam_size=4, alpha=0.6, max_decode_length=None, a=1.0, b=50)
+    beam_search(model, np.array([[5, 6, 7, 8, 9, 2]], np.int32))
+    beam_search(model, SOURCE)
+    assert function.experimental_get_tracing_count() == 1
+
+
+def test_xla_gives_the_same_beams(model):
+    expected = beam_search(model, SOURCE, beam_size=3, max_decode_length=12)
+    xla = tf.function(lambda s: search_beams(model, s, beam_size=3, alpha=0.6, max_decode_length=12), jit_compile=True)
+    ids, scores = xla(tf.constant(SOURCE))
+    np.testing.assert_array_equal(ids.numpy(), expected.ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), expected.scores.numpy(), rtol=1e-4)
+
+
+def tflite_beam_search(model, **static) -> bytes:
+    """The compiled beam search as a TFLite flatbuffer of builtin ops only (no Flex).
+
+    The variables are frozen first: the converter leaves those read inside the `while` body as
+    READ_VARIABLE ops, which fail at run time ("read_variable.cc ... variable != nullptr").
+    """
+    concrete = compiled(model, "beam", search_beams, **static).get_concrete_function()
+    frozen = convert_variables_to_constants_v2(concrete)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    return converter.convert()
+
+
+@pytest.mark.slow
+def test_tflite_builtins_give_the_same_beams(model):
+    from ai_edge_litert.interpreter import Interpreter
+
+    static = dict(beam_size=3, alpha=0.6, max_decode_length=None, a=1.0, b=5)
+    interpreter = Interpreter(model_content=tflite_beam_search(model, **static))
+    (source,) = interpreter.get_input_details()
+    interpreter.resize_tensor_input(source["index"], SOURCE.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(source["index"], SOURCE)
+    interpreter.invoke()
+    outputs = {d["dtype"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+    expected = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=5)
+    np.testing.assert_array_equal(outputs[np.int32], expected.ids.numpy())
+    np.testing.assert_allclose(outputs[np.float32], expected.scores.numpy(), rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(beam_size=0), "beam_size must be >= 1, got 0"),
+        (dict(alpha=-0.1), "alpha must be >= 0, got -0.1"),
+        (dict(max_decode_length=0), "max_decode_length must be >= 1, got 0"),
+    ],
+)
+def test_bad_settings_are_refused(model, arguments, message):
+    with pytest.raises(ValueError, match=message):
+        beam_search(model, SOURCE, **arguments)
+
+
+def test_a_source_longer_than_max_length_is_refused(model):
+    with pytest.raises(ValueError, match="source of 21 tokens is longer than the model's max_length 20"):
+        beam_search(model, np.full((1, 21), 5, np.int32))
+
+
+def test_an_empty_batch_gives_empty_results(model):
+    result = beam_search(model, np.zeros((0, 4), np.int32), beam_size=2)
+    assert result.ids.shape[:2] == (0, 2) and result.scores.shape == (0, 2)
