@@ -35,6 +35,7 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=5, help="A B rounds")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per model per round")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
+    parser.add_argument("--ceiling-size", type=int, default=2048, help="n of the n x n matmul that measures the ceiling")
     parser.add_argument("--jit-compile", action="store_true", help="XLA-compile both training steps")
     return parser.parse_args(argv)
 
@@ -45,7 +46,7 @@ def main(argv=None):
 
     workload = WORKLOADS[args.workload]
     load_before = load_average()
-    ceiling = matmul_ceiling_gflops()
+    ceiling = matmul_ceiling_gflops(args.ceiling_size)
     dataset = repeated(synthetic_batch(workload))
     models = {"ours": build_ours(workload, args.jit_compile), "keras_hub": build_keras_hub(workload, args.jit_compile)}
     for model in models.values():
@@ -56,7 +57,7 @@ def main(argv=None):
         for name, model in models.items():
             times[name].append(median(fit_steps(model, dataset, args.steps)))
         round_ratios.append(times["keras_hub"][-1] / times["ours"][-1])
-    ceiling = max(ceiling, matmul_ceiling_gflops())
+    ceiling = max(ceiling, matmul_ceiling_gflops(args.ceiling_size))
     flops = model_flops_per_step(workload.config, workload.batch, workload.source_length, workload.target_length)
     tokens = workload.batch * workload.target_length
     systems = {}
@@ -82,6 +83,7 @@ def main(argv=None):
             systems=systems,
             model_flops_per_step=flops,
             matmul_ceiling_gflops=round(ceiling, 2),
+            matmul_ceiling_size=args.ceiling_size,
             keras_hub_version=keras_hub.__version__,
             load_before=load_before,
         )

@@ -45,6 +45,7 @@ def parse_args(argv=None):
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small")
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (tracing, compilation)")
+    parser.add_argument("--ceiling-size", type=int, default=2048, help="n of the n x n matmul that measures the ceiling")
     parser.add_argument("--jit-compile", action="store_true", help="XLA-compile the training step")
     parser.add_argument("--mixed-precision", action="store_true", help="the mixed_bfloat16 policy (no AMX here: slower)")
     return parser.parse_args(argv)
@@ -58,12 +59,12 @@ def main(argv=None):
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
     workload = WORKLOADS[args.workload]
     load_before = load_average()
-    ceiling = matmul_ceiling_gflops()
+    ceiling = matmul_ceiling_gflops(args.ceiling_size)
     model = build_ours(workload, args.jit_compile)
     dataset = repeated(synthetic_batch(workload))
     fit_steps(model, dataset, args.warmup)
     times = fit_steps(model, dataset, args.steps)
-    ceiling = max(ceiling, matmul_ceiling_gflops())
+    ceiling = max(ceiling, matmul_ceiling_gflops(args.ceiling_size))
     step_s = median(times)
     flops = model_flops_per_step(workload.config, workload.batch, workload.source_length, workload.target_length)
     achieved = flops / step_s / 1e9
@@ -85,6 +86,7 @@ def main(argv=None):
             flops_formula=FLOPS_FORMULA,
             achieved_gflops=round(achieved, 2),
             matmul_ceiling_gflops=round(ceiling, 2),
+            matmul_ceiling_size=args.ceiling_size,
             mfu=round(achieved / ceiling, 4),
             load_before=load_before,
         )

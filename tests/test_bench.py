@@ -32,7 +32,7 @@ def test_model_flops_match_the_issue_figures():
 
 
 def test_train_throughput(capsys):
-    line = run_main("train_throughput", ["--workload", "tiny", "--steps", "1", "--warmup", "1"], capsys)
+    line = run_main("train_throughput", ["--workload", "tiny", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys)
     assert line["tgt_tokens_per_s"] > 0 and 0 < line["mfu"] < 1
     assert line["achieved_gflops"] == pytest.approx(line["model_flops_per_step"] / line["step_s_median"] / 1e9, rel=0.01)
 
@@ -45,7 +45,7 @@ def test_decode_throughput(capsys):
 
 def test_compare(capsys):
     pytest.importorskip("keras_hub", reason="keras-hub is in the `bench` extra, not installed")
-    line = run_main("compare", ["--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1"], capsys)
+    line = run_main("compare", ["--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys)
     assert set(line["systems"]) == {"ours", "keras_hub"} and line["speedup_ours_over_keras_hub"] > 0
 
 
