@@ -3,7 +3,13 @@
 Label smoothing (Szegedy et al., 2016) trains against q = (1 - eps) * onehot(y) + eps / V.
 Its cross-entropy with p = softmax(z) needs one log-sum-exp over the vocabulary:
 
-    -sum_v q_v log p_v = logsumexp(z) - (1 - eps) z_y - (eps / V) sum_v z_v
+    -sum_v q_v log p_v = logsumexp(z) - sum_v q_v z_v
+
+TensorFlow's fused `softmax_cross_entropy_with_logits` computes exactly this, and its gradient
+softmax(z) - q, in one kernel. Composing it from `logsumexp`, `take_along_axis` and a sum cost
+~12% of a training step at the small workload: the gradient of `take_along_axis` scatters
+through an UnsortedSegmentSum over all B x T x V logits, and that of `logsumexp` tiles them
+(bench/profile_step.py; the measured step time is in bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -39,13 +45,10 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         logits = ops.cast(y_pred, "float32")  # [B, T, V]
         labels = ops.cast(y_true, "int32")  # [B, T]
-        vocab_size = ops.shape(logits)[-1]
-        log_normalizer = ops.logsumexp(logits, axis=-1)  # [B, T]
-        target_logit = ops.squeeze(ops.take_along_axis(logits, labels[..., None], axis=-1), -1)  # [B, T]
         eps = self.label_smoothing
-        losses = log_normalizer - (1.0 - eps) * target_logit
-        if eps:
-            losses -= eps / ops.cast(vocab_size, "float32") * ops.sum(logits, axis=-1)
+        off_value = eps / ops.cast(ops.shape(logits)[-1], "float32")  # eps / V
+        smoothed = tf.one_hot(labels, ops.shape(logits)[-1], on_value=1.0 - eps + off_value, off_value=off_value)  # q, [B, T, V]
+        losses = tf.nn.softmax_cross_entropy_with_logits(labels=smoothed, logits=logits)  # [B, T]
         mask = ops.not_equal(labels, self.pad_id)  # [B, T]
         total = ops.sum(ops.where(mask, losses, 0.0))
         return total / ops.maximum(global_token_count(mask), 1.0)  # a scalar: Keras reduces no further

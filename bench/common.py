@@ -1,0 +1,175 @@
+"""Shared pieces of the benchmarks: workloads, synthetic batches, model FLOPs, the matmul
+ceiling, step timing through `model.fit`, and the machine/software record of every figure.
+
+Every benchmark prints one JSON line; `record()` gives the fields they all share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_transformer import TransformerConfig  # noqa: E402
+
+FIRST_TOKEN = 3  # ids 0, 1, 2 are pad, start and EOS; synthetic batches use the others
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A model and a fixed batch shape: `batch` sentences of `source_length` and `target_length` tokens."""
+
+    config: TransformerConfig
+    batch: int
+    source_length: int
+    target_length: int
+
+
+WORKLOADS = {
+    # issue 6: d_model 256, 4 heads, d_ff 1024, 3 + 3 layers, vocab 8000, 64 x 32 tokens
+    "small": Workload(TransformerConfig.small(vocab_size=8000), 64, 32, 32),
+    # the paper's base (Table 3), vocab 32000, 64 x 64 tokens
+    "base": Workload(TransformerConfig.base(vocab_size=32000), 64, 64, 64),
+    # for the smoke test only: seconds, not minutes
+    "tiny": Workload(TransformerConfig.tiny(vocab_size=500), 8, 12, 12),
+}
+
+
+def synthetic_batch(workload: Workload, seed: int = 0):
+    """((source_ids, target_in_ids), target_out_ids), int32, random non-reserved tokens, no padding."""
+    rng = np.random.default_rng(seed)
+    vocab = workload.config.vocab_size
+
+    def ids(length):
+        return rng.integers(FIRST_TOKEN, vocab, size=(workload.batch, length), dtype=np.int32)
+
+    target = ids(workload.target_length)
+    target_in = np.concatenate([np.full((workload.batch, 1), workload.config.start_id, np.int32), target[:, :-1]], axis=1)
+    return (ids(workload.source_length), target_in), target
+
+
+def repeated(batch) -> tf.data.Dataset:
+    """The same batch forever, as the input pipeline of `model.fit` (no host work per step)."""
+    return tf.data.Dataset.from_tensors(batch).repeat()
+
+
+FLOPS_FORMULA = (
+    "6 * (P_enc * B*S + P_dec * B*T + V*d_model * B*T) + 12 * N * B * d_model * (S*S + T*T + T*S); "
+    "P_enc = N*(4*d_model^2 + 2*d_model*d_ff), P_dec = N*(8*d_model^2 + 2*d_model*d_ff) are the weight "
+    "matrices (biases, norms and the embedding lookup excluded; the tied output projection V*d_model "
+    "included); the second term is Q K^T and weights V of every attention layer, forward + backward "
+    "(the causal half is counted: it is computed)"
+)
+
+
+def model_flops_per_step(config: TransformerConfig, batch: int, source_length: int, target_length: int) -> float:
+    """Training FLOPs of one step (forward + backward = 3 x forward, 2 FLOPs per multiply-add); see FLOPS_FORMULA."""
+    d, d_ff, n = config.d_model, config.d_ff, config.num_layers
+    encoder = n * (4 * d * d + 2 * d * d_ff)  # W^Q, W^K, W^V, W^O; W_1, W_2
+    decoder = n * (8 * d * d + 2 * d * d_ff)  # self- and cross-attention; W_1, W_2
+    source_tokens, target_tokens = batch * source_length, batch * target_length
+    weights = 6 * (encoder * source_tokens + (decoder + config.vocab_size * d) * target_tokens)
+    attention = 12 * n * batch * d * (source_length**2 + target_length**2 + target_length * source_length)
+    return float(weights + attention)
+
+
+def matmul_ceiling_gflops(n: int = 2048, repeats: int = 5) -> float:
+    """The best fp32 GFLOP/s of an n x n matmul in this process (TF's own kernels, its thread pools)."""
+    a = tf.random.normal((n, n))
+    b = tf.random.normal((n, n))
+    matmul = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))  # the sum forces completion
+    matmul(a, b).numpy()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a, b).numpy()
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+class StepTimes(keras.callbacks.Callback):
+    """Wall time of every training step seen by `model.fit`, host overhead included: from the end
+    of one step to the end of the next (the first step of a `fit` call from its own start)."""
+
+    def __init__(self):
+        super().__init__()
+        self.times: list[float] = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == 0:
+            self._last = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        float(logs["loss"])  # the step's results exist: it has finished
+        now = time.perf_counter()
+        self.times.append(now - self._last)
+        self._last = now
+
+
+def fit_steps(model, dataset, steps: int) -> list[float]:
+    """Run `steps` training steps with `model.fit` and return each step's wall time in seconds."""
+    timer = StepTimes()
+    model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=[timer], shuffle=False, verbose=0)
+    return timer.times
+
+
+def median(values) -> float:
+    return float(statistics.median(values))
+
+
+def cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return platform.processor()
+    for line in out.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def record(**fields) -> dict:
+    """The fields every benchmark line carries: date, command, machine, load, versions."""
+    import keras_transformer
+
+    return {
+        **fields,
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
+        "machine": {
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count(),
+            "load_average_1_5_15": load_average(),
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "numpy": np.__version__,
+            "keras_transformer": keras_transformer.__version__,
+        },
+    }
+
+
+def emit(line: dict) -> None:
+    """Print the benchmark's one JSON line."""
+    import json
+
+    print(json.dumps(line), flush=True)

@@ -1,0 +1,57 @@
+"""Smoke test of the benchmarks in bench/: each runs for one step on a tiny model and prints one
+valid JSON line. Speed itself is measured by the benchmarks, never here."""
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+BENCH = pathlib.Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+pytestmark = pytest.mark.slow  # four tiny benchmark runs in this process: ~30-60 s
+
+
+def run_main(module_name, argv, capsys):
+    module = __import__(module_name)
+    module.main(argv)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1, lines
+    line = json.loads(lines[0])
+    assert line["machine"]["cores"] >= 1 and line["versions"]["tensorflow"]
+    return line
+
+
+def test_model_flops_match_the_issue_figures():
+    from common import WORKLOADS, model_flops_per_step
+
+    small = WORKLOADS["small"]
+    # 6 x 7,553,024 weights x 2048 tokens + 12 x 3 x 64 x 256 x 3 x 32^2 attention FLOPs
+    assert model_flops_per_step(small.config, 64, 32, 32) == 6 * 7_553_024 * 2048 + 12 * 3 * 64 * 256 * 3 * 32**2
+
+
+def test_train_throughput(capsys):
+    line = run_main("train_throughput", ["--workload", "tiny", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys)
+    assert line["tgt_tokens_per_s"] > 0 and 0 < line["mfu"] < 1
+    assert line["achieved_gflops"] == pytest.approx(line["model_flops_per_step"] / line["step_s_median"] / 1e9, rel=0.01)
+
+
+def test_decode_throughput(capsys):
+    argv = ["--workload", "tiny", "--sentences", "2", "--source-length", "5", "--generate", "6", "--repeats", "1"]
+    line = run_main("decode_throughput", argv, capsys)
+    assert line["tgt_tokens_per_s"] > 0 and line["batch1_latency_s"] > 0
+
+
+def test_compare(capsys):
+    pytest.importorskip("keras_hub", reason="keras-hub is in the `bench` extra, not installed")
+    line = run_main("compare", ["--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys)
+    assert set(line["systems"]) == {"ours", "keras_hub"} and line["speedup_ours_over_keras_hub"] > 0
+
+
+def test_seed_parallelism(capsys, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is in the `bench` extra, not installed")
+    png = tmp_path / "plot.png"
+    argv = ["--workload", "tiny", "--lengths", "4", "8", "--tokens", "16", "--steps", "1", "--warmup", "1", "--lstm-units", "8"]
+    line = run_main("seed_parallelism", argv + ["--plot", str(png)], capsys)
+    assert [row["length"] for row in line["rows"]] == [4, 8] and png.stat().st_size > 0
