@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= runs/demo
-DEMO_STEPS ?= 600
+DEMO_BUDGET ?= 5m
 
 .PHONY: demo test test-fast install install-dev clean
 
@@ -20,12 +20,12 @@ install-dev: $(BIN)/python
 
 demo: install
 	$(BIN)/keras-transformer train --data bible-en-de --preset small --model-dir $(DEMO_DIR) \
-		--max-steps $(DEMO_STEPS) --steps-per-epoch 100 --batch-tokens 2048 --warmup-steps 300 --learning-rate-scale 2
+		--time-budget $(DEMO_BUDGET) --warmup-fraction 0.1 --steps-per-epoch 50 --batch-tokens 2048 --learning-rate-scale 2
 	$(BIN)/keras-transformer translate --model-dir $(DEMO_DIR) \
 		"In the beginning God created the heavens and the earth." \
 		"Jesus wept." \
 		"The Lord is my shepherd; I shall not want."
-	$(BIN)/keras-transformer evaluate --model-dir $(DEMO_DIR) --limit 200
+	$(BIN)/keras-transformer evaluate --model-dir $(DEMO_DIR) --limit 100
 
 test: install-dev
 	$(BIN)/python -m pytest -q --durations=10

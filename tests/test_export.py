@@ -65,6 +65,20 @@ def run_artifact(kind, path, calls):
     return outputs
 
 
+def assert_same_beams(got_ids, want_ids, got_scores, want_scores):
+    """Equal n-best lists: equal scores, and equal ids for every beam whose score no other beam of
+    its sentence ties. The test model is barely trained, so several hypotheses (the same tokens in
+    another order) can tie to float32 precision, and two runtimes may keep either of them."""
+    got_ids, want_ids = np.asarray(got_ids), np.asarray(want_ids)
+    want_scores = np.asarray(want_scores)
+    assert got_ids.shape == want_ids.shape
+    np.testing.assert_allclose(got_scores, want_scores, rtol=1e-4)
+    gaps = np.abs(want_scores[:, :, None] - want_scores[:, None, :])  # [B, K, K]
+    tied = ((gaps <= 1e-4 * np.abs(want_scores)[:, :, None]) & ~np.eye(want_scores.shape[1], dtype=bool)).any(-1)  # [B, K]
+    np.testing.assert_array_equal(got_ids[~tied], want_ids[~tied])
+    assert (~tied).sum() >= len(want_ids)  # every sentence's comparison is not vacuous in aggregate
+
+
 def texts(values):
     return np.array([t.encode("utf-8") if isinstance(t, str) else t for t in values], dtype=object)
 
@@ -105,11 +119,10 @@ def test_saved_model_signatures_equal_the_python_model(exported):
     translations = exported.translator.translate(sentences)
     assert decoded(outputs[0]["translation"]) == translations
     assert outputs[0]["score"].shape == (6,) and outputs[0]["score"].dtype == np.float32
-    np.testing.assert_array_equal(outputs[1]["ids"], reference.ids.numpy())
-    np.testing.assert_allclose(outputs[1]["scores"], reference.scores.numpy(), rtol=1e-5)
-    assert outputs[2]["translations"].shape == (6, 1) and decoded(outputs[2]["translations"][:, 0]) == translations
+    assert_same_beams(outputs[1]["ids"], reference.ids.numpy(), outputs[1]["scores"], reference.scores.numpy())
+    assert outputs[2]["translations"].shape == (6, 4) and decoded(outputs[2]["translations"][:, 0]) == translations
     ids_only = run_artifact("saved_model", exported.paths["saved_model_ids"], [("serving_default", {"source_ids": source_ids})])
-    np.testing.assert_array_equal(ids_only[0]["ids"], reference.ids.numpy())
+    assert_same_beams(ids_only[0]["ids"], reference.ids.numpy(), ids_only[0]["scores"], reference.scores.numpy())
 
 
 @pytest.mark.slow
@@ -122,7 +135,8 @@ def test_session_run_as_the_model_server_does(exported):
         [("serving_default", {"text": texts(sentences)}), ("translate_ids", {"source_ids": source_ids})],
     )
     assert decoded(outputs[0]["translation"]) == exported.translator.translate(sentences)
-    np.testing.assert_array_equal(outputs[1]["ids"], paper_beam_search(exported.model, source_ids).ids.numpy())
+    reference = paper_beam_search(exported.model, source_ids)
+    assert_same_beams(outputs[1]["ids"], reference.ids.numpy(), outputs[1]["scores"], reference.scores.numpy())
 
 
 @pytest.mark.slow
@@ -144,16 +158,16 @@ def test_tflite_ids_equal_the_saved_model(exported):
         for want, got in zip(expected, outputs):
             assert got["ids"].shape == want["ids"].shape and got["ids"].dtype == np.int32
             if kind == "tflite":
-                np.testing.assert_array_equal(got["ids"], want["ids"])
-                np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-4)
+                assert_same_beams(got["ids"], want["ids"], got["scores"], want["scores"])
 
 
 @pytest.mark.slow
 def test_text_tflite_ids_equal_the_saved_model(exported):
     sentences = exported.sentences[:5] + [""]
     outputs = run_artifact("litert_text", exported.paths["tflite_text"], [("serving_default", {"text": texts(sentences)})])
-    want = paper_beam_search(exported.model, exported.source_ids(sentences[:5])).ids.numpy()
-    np.testing.assert_array_equal(outputs[0]["ids"][:5, :, : want.shape[2]], want)
+    want = paper_beam_search(exported.model, exported.source_ids(sentences[:5]))
+    length = want.ids.shape[2]
+    assert_same_beams(outputs[0]["ids"][:5, :, :length], want.ids.numpy(), outputs[0]["scores"][:5], want.scores.numpy())
     assert not outputs[0]["ids"][5].any()  # no tokens: nothing generated
     assert exported.tokenizer.detokenize(outputs[0]["ids"][:5, 0]).numpy().tolist() == texts(exported.translator.translate(sentences[:5])).tolist()
 
