@@ -3,8 +3,6 @@ them, and each one executed top to bottom on a fresh kernel with small settings
 (`KT_NOTEBOOK_SMOKE=1`: tiny preset, a few steps, the 400-pair fixture, 2 logical CPUs and
 `tfds.testing.mock_data` for the distributed one)."""
 
-import argparse
-import importlib.util
 import pathlib
 import re
 import time
@@ -62,22 +60,6 @@ def test_readme_has_an_open_in_colab_badge_per_notebook():
         assert f"({BADGE.format(name=name)})" in readme
 
 
-def cli_commands():
-    from keras_transformer.cli import parser
-
-    subparsers = [action for action in parser()._actions if isinstance(action, argparse._SubParsersAction)]
-    return set(subparsers[0].choices)
-
-
-def missing_feature(name):
-    """Why a notebook cannot run on this checkout yet, or None."""
-    if name == "03_distributed_training.ipynb" and importlib.util.find_spec("keras_transformer.distribute") is None:
-        return "distributed training (issue 8) is not in this checkout: no keras_transformer.distribute"
-    if name == "04_export_and_serve.ipynb" and "export" not in cli_commands():
-        return "export (issue 4) is not in this checkout: no `keras-transformer export` command"
-    return None
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     """One working directory for the notebooks of a run: 02 and 04 share 01's settings, so they
@@ -91,9 +73,6 @@ def workdir(tmp_path_factory):
 def test_notebook_runs_top_to_bottom(name, workdir, monkeypatch):
     from nbclient import NotebookClient
 
-    reason = missing_feature(name)
-    if reason:
-        pytest.skip(reason)
     monkeypatch.setenv("KT_NOTEBOOK_SMOKE", "1")
     monkeypatch.setenv("KT_NOTEBOOK_DATA", str(FIXTURE))
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
