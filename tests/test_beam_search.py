@@ -9,12 +9,11 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from keras_transformer import Transformer, TransformerConfig, beam_search
+from keras_transformer import TransformerConfig, beam_search
 from keras_transformer.decoding import compiled, search_beams
-from test_decoding import reference_greedy
+from test_decoding import CONFIG, model, reference_greedy  # noqa: F401  (model: the shared fixture)
 
 EOS = 2
-CONFIG = TransformerConfig.tiny(vocab_size=40, dropout=0.0, max_length=20)
 SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
 
 
@@ -132,18 +131,6 @@ def test_a_beam_as_wide_as_the_search_space_is_exact():
     result = beam_search(ScriptedModel(random_logits, vocab_size=5), [[3, 2]], beam_size=15, alpha=0.6, max_decode_length=3)
     np.testing.assert_array_equal(result.ids.numpy()[0], [ids for _, ids in expected])
     np.testing.assert_allclose(result.scores.numpy()[0], [score for score, _ in expected], rtol=1e-5)
-
-
-@pytest.fixture(scope="module")
-def model():
-    model = Transformer(CONFIG)
-    model.build()
-    # Large random weights make the untrained model's choices vary from step to step.
-    rng = np.random.default_rng(1)
-    for weight in model.weights:
-        if "layer_norm" not in weight.path:
-            weight.assign(rng.normal(scale=2.0, size=weight.shape) / np.sqrt(weight.shape[0]))
-    return model
 
 
 class Uncached:
