@@ -41,10 +41,18 @@ class StepBudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Eq. 3 fitted to the steps a run will actually get.
 
     Deviation from the paper: for runs far shorter than the paper's 100k steps. With T the
-    step budget, warm-up lasts `warmup_fraction * T` steps (Eq. 3 with that warmup_steps), and
-    the last `cooldown_fraction * T` steps decay linearly to zero:
+    step budget and w = `warmup_fraction * T`, the schedule keeps Eq. 3's peak learning rate,
+    d_model^-0.5 * warmup_steps^-0.5 (the paper's warmup_steps = 4000), but reaches it after w
+    steps, decays as Eq. 3 does after it, and over the last `cooldown_fraction * T` steps
+    decays linearly to zero:
 
-        lrate = Eq3(step_num; warmup = w T) * min(1, (T - step_num) / (c T))
+        lrate = d_model^-0.5 * warmup_steps^-0.5 * min((w / step_num)^0.5, step_num / w)
+                * min(1, (T - step_num) / (c T))
+
+    With w = warmup_steps and no cool-down this is Eq. 3. Only the timing is fitted, not the
+    peak: Eq. 3 with a short warm-up would peak at d_model^-0.5 * w^-0.5, several times higher
+    (a 1000-step budget with 10% warm-up would peak 6.3x above the paper's), which sends a
+    post-LN Transformer to predicting end-of-sentence everywhere.
 
     `total_steps` (T) is a variable so that a wall-clock budget can set it once the speed of
     the first steps is known (`keras_transformer.budget.TimeBudget`).
@@ -58,6 +66,7 @@ class StepBudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
         cooldown_fraction: float = 0.2,
         scale: float = 1.0,
         accumulation_steps: int = 1,
+        warmup_steps: int = 4000,
     ):
         if not 0.0 < warmup_fraction < 1.0 or not 0.0 <= cooldown_fraction < 1.0:
             raise ValueError(f"warmup_fraction must be in (0, 1) and cooldown_fraction in [0, 1), got {warmup_fraction}, {cooldown_fraction}")
@@ -66,17 +75,19 @@ class StepBudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.cooldown_fraction = cooldown_fraction
         self.scale = scale
         self.accumulation_steps = accumulation_steps
+        self.warmup_steps = warmup_steps
         self.total_steps = keras.Variable(float(total_steps), dtype="float32", trainable=False, name="step_budget")
 
     def __call__(self, step):
         step_num = update_number(step, self.accumulation_steps)
         total = ops.maximum(self.total_steps, 1.0)
         warmup = ops.maximum(self.warmup_fraction * total, 1.0)
-        eq3 = self.scale * self.d_model**-0.5 * ops.minimum(ops.rsqrt(step_num), step_num * warmup**-1.5)
+        peak = self.scale * self.d_model**-0.5 * float(self.warmup_steps) ** -0.5
+        lrate = peak * ops.minimum(ops.sqrt(warmup / step_num), step_num / warmup)
         if not self.cooldown_fraction:
-            return eq3
+            return lrate
         cooldown = ops.clip((total - step_num) / (self.cooldown_fraction * total), 0.0, 1.0)
-        return eq3 * cooldown
+        return lrate * cooldown
 
     def get_config(self):
         return {
@@ -86,4 +97,5 @@ class StepBudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "cooldown_fraction": self.cooldown_fraction,
             "scale": self.scale,
             "accumulation_steps": self.accumulation_steps,
+            "warmup_steps": self.warmup_steps,
         }

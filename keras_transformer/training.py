@@ -50,6 +50,7 @@ def learning_rate_schedule(d_model: int, training: TrainingConfig):
             training.cooldown_fraction,
             training.learning_rate_scale,
             accumulation,
+            training.warmup_steps,
         )
     return TransformerSchedule(d_model, training.warmup_steps, training.learning_rate_scale, accumulation)
 

@@ -25,16 +25,24 @@ def lr(schedule, step_num):
 
 def test_step_budget_schedule_warms_up_and_cools_down_by_fractions():
     schedule = StepBudgetSchedule(d_model=256, total_steps=1000, warmup_fraction=0.1, cooldown_fraction=0.2)
-    eq3 = TransformerSchedule(d_model=256, warmup_steps=100)  # 0.1 * 1000
-    assert lr(schedule, 1) == pytest.approx(lr(eq3, 1), rel=1e-5)
-    assert lr(schedule, 100) == pytest.approx(256**-0.5 * 100**-0.5, rel=1e-5)  # the peak
-    assert lr(schedule, 800) == pytest.approx(lr(eq3, 800), rel=1e-5)  # cool-down not begun
-    assert lr(schedule, 900) == pytest.approx(0.5 * lr(eq3, 900), rel=1e-4)  # half way down
+    peak = 256**-0.5 * 4000**-0.5  # Eq. 3's peak with the paper's warmup_steps, reached at w = 0.1 * 1000
+    assert lr(schedule, 1) == pytest.approx(peak / 100, rel=1e-5)  # linear warm-up over 100 steps
+    assert lr(schedule, 50) == pytest.approx(peak / 2, rel=1e-5)
+    assert lr(schedule, 100) == pytest.approx(peak, rel=1e-5)
+    assert lr(schedule, 400) == pytest.approx(peak * (100 / 400) ** 0.5, rel=1e-5)  # Eq. 3's inverse square root
+    assert lr(schedule, 900) == pytest.approx(0.5 * peak * (100 / 900) ** 0.5, rel=1e-4)  # half way down the cool-down
     assert lr(schedule, 1000) == 0.0
     schedule.total_steps.assign(2000.0)  # a new budget moves warm-up and cool-down with it
-    assert lr(schedule, 200) == pytest.approx(256**-0.5 * 200**-0.5, rel=1e-5)
+    assert lr(schedule, 200) == pytest.approx(peak, rel=1e-5)
+    assert lr(schedule, 100) == pytest.approx(peak / 2, rel=1e-5)
     revived = StepBudgetSchedule.from_config(schedule.get_config())
     assert lr(revived, 1500) == pytest.approx(lr(schedule, 1500))
+
+
+def test_the_peak_is_equation_3s_whatever_the_budget():
+    for total_steps in (200, 1000, 50000):
+        schedule = StepBudgetSchedule(d_model=512, total_steps=total_steps, warmup_fraction=0.1, scale=2.0, warmup_steps=4000)
+        assert lr(schedule, total_steps // 10) == pytest.approx(2.0 * 512**-0.5 * 4000**-0.5, rel=1e-5)
 
 
 def test_without_cool_down_it_is_equation_3():
