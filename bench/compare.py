@@ -48,7 +48,7 @@ def main(argv=None):
     load_before = load_average()
     ceiling = matmul_ceiling_gflops(args.ceiling_size)
     dataset = repeated(synthetic_batch(workload))
-    models = {"ours": build_ours(workload, args.jit_compile), "keras_hub": build_keras_hub(workload, args.jit_compile)}
+    models = {"ours": build_ours(workload, args.jit_compile), "keras_hub": build_keras_hub(workload.config, args.jit_compile)}
     for model in models.values():
         fit_steps(model, dataset, args.warmup)
     times = {name: [] for name in models}
