@@ -2,21 +2,61 @@
 
 The work is fixed: `--sentences` x `--source-length` random source tokens, exactly `--generate`
 target tokens per hypothesis (EOS is never chosen; see `forbid_eos`). Prints one JSON line with
-target tokens/s for the batch and the latency of one sentence:
+target tokens/s for the batch and the latency of one sentence (both after an untimed warm-up
+call per shape, so tracing and XLA compilation are not timed):
 
-    python bench/decode_throughput.py --search greedy
+    python bench/decode_throughput.py --search greedy|beam --runner python|xla|savedmodel|tflite|keras_hub|keras_hub_xla
 
-`--search beam` (beam 4, alpha 0.6) runs once `keras_transformer.beam_search` exists (the beam
-search issue). Other execution paths (SavedModel, XLA, TFLite) plug in as entries of `RUNNERS`.
+Runners (entries of `RUNNERS`), all on the same random weights (keras-hub: its own, same shapes):
+
+- `python`: `keras_transformer.beam_search` (a `tf.function`) called from Python; greedy is
+  beam size 1, alpha 0 (what `greedy_search` calls).
+- `xla`: the same `search_beams` in a `tf.function(jit_compile=True)`, compiled once per input
+  shape (batch 16 and batch 1).
+- `savedmodel`: the package's ids-only export (`serving.TranslationModule(model, decode=...)`,
+  saved to a temporary directory), loaded with `tf.saved_model.load` in this process, called
+  through its `serving_default` (= `translate_ids`) signature.
+- `tflite`: the TFLite builtins model of that same module (`export.tflite_models`: weights frozen
+  into constants), run by LiteRT's `Interpreter` with as many threads as TensorFlow's intra-op
+  pool; its signature runner resizes the input to the batch and re-allocates on every call
+  (timed, as a deployment pays it). LiteRT's default delegate (XNNPACK) takes what it can.
+- `keras_hub`, `keras_hub_xla`: keras-hub 0.32's `BeamSampler(num_beams=K)` or `GreedySampler`
+  driving `peers.build_keras_hub`'s layers with their key/value caches (`peers.keras_hub_generate`),
+  in a `tf.function`, without and with XLA.
+
+The exported search is the bench's, not `paper_beam_search`: the export's `decode` argument
+sets the length rule, and `--source-length 32` with the paper's limit |source| + 50 would decode
+82 tokens, not 64. Every runner is checked to produce exactly `--generate` tokens per hypothesis
+(`generated_tokens` in the record is what the first call produced).
+
+Not apples-to-apples with keras-hub (read its figures as "keras-hub's standard generation
+path", not as the same algorithm): its beam sampler has no length penalty (the record's `alpha`
+is null) and no finished set, keeps K candidates per step (ours 2K) and returns only the best
+beam; it takes softmax then log (ours log-softmax); its sampler's cache holds the encoder
+output and the source mask besides the two key/value caches, and every leaf is reordered every
+step; one extra decoder call on the start token builds the cross-attention cache (65 decoder
+calls for 64 tokens, as in keras-hub's Bart); learned positions and an untied output `Dense`
+(same FLOPs). Greedy is the same algorithm on both sides.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.metadata
+import os
+import tempfile
 import time
 
 import numpy as np
+import tensorflow as tf
 from common import FIRST_TOKEN, WORKLOADS, emit, load_average, median, record
+from peers import keras_hub_generate
+
+from keras_transformer import Transformer, beam_search
+from keras_transformer.decoding import search_beams
+from keras_transformer.export import ids_saved_model_dir, tflite_models
+from keras_transformer.serving import IDS_SPEC, TranslationModule
 
 
 def forbid_eos(model) -> None:
@@ -33,18 +73,61 @@ def forbid_eos(model) -> None:
     model.embedding.embeddings.assign(table)
 
 
-def python_runner(model, search: str, generate: int, beam_size: int, alpha: float):
-    """The package's own `tf.function` search, called from Python."""
-    import keras_transformer
-
+def search_settings(search: str, generate: int, beam_size: int, alpha: float) -> dict:
+    """Static arguments of `beam_search`/`search_beams` that give exactly `generate` tokens per
+    hypothesis: a static length, and the limit a * |source| + b with a = 0, b = `generate`."""
     if search == "greedy":
-        return lambda ids: keras_transformer.greedy_search(model, ids, a=0.0, b=generate).ids
-    if not hasattr(keras_transformer, "beam_search"):
-        raise SystemExit("keras_transformer.beam_search does not exist yet (beam search issue); use --search greedy")
-    return lambda ids: keras_transformer.beam_search(model, ids, beam_size=beam_size, alpha=alpha, max_decode_length=generate).ids
+        beam_size, alpha = 1, 0.0
+    return dict(beam_size=beam_size, alpha=alpha, max_decode_length=generate, a=0.0, b=generate)
 
 
-RUNNERS = {"python": python_runner}
+def python_runner(model, settings: dict):
+    return lambda ids: beam_search(model, ids, **settings).ids
+
+
+def xla_runner(model, settings: dict):
+    return tf.function(lambda ids: search_beams(model, ids, **settings)[0], jit_compile=True)
+
+
+def exported(model, settings: dict) -> TranslationModule:
+    """The package's ids-only export module, decoding with the bench's search."""
+    return TranslationModule(model, decode=functools.partial(beam_search, **settings))
+
+
+def savedmodel_runner(model, settings: dict):
+    with tempfile.TemporaryDirectory() as out:
+        path = ids_saved_model_dir(out, "translator")
+        exported(model, settings).save(path)
+        signature = tf.saved_model.load(path).signatures["serving_default"]  # variables are read in now
+    return lambda ids: signature(source_ids=tf.constant(ids))["ids"]
+
+
+def tflite_runner(model, settings: dict):
+    from ai_edge_litert.interpreter import Interpreter
+
+    (flatbuffer,) = tflite_models(exported(model, settings).translate_ids, IDS_SPEC)
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
+    runner = Interpreter(model_content=flatbuffer, num_threads=threads).get_signature_runner()
+    return lambda ids: runner(source_ids=ids)["ids"]
+
+
+def keras_hub_runner(model, settings: dict, jit_compile: bool = False):
+    search = "greedy" if settings["beam_size"] == 1 else "beam"
+    run = keras_hub_generate(model.config, search, settings["max_decode_length"], settings["beam_size"])
+    return tf.function(run, jit_compile=jit_compile)
+
+
+# name: runner(model, search_settings(...)) -> run(source_ids [B, S] int32) -> ids [B, beam, L]
+RUNNERS = {
+    "python": python_runner,
+    "xla": xla_runner,
+    "savedmodel": savedmodel_runner,
+    "tflite": tflite_runner,
+    "keras_hub": keras_hub_runner,
+    "keras_hub_xla": functools.partial(keras_hub_runner, jit_compile=True),
+}
+NO_LENGTH_PENALTY = {"keras_hub", "keras_hub_xla"}  # no alpha: the record says null
+PACKAGES = {"tflite": "ai-edge-litert", "keras_hub": "keras-hub", "keras_hub_xla": "keras-hub"}  # beyond record()'s versions
 
 
 def time_calls(run, ids, repeats: int) -> list[float]:
@@ -56,54 +139,87 @@ def time_calls(run, ids, repeats: int) -> list[float]:
     return times
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_work_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model, search and fixed work (shared with `decode_compare.py`)."""
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="base", help="model sizes")
     parser.add_argument("--search", choices=["greedy", "beam"], default="greedy")
-    parser.add_argument("--runner", choices=sorted(RUNNERS), default="python")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (Wu et al., 2016)")
     parser.add_argument("--sentences", type=int, default=16)
     parser.add_argument("--source-length", type=int, default=32)
     parser.add_argument("--generate", type=int, default=64, help="target tokens per hypothesis, forced")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls (after one untimed call)")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_work_arguments(parser)
+    parser.add_argument("--runner", choices=sorted(RUNNERS), default="python")
     return parser.parse_args(argv)
 
 
-def main(argv=None):
-    from keras_transformer import Transformer
-
-    args = parse_args(argv)
-    config = WORKLOADS[args.workload].config
-    load_before = load_average()
+def build_model(workload: str):
+    """Our Transformer at the workload's sizes, random weights, EOS forbidden."""
+    config = WORKLOADS[workload].config
     model = Transformer(config)
     model.build()
     forbid_eos(model)
-    run = RUNNERS[args.runner](model, args.search, args.generate, args.beam_size, args.alpha)
+    return model
+
+
+def source_batch(config, sentences: int, source_length: int) -> np.ndarray:
+    """[sentences, source_length] int32 random non-reserved tokens, no padding, the same every run."""
     rng = np.random.default_rng(0)
-    batch = rng.integers(FIRST_TOKEN, config.vocab_size, size=(args.sentences, args.source_length), dtype=np.int32)
-    ids = np.asarray(run(batch))  # [B, beam, L]; traces the search
-    generated = (ids != config.pad_id).sum(axis=-1)
+    return rng.integers(FIRST_TOKEN, config.vocab_size, size=(sentences, source_length), dtype=np.int32)
+
+
+def prepare(name: str, model, batch, args):
+    """Runner `name`, warmed on the batch and on its first sentence (tracing, XLA compilation,
+    allocation are not timed), with the work checked. Returns (run, generated tokens per hypothesis)."""
+    config = model.config
+    run = RUNNERS[name](model, search_settings(args.search, args.generate, args.beam_size, args.alpha))
+    ids = np.asarray(run(batch))  # [B, beam, L]
+    generated = (ids != config.pad_id).sum(axis=-1)  # [B, beam]
     if not (generated == args.generate).all() or (ids == config.eos_id).any():
-        raise SystemExit(f"the work is not fixed: generated lengths {sorted(set(generated.ravel()))}, want {args.generate}")
-    batch_s = median(time_calls(run, batch, args.repeats))
-    one = batch[:1]
-    run(one)  # batch 1 is a new shape for the caller, not for the tf.function; warm it anyway
-    latency_s = median(time_calls(run, one, args.repeats))
+        raise SystemExit(f"{name}: the work is not fixed: generated lengths {sorted(set(generated.ravel()))}, want {args.generate}")
+    run(batch[:1])
+    return run, int(generated.max())
+
+
+def measure(run, batch, repeats: int) -> tuple[float, float]:
+    """(median seconds of the batch, median seconds of its first sentence alone)."""
+    return median(time_calls(run, batch, repeats)), median(time_calls(run, batch[:1], repeats))
+
+
+def runner_fields(name: str, args, generated: int, batch_s: float, latency_s: float) -> dict:
+    beam = args.search == "beam"
+    return dict(
+        runner=name,
+        beam_size=args.beam_size if beam else 1,
+        alpha=args.alpha if beam and name not in NO_LENGTH_PENALTY else None,
+        generated_tokens=generated,
+        batch_s_median=round(batch_s, 4),
+        tgt_tokens_per_s=round(args.sentences * generated / batch_s, 1),
+        batch1_latency_s=round(latency_s, 4),
+        runner_package=f"{PACKAGES[name]}=={importlib.metadata.version(PACKAGES[name])}" if name in PACKAGES else None,
+    )
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    load_before = load_average()
+    model = build_model(args.workload)
+    batch = source_batch(model.config, args.sentences, args.source_length)
+    run, generated = prepare(args.runner, model, batch, args)
+    batch_s, latency_s = measure(run, batch, args.repeats)
     emit(
         record(
             benchmark="decode_throughput",
             workload=args.workload,
             search=args.search,
-            runner=args.runner,
-            beam_size=args.beam_size if args.search == "beam" else 1,
-            alpha=args.alpha if args.search == "beam" else None,
             sentences=args.sentences,
             source_length=args.source_length,
-            generated_tokens=args.generate,
-            batch_s_median=round(batch_s, 4),
-            tgt_tokens_per_s=round(args.sentences * args.generate / batch_s, 1),
-            batch1_latency_s=round(latency_s, 4),
+            **runner_fields(args.runner, args, generated, batch_s, latency_s),
             repeats=args.repeats,
             load_before=load_before,
         )

@@ -37,9 +37,31 @@ def test_train_throughput(capsys):
     assert line["achieved_gflops"] == pytest.approx(line["model_flops_per_step"] / line["step_s_median"] / 1e9, rel=0.01)
 
 
-def test_decode_throughput(capsys):
-    argv = ["--workload", "tiny", "--sentences", "2", "--source-length", "5", "--generate", "6", "--repeats", "1"]
+DECODE_WORK = ["--workload", "tiny", "--sentences", "2", "--source-length", "3", "--generate", "2", "--repeats", "1"]
+PEER_PACKAGES = {"tflite": "ai_edge_litert", "keras_hub": "keras_hub", "keras_hub_xla": "keras_hub"}
+
+
+@pytest.mark.parametrize(
+    "runner, search",
+    [
+        ("python", "greedy"),
+        ("python", "beam"),
+        ("xla", "beam"),
+        ("savedmodel", "beam"),
+        ("tflite", "beam"),
+        ("keras_hub", "greedy"),
+        ("keras_hub", "beam"),
+        ("keras_hub_xla", "beam"),
+    ],
+)
+def test_decode_throughput(runner, search, capsys):
+    if runner in PEER_PACKAGES:
+        pytest.importorskip(PEER_PACKAGES[runner], reason=f"{PEER_PACKAGES[runner]} (an extra) is not installed")
+    argv = DECODE_WORK + ["--runner", runner, "--search", search, "--beam-size", "2"]
     line = run_main("decode_throughput", argv, capsys)
+    assert line["runner"] == runner and line["generated_tokens"] == 2
+    assert line["beam_size"] == (2 if search == "beam" else 1)
+    assert (line["alpha"] is None) == (search == "greedy" or runner.startswith("keras_hub"))
     assert line["tgt_tokens_per_s"] > 0 and line["batch1_latency_s"] > 0
 
 
