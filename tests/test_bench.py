@@ -65,6 +65,15 @@ def test_decode_throughput(runner, search, capsys):
     assert line["tgt_tokens_per_s"] > 0 and line["batch1_latency_s"] > 0
 
 
+def test_decode_compare(capsys):
+    pytest.importorskip("keras_hub", reason="keras-hub is in the `bench` extra, not installed")
+    argv = DECODE_WORK + ["--search", "beam", "--beam-size", "2", "--runners", "python", "keras_hub", "--rounds", "2"]
+    line = run_main("decode_compare", argv, capsys)
+    assert set(line["systems"]) == {"python", "keras_hub"} and line["reference"] == "python"
+    assert len(line["systems"]["keras_hub"]["batch_s_per_round"]) == 2
+    assert line["speedup_of_reference_batch"]["keras_hub"]["of_medians"] > 0
+
+
 def test_compare(capsys):
     pytest.importorskip("keras_hub", reason="keras-hub is in the `bench` extra, not installed")
     line = run_main("compare", ["--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys)
