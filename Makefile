@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= runs/demo
-DEMO_BUDGET ?= 5m
+DEMO_BUDGET ?= 6m
 
 .PHONY: demo test test-fast install install-dev clean
 
@@ -19,13 +19,12 @@ install-dev: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 
 demo: install
-	$(BIN)/keras-transformer train --data bible-en-de --preset small --model-dir $(DEMO_DIR) \
-		--time-budget $(DEMO_BUDGET) --warmup-fraction 0.1 --steps-per-epoch 50 --batch-tokens 2048 --learning-rate-scale 2
+	$(BIN)/keras-transformer train --data bible-en-de --preset small --model-dir $(DEMO_DIR) --time-budget $(DEMO_BUDGET)
 	$(BIN)/keras-transformer translate --model-dir $(DEMO_DIR) \
 		"In the beginning God created the heavens and the earth." \
 		"Jesus wept." \
 		"The Lord is my shepherd; I shall not want."
-	$(BIN)/keras-transformer evaluate --model-dir $(DEMO_DIR) --limit 100
+	$(BIN)/keras-transformer evaluate --model-dir $(DEMO_DIR) --show 3
 
 test: install-dev
 	$(BIN)/python -m pytest -q --durations=10

@@ -66,7 +66,7 @@ def forbid_eos(model) -> None:
     the EOS embedding row to -1 the logit is (n + 1) . (-1) = -d_model, far below every other
     (random) logit. The weights change, not the code: every execution path sees the same model.
     """
-    norm = model.decoder.blocks[-1].feed_forward_residual.layer_norm
+    norm = model.decoder.final_layer_norm or model.decoder.blocks[-1].feed_forward_residual.layer_norm  # pre-LN or post-LN
     norm.beta.assign(np.ones(norm.beta.shape, "float32"))
     table = model.embedding.embeddings.numpy()
     table[model.config.eos_id] = -1.0

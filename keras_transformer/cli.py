@@ -26,22 +26,26 @@ def _add_train(subparsers):
     p.add_argument("--preset", default="small", help=f"model preset: {', '.join(PRESETS)} (default small)")
     p.add_argument("--model-dir", required=True)
     p.add_argument("--max-steps", type=int, default=TrainingConfig.max_steps)
-    p.add_argument("--steps-per-epoch", type=int, default=TrainingConfig.steps_per_epoch, help="steps between checkpoints")
-    p.add_argument("--batch-tokens", type=int, default=TrainingConfig.batch_tokens, help="padded tokens per side per batch")
-    p.add_argument("--warmup-steps", type=int, default=TrainingConfig.warmup_steps)
-    p.add_argument("--learning-rate-scale", type=float, default=TrainingConfig.learning_rate_scale)
+    # Defaults of None: the preset's training settings (`TrainingConfig.preset`) apply.
+    p.add_argument("--steps-per-epoch", type=int, help="steps between checkpoints (default: the preset's)")
+    p.add_argument("--batch-tokens", type=int, help="padded tokens per side per batch (default: the preset's)")
+    p.add_argument("--warmup-steps", type=int, help="Eq. 3's warmup_steps (default 4000)")
+    p.add_argument("--learning-rate-scale", type=float, help="multiplies Eq. 3 (default: the preset's)")
     p.add_argument("--time-budget", help="stop after this wall-clock time, e.g. 30m or 2h (a final checkpoint is kept)")
     p.add_argument(
         "--warmup-fraction",
         type=float,
-        help="fit the schedule to the step budget: warm up for this fraction of it (instead of --warmup-steps)",
+        help="fit the schedule to the step budget: warm up for this fraction of it (default: the preset's)",
     )
-    p.add_argument("--cooldown-fraction", type=float, default=TrainingConfig.cooldown_fraction, help="with --warmup-fraction: decay to 0 over this last fraction")
+    p.add_argument("--cooldown-fraction", type=float, help="with --warmup-fraction: decay to 0 over this last fraction")
     p.add_argument("--seed", type=int, default=TrainingConfig.seed)
     p.add_argument("--vocab-size", type=int, help="subword vocabulary size (default: the preset's)")
     p.add_argument("--max-length", type=int, help="longest sequence in tokens (default: the preset's)")
     p.add_argument("--dropout", type=float, help="P_drop (default: the preset's)")
     p.add_argument("--label-smoothing", type=float, help="epsilon_ls (default: the preset's)")
+    p.add_argument(
+        "--norm-first", action=argparse.BooleanOptionalAction, help="pre-LN sub-layers (default: the preset's; the paper's is post-LN)"
+    )
     d = p.add_argument_group("distribution, fault tolerance and speed")
     d.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy (default auto)")
     d.add_argument("--cpu-devices", type=int, help="split the CPU into N logical devices (try mirrored without GPUs)")
@@ -114,24 +118,25 @@ def _train(args):
         use_cpu_devices(args.cpu_devices)
     overrides = {
         name: getattr(args, name)
-        for name in ("vocab_size", "max_length", "dropout", "label_smoothing")
+        for name in ("vocab_size", "max_length", "dropout", "label_smoothing", "norm_first")
         if getattr(args, name) is not None
     }
     config = TransformerConfig.preset(args.preset, **overrides)
-    training = TrainingConfig(
+    training_overrides = {
+        name: getattr(args, name)
+        for name in ("steps_per_epoch", "batch_tokens", "warmup_steps", "learning_rate_scale", "warmup_fraction", "cooldown_fraction")
+        if getattr(args, name) is not None
+    }
+    training = TrainingConfig.preset(
+        args.preset,
+        **training_overrides,
         max_steps=args.max_steps,
-        steps_per_epoch=args.steps_per_epoch,
-        batch_tokens=args.batch_tokens,
-        warmup_steps=args.warmup_steps,
-        learning_rate_scale=args.learning_rate_scale,
         seed=args.seed,
         checkpoint_every=args.checkpoint_every,
         grad_accumulation=args.grad_accumulation,
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
         time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
-        warmup_fraction=args.warmup_fraction,
-        cooldown_fraction=args.cooldown_fraction,
         bleu_every_epochs=args.bleu_every_epochs,
     )
     strategy = resolve_strategy(args.strategy, args.collective_timeout)

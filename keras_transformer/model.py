@@ -26,8 +26,9 @@ class Transformer(keras.Model):
         self.embedding = SharedEmbedding(c.vocab_size, c.d_model, name="shared_embedding", dtype=policy)
         self.positional_encoding = PositionalEncoding(c.max_length, name="positional_encoding", dtype=policy)
         self.embedding_dropout = keras.layers.Dropout(c.dropout, name="embedding_dropout", dtype=policy)
-        self.encoder = Encoder(c.num_layers, c.num_heads, c.d_ff, c.dropout, c.layer_norm_epsilon, name="encoder", dtype=policy)
-        self.decoder = Decoder(c.num_layers, c.num_heads, c.d_ff, c.dropout, c.layer_norm_epsilon, name="decoder", dtype=policy)
+        stack = dict(dropout=c.dropout, layer_norm_epsilon=c.layer_norm_epsilon, norm_first=c.norm_first, dtype=policy)
+        self.encoder = Encoder(c.num_layers, c.num_heads, c.d_ff, name="encoder", **stack)
+        self.decoder = Decoder(c.num_layers, c.num_heads, c.d_ff, name="decoder", **stack)
 
     def build(self, input_shape=None):
         hidden = (None, None, self.config.d_model)

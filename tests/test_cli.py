@@ -168,3 +168,18 @@ def test_corrupt_config(capsys, trained, tmp_path):
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         f.write("{not json")
     assert "config.json is corrupt" in error_of(capsys, "evaluate", "--model-dir", model_dir)
+
+
+def test_train_takes_the_presets_model_and_training_settings_and_flags_override_them(monkeypatch, tmp_path):
+    from keras_transformer import TrainingConfig, TransformerConfig
+
+    calls = []
+    monkeypatch.setattr("keras_transformer.training.train", lambda model_dir, config, training, data, **_: calls.append((config, training)))
+    main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "small", "--time-budget", "30m"])
+    assert calls[-1] == (TransformerConfig.small(), TrainingConfig.preset("small", time_budget_s=1800.0))
+    main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "small", "--batch-tokens", "4096", "--no-norm-first", "--dropout", "0.1"])
+    config, training = calls[-1]
+    assert training.batch_tokens == 4096 and training.fits_schedule_to_budget
+    assert not config.norm_first and config.dropout == 0.1
+    main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "base"])
+    assert calls[-1] == (TransformerConfig.base(), TrainingConfig())  # the paper's Eq. 3, warmup_steps 4000

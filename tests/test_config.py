@@ -49,3 +49,14 @@ def test_training_config_validation():
     assert TrainingConfig().warmup_steps == 4000
     with pytest.raises(ValueError, match="batch_tokens"):
         TrainingConfig(batch_tokens=0)
+
+
+def test_training_presets_paper_for_base_and_big_cpu_recipe_for_small():
+    assert TrainingConfig.preset("base") == TrainingConfig.preset("big") == TrainingConfig.preset("tiny") == TrainingConfig()
+    assert not TrainingConfig.preset("base").fits_schedule_to_budget  # Eq. 3 with warmup_steps 4000
+    small = TrainingConfig.preset("small")
+    assert small.fits_schedule_to_budget and small.batch_tokens < TrainingConfig().batch_tokens
+    assert TrainingConfig.preset("small", batch_tokens=4096).batch_tokens == 4096  # overrides win
+    assert TransformerConfig.small().norm_first and not TransformerConfig.base().norm_first  # the paper's post-LN by default
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        TrainingConfig.preset("huge")

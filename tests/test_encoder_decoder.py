@@ -62,3 +62,28 @@ def test_dropout_only_in_training():
     layer = EncoderLayer(num_heads=4, d_ff=32, dropout=0.5)
     np.testing.assert_allclose(layer(X, training=False), layer(X, training=False))
     assert not np.allclose(layer(X, training=True), layer(X, training=False))
+
+
+def test_sublayer_connection_is_post_ln_by_default_and_pre_ln_with_norm_first():
+    from keras_transformer.layers.encoder import SublayerConnection
+
+    def layer_norm(v):
+        return (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-6)
+
+    sublayer = lambda v: 2.0 * v + 1.0  # noqa: E731
+    post, pre = SublayerConnection(dropout=0.0), SublayerConnection(dropout=0.0, norm_first=True)
+    post.build(X.shape)
+    pre.build(X.shape)
+    np.testing.assert_allclose(post(X, sublayer(np.asarray(post.sublayer_input(X)))), layer_norm(X + sublayer(X)), atol=1e-5)
+    np.testing.assert_allclose(pre(X, sublayer(np.asarray(pre.sublayer_input(X)))), X + sublayer(layer_norm(X)), atol=1e-5)
+
+
+def test_pre_ln_stacks_end_with_a_layer_norm():
+    encoder = Encoder(num_layers=2, **LAYER, norm_first=True)
+    out = np.asarray(encoder(X))
+    np.testing.assert_allclose(out.mean(-1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(out.std(-1), 1.0, atol=1e-3)
+    assert len(encoder.trainable_weights) == 28 + 2  # the post-LN stack's weights and the final gamma, beta
+    decoder = Decoder(num_layers=2, **LAYER, norm_first=True)
+    decoder(X, MEMORY)
+    assert len(decoder.trainable_weights) == 44 + 2

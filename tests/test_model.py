@@ -4,14 +4,13 @@ import pytest
 
 from keras_transformer import Transformer, TransformerConfig
 
-CONFIG = TransformerConfig.tiny(vocab_size=50, dropout=0.0)
 SOURCE = np.array([[5, 6, 7, 8, 2, 0], [9, 10, 2, 0, 0, 0]], np.int32)
 TARGET_IN = np.array([[1, 11, 12, 13], [1, 14, 15, 16]], np.int32)
 
 
-@pytest.fixture(scope="module")
-def model():
-    model = Transformer(CONFIG)
+@pytest.fixture(scope="module", params=[False, True], ids=["post_ln", "pre_ln"])
+def model(request):
+    model = Transformer(TransformerConfig.tiny(vocab_size=50, dropout=0.0, norm_first=request.param))
     model.build()
     return model
 
@@ -56,7 +55,7 @@ def test_keras_round_trip_gives_identical_outputs(model, tmp_path):
     path = tmp_path / "model.keras"
     model.save(path)
     reloaded = keras.saving.load_model(path)
-    assert reloaded.config == CONFIG
+    assert reloaded.config == model.config
     np.testing.assert_array_equal(reloaded((SOURCE, TARGET_IN)), model((SOURCE, TARGET_IN)))
 
 
@@ -71,10 +70,10 @@ def test_cached_decode_steps_equal_the_full_forward_pass(model):
 
 def test_attention_weights_for_every_layer_and_head(model):
     weights = model.attention_weights(SOURCE, TARGET_IN)
-    assert len(weights["encoder"]) == CONFIG.num_layers
-    assert weights["encoder"][0].shape == (2, CONFIG.num_heads, 6, 6)
-    assert weights["decoder_self"][0].shape == (2, CONFIG.num_heads, 4, 4)
-    assert weights["decoder_cross"][1].shape == (2, CONFIG.num_heads, 4, 6)
+    assert len(weights["encoder"]) == model.config.num_layers
+    assert weights["encoder"][0].shape == (2, model.config.num_heads, 6, 6)
+    assert weights["decoder_self"][0].shape == (2, model.config.num_heads, 4, 4)
+    assert weights["decoder_cross"][1].shape == (2, model.config.num_heads, 4, 6)
     cross = np.asarray(weights["decoder_cross"][0])
     np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-5)
     assert np.all(cross[1, :, :, 3:] == 0.0)  # source padding gets no attention
@@ -92,7 +91,7 @@ def test_a_tensorflow_checkpoint_holds_every_weight(model, tmp_path):
     path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
     saved = {name for name, _ in tf.train.list_variables(path) if name.startswith("model/")}
     assert len(saved) == len(model.weights)  # every layer, also those built in a stack
-    fresh = Transformer(CONFIG)
+    fresh = Transformer(model.config)
     fresh.build()
     tf.train.Checkpoint(model=fresh).restore(path).assert_consumed()
     np.testing.assert_array_equal(fresh((SOURCE, TARGET_IN)), model((SOURCE, TARGET_IN)))

@@ -12,7 +12,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.encoder import SublayerConnection
+from keras_transformer.layers.encoder import SublayerConnection, final_layer_norm
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.masking import causal_mask, key_mask
 
@@ -36,6 +36,7 @@ class DecoderLayer(keras.layers.Layer):
         dropout: float = 0.1,
         layer_norm_epsilon: float = 1e-6,
         cross_attention: bool = True,
+        norm_first: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -44,12 +45,13 @@ class DecoderLayer(keras.layers.Layer):
         self.dropout = dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.cross_attention = cross_attention
+        self.norm_first = norm_first
 
     def build(self, x_shape, memory_shape=None):
         policy = self.dtype_policy
 
         def residual(name):
-            return SublayerConnection(self.dropout, self.layer_norm_epsilon, name=name, dtype=policy)
+            return SublayerConnection(self.dropout, self.layer_norm_epsilon, self.norm_first, name=name, dtype=policy)
 
         self.self_attention = MultiHeadAttention(self.num_heads, name="self_attention", dtype=policy)
         self.self_attention_residual = residual("self_attention_residual")
@@ -72,12 +74,13 @@ class DecoderLayer(keras.layers.Layer):
             raise ValueError("DecoderLayer(cross_attention=False) takes no `memory`")
 
     def _cross_and_feed_forward(self, x, attend_memory, training):
-        """The sub-layers after self-attention; `attend_memory(x)` returns (output, weights)."""
+        """The sub-layers after self-attention; `attend_memory(query)` returns (output, weights)."""
         cross_weights = None
         if self.cross_attention:
-            attention, cross_weights = attend_memory(x)
+            attention, cross_weights = attend_memory(self.cross_attention_residual.sublayer_input(x))
             x = self.cross_attention_residual(x, attention, training=training)  # [B, T, d_model]
-        x = self.feed_forward_residual(x, self.feed_forward(x), training=training)  # [B, T, d_model]
+        y = self.feed_forward_residual.sublayer_input(x)
+        x = self.feed_forward_residual(x, self.feed_forward(y), training=training)  # [B, T, d_model]
         return x, cross_weights
 
     def call(
@@ -93,7 +96,8 @@ class DecoderLayer(keras.layers.Layer):
         mask = causal_mask(ops.shape(x)[1])  # [1, T, T]
         if padding_mask is not None:
             mask = ops.logical_and(mask, key_mask(padding_mask))  # [B, T, T]
-        attention, self_weights = self.self_attention(x, x, attention_mask=mask, return_attention_scores=True)
+        y = self.self_attention_residual.sublayer_input(x)
+        attention, self_weights = self.self_attention(y, y, attention_mask=mask, return_attention_scores=True)
         x = self.self_attention_residual(x, attention, training=training)  # [B, T, d_model]
         memory_mask = None if memory_padding_mask is None else key_mask(memory_padding_mask)  # [B, 1, S]
         x, cross_weights = self._cross_and_feed_forward(
@@ -121,12 +125,13 @@ class DecoderLayer(keras.layers.Layer):
         Equals `call` on the whole prefix, at the last position, in inference mode.
         """
         max_length = ops.shape(cache["key"])[1]
-        key_t, value_t = self.self_attention.project_key_value(x)  # [B, 1, h, d_k]
+        y = self.self_attention_residual.sublayer_input(x)
+        key_t, value_t = self.self_attention.project_key_value(y)  # [B, 1, h, d_k]
         write = ops.reshape(ops.one_hot(position, max_length, dtype=key_t.dtype), (1, max_length, 1, 1))
         key = cache["key"] + write * key_t  # [B, L, h, d_k], position `position` filled
         value = cache["value"] + write * value_t
         visible = ops.reshape(ops.less_equal(ops.arange(max_length), position), (1, 1, max_length))  # [1, 1, L]
-        attention = self.self_attention.attend(x, key, value, attention_mask=visible)
+        attention = self.self_attention.attend(y, key, value, attention_mask=visible)
         x = self.self_attention_residual(x, attention, training=False)  # [B, 1, d_model]
         memory_mask = None if memory_padding_mask is None else key_mask(memory_padding_mask)  # [B, 1, S]
         x, _ = self._cross_and_feed_forward(
@@ -150,12 +155,14 @@ class DecoderLayer(keras.layers.Layer):
             "dropout": self.dropout,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "cross_attention": self.cross_attention,
+            "norm_first": self.norm_first,
         }
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Decoder(keras.layers.Layer):
-    """A stack of N identical decoder layers (§3.1) over embedded inputs [B, T, d_model]."""
+    """A stack of N identical decoder layers (§3.1) over embedded inputs [B, T, d_model]
+    (with `norm_first`, a final LayerNorm on top)."""
 
     def __init__(
         self,
@@ -165,6 +172,7 @@ class Decoder(keras.layers.Layer):
         dropout: float = 0.1,
         layer_norm_epsilon: float = 1e-6,
         cross_attention: bool = True,
+        norm_first: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -174,6 +182,7 @@ class Decoder(keras.layers.Layer):
         self.dropout = dropout
         self.layer_norm_epsilon = layer_norm_epsilon
         self.cross_attention = cross_attention
+        self.norm_first = norm_first
 
     def build(self, x_shape, memory_shape=None):
         for i in range(self.num_layers):
@@ -183,11 +192,13 @@ class Decoder(keras.layers.Layer):
                 self.dropout,
                 self.layer_norm_epsilon,
                 cross_attention=self.cross_attention,
+                norm_first=self.norm_first,
                 name=f"layer_{i}",
                 dtype=self.dtype_policy,
             )
             layer.build(x_shape, memory_shape)
             setattr(self, f"layer_{i}", layer)  # an attribute, not a list: tf.train.Checkpoint follows attributes only
+        self.final_layer_norm = final_layer_norm(self, x_shape)
 
     @property
     def blocks(self) -> list:
@@ -206,6 +217,7 @@ class Decoder(keras.layers.Layer):
                 return_attention_scores=True,
             )
             all_weights.append(weights)
+        x = self.final_layer_norm(x) if self.final_layer_norm else x
         return (x, all_weights) if return_attention_scores else x
 
     def init_cache(self, memory, max_length: int):
@@ -218,6 +230,7 @@ class Decoder(keras.layers.Layer):
         for layer, layer_cache in zip(self.blocks, cache):
             x, layer_cache = layer.decode_step(x, layer_cache, position, memory_padding_mask)
             new_cache.append(layer_cache)
+        x = self.final_layer_norm(x) if self.final_layer_norm else x
         return x, new_cache
 
     def compute_output_shape(self, x_shape, memory_shape=None):
@@ -232,4 +245,5 @@ class Decoder(keras.layers.Layer):
             "dropout": self.dropout,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "cross_attention": self.cross_attention,
+            "norm_first": self.norm_first,
         }
