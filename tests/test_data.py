@@ -96,6 +96,13 @@ def test_batches_are_bucketed_within_the_token_budget(tokenizer):
     assert 300 < seen <= 384  # a few over-long pairs are dropped, nothing else
 
 
+def test_batches_run_without_autotuning(tokenizer):
+    """Its thread can hold up an iterator's destructor for a minute, in every epoch's validation."""
+    for training in (False, True):
+        batches = make_batches(pairs_dataset(str(FIXTURE), "train"), tokenizer, max_length=64, batch_tokens=256, training=training)
+        assert batches.options().autotune.enabled is False
+
+
 def test_overlong_pairs_are_dropped(tokenizer):
     pairs = tf.data.Dataset.from_tensor_slices((["short", "long " * 100], ["kurz", "lang"]))
     batches = list(make_batches(pairs, tokenizer, max_length=16, batch_tokens=64, training=False))
