@@ -12,11 +12,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-install: $(BIN)/python
+# The editable install sees code changes; it is redone only when pyproject.toml changes.
+$(VENV)/installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
+	touch $@
 
-install-dev: $(BIN)/python
+$(VENV)/installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@ $(VENV)/installed
+
+install: $(VENV)/installed
+
+install-dev: $(VENV)/installed-dev
 
 demo: install
 	$(BIN)/keras-transformer train --data bible-en-de --preset small --model-dir $(DEMO_DIR) --time-budget $(DEMO_BUDGET)
