@@ -1,9 +1,8 @@
 """Autoregressive decoding as `tf.function`s over the model's key/value cache (§3, §6.1).
 
-The search never sees layers: it drives `model.encode`, `model.init_cache`,
-`model.decode_step(token_ids, position, cache) -> (logits, cache)` and
-`model.reorder_beams(cache, indices)`, which moves the rows of the cache (every leaf has the batch
-on axis 0) that differ between the beams of a sentence. The cache has a fixed length, every step has
+The search never sees layers: it drives `model.encode`, `model.init_cache` and
+`model.decode_step(token_ids, position, cache) -> (logits, cache)`, and reorders the cache by
+beam (every cache leaf has the batch on axis 0). The cache has a fixed length, every step has
 the same shapes, and sequences are written by one-hot position, so the same function runs as a
 `tf.function`, compiles under XLA (`jit_compile=True`, with a static `max_decode_length`) and
 converts to TFLite builtin ops.
@@ -84,9 +83,7 @@ def _gather_beams(values, indices):
     return tf.gather(flat, indices + tf.range(batch)[:, None] * width)  # [B, M, ...]
 
 
-def _beam_step(
-    state: BeamState, tokens_to_log_probs, reorder_beams, limits, beam_size: int, alpha: float, eos_id: int
-) -> BeamState:
+def _beam_step(state: BeamState, tokens_to_log_probs, limits, beam_size: int, alpha: float, eos_id: int) -> BeamState:
     """Extend every alive hypothesis by one token; refill the alive and the finished sets."""
     k = beam_size
     batch = tf.shape(state.alive_log_probs)[0]
@@ -120,7 +117,7 @@ def _beam_step(
         alive_token=_gather_beams(top_token, alive_rank),
         finished_ids=_gather_beams(merged_ids, finished_rank),
         finished_scores=finished_scores,
-        cache=reorder_beams(cache, cache_index),
+        cache=tf.nest.map_structure(lambda leaf: tf.gather(leaf, cache_index), cache),
     )
 
 
@@ -179,7 +176,7 @@ def search_beams(
     )
     state = tf.while_loop(
         lambda state: tf.logical_and(state.position < length, _searching(state, limits, alpha)),
-        lambda state: (_beam_step(state, tokens_to_log_probs, model.reorder_beams, limits, k, alpha, config.eos_id),),
+        lambda state: (_beam_step(state, tokens_to_log_probs, limits, k, alpha, config.eos_id),),
         (state,),
     )[0]
     return state.finished_ids, state.finished_scores

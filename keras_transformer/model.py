@@ -16,8 +16,7 @@ class Transformer(keras.Model):
 
     `model((source_ids, target_in_ids), training=...)` -> logits [B, T, vocab] (float32), where
     `target_in_ids` is the target shifted right (starting with `start_id`). Masks come from
-    `config.pad_id`. For decoding: `encode`, then `init_cache`, then `decode_step` (and
-    `reorder_beams`, in beam search) per position.
+    `config.pad_id`. For decoding: `encode`, then `init_cache` and `decode_step` per position.
     """
 
     def __init__(self, config: TransformerConfig | dict, **kwargs):
@@ -94,12 +93,6 @@ class Transformer(keras.Model):
         """The decoding state for `max_length` target positions: per-layer key/value caches and the
         source padding mask. Every leaf has the batch on axis 0."""
         return {"layers": self.decoder.init_cache(memory, max_length), "source_mask": source_mask}
-
-    def reorder_beams(self, cache, indices):
-        """The cache with its rows in the order `indices` [B], for beam search, which only moves
-        rows between the beams of one sentence: the source mask stays (see
-        `DecoderLayer.reorder_beams`)."""
-        return {**cache, "layers": [layer.reorder_beams(c, indices) for layer, c in zip(self.decoder.blocks, cache["layers"])]}
 
     def decode_step(self, token_ids, position, cache):
         """token_ids [B] at `position` (scalar) -> (logits [B, vocab] float32, updated cache).

@@ -17,15 +17,10 @@ EOS = 2
 SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
 
 
-def gather_rows(cache, indices):
-    """`reorder_beams` of the fakes below: every cache leaf's rows in the order `indices`."""
-    return tf.nest.map_structure(lambda leaf: tf.gather(leaf, indices), cache)
-
-
 class ScriptedModel:
-    """The interface the search drives (`config`, `encode`, `init_cache`, `decode_step`,
-    `reorder_beams`), with next-token probabilities looked up by the generated prefix; unlisted
-    tokens get ~1e-9. Counts the decoding steps it runs."""
+    """The interface the search drives (`config`, `encode`, `init_cache`, `decode_step`), with
+    next-token probabilities looked up by the generated prefix; unlisted tokens get ~1e-9.
+    Counts the decoding steps it runs."""
 
     def __init__(self, probabilities, vocab_size=6, max_length=8):
         self.config = TransformerConfig.tiny(vocab_size=vocab_size, max_length=max_length)
@@ -37,8 +32,6 @@ class ScriptedModel:
 
     def init_cache(self, memory, source_mask, max_length):
         return {"fed": tf.zeros([tf.shape(memory)[0], max_length], tf.int32)}  # decoder inputs so far
-
-    reorder_beams = staticmethod(gather_rows)
 
     def decode_step(self, token_ids, position, cache):
         write = tf.one_hot(position, tf.shape(cache["fed"])[1], dtype=tf.int32)
@@ -152,8 +145,6 @@ class Uncached:
     def init_cache(self, memory, source_mask, max_length):
         fed = tf.zeros([tf.shape(memory)[0], max_length], tf.int32)
         return {"fed": fed, "memory": memory, "source_mask": source_mask}
-
-    reorder_beams = staticmethod(gather_rows)
 
     def decode_step(self, token_ids, position, cache):
         write = tf.one_hot(position, tf.shape(cache["fed"])[1], dtype=tf.int32)

@@ -119,12 +119,6 @@ class DecoderLayer(keras.layers.Layer):
             cache["memory_key"], cache["memory_value"] = self.cross_attention_layer.project_key_value(memory)
         return cache
 
-    def reorder_beams(self, cache, indices):
-        """The cache with its rows in the order `indices` [B], which only moves rows between the
-        beams of one sentence: the self-attention keys and values move; the encoder output's,
-        the same for every beam of a sentence, stay where they are."""
-        return {**cache, "key": ops.take(cache["key"], indices, axis=0), "value": ops.take(cache["value"], indices, axis=0)}
-
     def decode_step(self, x, cache, position, memory_padding_mask=None):
         """One decoder position: x [B, 1, d_model] at `position` (a scalar) -> ([B, 1, d_model], cache).
 
@@ -133,11 +127,10 @@ class DecoderLayer(keras.layers.Layer):
         max_length = ops.shape(cache["key"])[1]
         y = self.self_attention_residual.sublayer_input(x)
         key_t, value_t = self.self_attention.project_key_value(y)  # [B, 1, h, d_k]
-        positions = ops.arange(max_length)
-        write = ops.reshape(ops.equal(positions, position), (1, max_length, 1, 1))  # [1, L, 1, 1]; a select is one pass over the cache
-        key = ops.where(write, key_t, cache["key"])  # [B, L, h, d_k], position `position` filled
-        value = ops.where(write, value_t, cache["value"])
-        visible = ops.reshape(ops.less_equal(positions, position), (1, 1, max_length))  # [1, 1, L]
+        write = ops.reshape(ops.one_hot(position, max_length, dtype=key_t.dtype), (1, max_length, 1, 1))
+        key = cache["key"] + write * key_t  # [B, L, h, d_k], position `position` filled
+        value = cache["value"] + write * value_t
+        visible = ops.reshape(ops.less_equal(ops.arange(max_length), position), (1, 1, max_length))  # [1, 1, L]
         attention = self.self_attention.attend(y, key, value, attention_mask=visible)
         x = self.self_attention_residual(x, attention, training=False)  # [B, 1, d_model]
         memory_mask = None if memory_padding_mask is None else key_mask(memory_padding_mask)  # [B, 1, S]
