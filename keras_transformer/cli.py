@@ -39,6 +39,10 @@ def _add_train(subparsers):
     )
     p.add_argument("--cooldown-fraction", type=float, help="with --warmup-fraction: decay to 0 over this last fraction")
     p.add_argument("--seed", type=int, default=TrainingConfig.seed)
+    p.add_argument("--num-layers", type=int, help="N, layers in each of the encoder and the decoder (default: the preset's)")
+    p.add_argument("--d-model", type=int, help="d_model (default: the preset's)")
+    p.add_argument("--d-ff", type=int, help="d_ff, the feed-forward network's inner width (default: the preset's)")
+    p.add_argument("--num-heads", type=int, help="h, attention heads (default: the preset's)")
     p.add_argument("--vocab-size", type=int, help="subword vocabulary size (default: the preset's)")
     p.add_argument("--max-length", type=int, help="longest sequence in tokens (default: the preset's)")
     p.add_argument("--dropout", type=float, help="P_drop (default: the preset's)")
@@ -118,7 +122,7 @@ def _train(args):
         use_cpu_devices(args.cpu_devices)
     overrides = {
         name: getattr(args, name)
-        for name in ("vocab_size", "max_length", "dropout", "label_smoothing", "norm_first")
+        for name in ("num_layers", "d_model", "d_ff", "num_heads", "vocab_size", "max_length", "dropout", "label_smoothing", "norm_first")
         if getattr(args, name) is not None
     }
     config = TransformerConfig.preset(args.preset, **overrides)

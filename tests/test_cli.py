@@ -181,5 +181,7 @@ def test_train_takes_the_presets_model_and_training_settings_and_flags_override_
     config, training = calls[-1]
     assert training.batch_tokens == 4096 and training.fits_schedule_to_budget
     assert not config.norm_first and config.dropout == 0.1
+    main(["train", "--model-dir", str(tmp_path / "m"), "--num-layers", "2", "--d-model", "96", "--d-ff", "384", "--num-heads", "3"])
+    assert calls[-1][0] == TransformerConfig.small(num_layers=2, d_model=96, d_ff=384, num_heads=3)
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "base"])
     assert calls[-1] == (TransformerConfig.base(), TrainingConfig())  # the paper's Eq. 3, warmup_steps 4000
