@@ -1,9 +1,10 @@
 """Autoregressive decoding as `tf.function`s over the model's key/value cache (§3, §6.1).
 
-The search never sees layers: it drives `model.encode`, `model.init_cache` and
-`model.decode_step(token_ids, position, cache) -> (logits, cache)`, and reorders the cache by
-beam (every cache leaf has the batch on axis 0). The cache has a fixed length, every step has
-the same shapes, and sequences are written by one-hot position, so the same function runs as a
+The search never sees layers: it drives `model.start_decoding(source_ids, hypotheses,
+max_length) -> (context, cache)` and `model.decode_step(token_ids, position, cache, context) ->
+(logits, cache)`, and reorders the cache by beam (every cache leaf has the hypotheses on axis 0;
+the context, per sentence, is never copied). The cache has a fixed length, every step has the
+same shapes, and sequences are written by one-hot position, so the same function runs as a
 `tf.function`, compiles under XLA (`jit_compile=True`, with a static `max_decode_length`) and
 converts to TFLite builtin ops.
 
@@ -72,7 +73,7 @@ class BeamState(NamedTuple):
     alive_token: tf.Tensor  # [B, K] int32, the last token (start_id before the first step)
     finished_ids: tf.Tensor  # [B, K, L] int32, ending in EOS (or at the length limit), pad after
     finished_scores: tf.Tensor  # [B, K] float32, log-probability / lp, descending; -inf: empty slot
-    cache: dict  # the model's decoding cache, every leaf [B * K, ...]
+    cache: list  # the model's decoding cache, every leaf [B * K, ...]
 
 
 def _gather_beams(values, indices):
@@ -155,13 +156,10 @@ def search_beams(
     cap = config.max_length if max_decode_length is None else min(max_decode_length, config.max_length)
     limits = decode_limits(source_ids, config.pad_id, cap, a, b)  # [B]
     length = cap if max_decode_length is not None else tf.reduce_max(tf.concat([limits, [1]], axis=0))
-    memory, source_mask = model.encode(source_ids, training=False)
-    cache = model.init_cache(memory, source_mask, length)
-    tile = tf.range(batch * k) // k  # [B*K], the sentence of every beam
-    cache = tf.nest.map_structure(lambda leaf: tf.gather(leaf, tile), cache)  # leaves [B*K, ...]
+    context, cache = model.start_decoding(source_ids, k, length)  # cache leaves [B*K, ...]
 
     def tokens_to_log_probs(token_ids, position, cache):
-        logits, cache = model.decode_step(token_ids, position, cache)  # [B*K, V]
+        logits, cache = model.decode_step(token_ids, position, cache, context)  # [B*K, V]
         return token_log_probs(logits, config.pad_id, config.start_id), cache
 
     first_beam = tf.one_hot(0, k, on_value=0.0, off_value=NEG_INF)  # [K]: one hypothesis, the empty one

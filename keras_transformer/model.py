@@ -16,7 +16,7 @@ class Transformer(keras.Model):
 
     `model((source_ids, target_in_ids), training=...)` -> logits [B, T, vocab] (float32), where
     `target_in_ids` is the target shifted right (starting with `start_id`). Masks come from
-    `config.pad_id`. For decoding: `encode`, then `init_cache` and `decode_step` per position.
+    `config.pad_id`. For decoding: `start_decoding`, then `decode_step` per position.
     """
 
     def __init__(self, config: TransformerConfig | dict, **kwargs):
@@ -26,9 +26,8 @@ class Transformer(keras.Model):
         self.embedding = SharedEmbedding(c.vocab_size, c.d_model, name="shared_embedding", dtype=policy)
         self.positional_encoding = PositionalEncoding(c.max_length, name="positional_encoding", dtype=policy)
         self.embedding_dropout = keras.layers.Dropout(c.dropout, name="embedding_dropout", dtype=policy)
-        stack = dict(dropout=c.dropout, layer_norm_epsilon=c.layer_norm_epsilon, norm_first=c.norm_first, dtype=policy)
-        self.encoder = Encoder(c.num_layers, c.num_heads, c.d_ff, name="encoder", **stack)
-        self.decoder = Decoder(c.num_layers, c.num_heads, c.d_ff, name="decoder", **stack)
+        self.encoder = Encoder(c, name="encoder", dtype=policy)
+        self.decoder = Decoder(c, name="decoder", dtype=policy)
 
     def build(self, input_shape=None):
         hidden = (None, None, self.config.d_model)
@@ -89,20 +88,34 @@ class Transformer(keras.Model):
             "decoder_cross": [w["cross"] for w in decoder_weights],
         }
 
-    def init_cache(self, memory, source_mask, max_length: int):
-        """The decoding state for `max_length` target positions: per-layer key/value caches and the
-        source padding mask. Every leaf has the batch on axis 0."""
-        return {"layers": self.decoder.init_cache(memory, max_length), "source_mask": source_mask}
+    def start_decoding(self, source_ids, hypotheses: int, max_length: int):
+        """Encode `source_ids` [B, S] once for decoding `hypotheses` continuations of each sentence
+        over `max_length` target positions. Returns `(context, cache)`:
 
-    def decode_step(self, token_ids, position, cache):
-        """token_ids [B] at `position` (scalar) -> (logits [B, vocab] float32, updated cache).
+        - context: per sentence, read-only: every decoder layer's cross-attention keys and
+          values [B, S, h, d_k] and the source padding mask [B, S];
+        - cache: per hypothesis, [B * hypotheses, ...] leaves (the hypotheses of sentence b on
+          rows b*hypotheses ...), every decoder layer's self-attention keys and values, empty.
+
+        A search may reorder the cache's rows between steps; the context is never copied.
+        """
+        if not self.built:
+            self.build()
+        memory, source_mask = self.encode(source_ids, training=False)
+        context = {"memory": self.decoder.project_memory(memory), "source_mask": source_mask}
+        cache = self.decoder.init_cache(ops.shape(source_ids)[0] * hypotheses, max_length)
+        return context, cache
+
+    def decode_step(self, token_ids, position, cache, context):
+        """token_ids [B'] at `position` (scalar) -> (logits [B', vocab] float32, updated cache).
 
         Equals `decode` on the whole prefix, at its last position.
         """
-        x = self._embed(ops.expand_dims(token_ids, 1), training=False, position=position)  # [B, 1, d_model]
-        x, layers = self.decoder.decode_step(x, cache["layers"], position, cache["source_mask"])
-        logits = self.embedding.project(x)[:, 0]  # [B, vocab]
-        return logits, {**cache, "layers": layers}
+        x = self._embed(ops.expand_dims(token_ids, 1), training=False, position=position)  # [B', 1, d_model]
+        x, cache = self.decoder(
+            x, context["memory"], memory_padding_mask=context["source_mask"], cache=cache, position=position
+        )  # [B', 1, d_model]
+        return self.embedding.project(x)[:, 0], cache  # [B', vocab]
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

@@ -18,7 +18,7 @@ SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
 
 
 class ScriptedModel:
-    """The interface the search drives (`config`, `encode`, `init_cache`, `decode_step`), with
+    """The interface the search drives (`config`, `start_decoding`, `decode_step`), with
     next-token probabilities looked up by the generated prefix; unlisted tokens get ~1e-9.
     Counts the decoding steps it runs."""
 
@@ -27,13 +27,10 @@ class ScriptedModel:
         self.probabilities = probabilities  # prefix tuple -> {token: p} or an array of logits [V]
         self.steps = 0
 
-    def encode(self, source_ids, training=None):
-        return tf.cast(source_ids, tf.float32)[:, :, None], source_ids != self.config.pad_id
+    def start_decoding(self, source_ids, hypotheses, max_length):
+        return {}, {"fed": tf.zeros([tf.shape(source_ids)[0] * hypotheses, max_length], tf.int32)}  # inputs so far
 
-    def init_cache(self, memory, source_mask, max_length):
-        return {"fed": tf.zeros([tf.shape(memory)[0], max_length], tf.int32)}  # decoder inputs so far
-
-    def decode_step(self, token_ids, position, cache):
+    def decode_step(self, token_ids, position, cache, context):
         write = tf.one_hot(position, tf.shape(cache["fed"])[1], dtype=tf.int32)
         fed = cache["fed"] + write[None, :] * token_ids[:, None]  # [B, L]
         logits = tf.numpy_function(self._logits, [fed, position], tf.float32)
@@ -139,18 +136,16 @@ class Uncached:
     def __init__(self, model):
         self.model, self.config = model, model.config
 
-    def encode(self, source_ids, training=None):
-        return self.model.encode(source_ids, training=training)
+    def start_decoding(self, source_ids, hypotheses, max_length):
+        memory, source_mask = self.model.encode(source_ids, training=False)
+        context = {"memory": tf.repeat(memory, hypotheses, axis=0), "source_mask": tf.repeat(source_mask, hypotheses, axis=0)}
+        return context, {"fed": tf.zeros([tf.shape(source_ids)[0] * hypotheses, max_length], tf.int32)}
 
-    def init_cache(self, memory, source_mask, max_length):
-        fed = tf.zeros([tf.shape(memory)[0], max_length], tf.int32)
-        return {"fed": fed, "memory": memory, "source_mask": source_mask}
-
-    def decode_step(self, token_ids, position, cache):
+    def decode_step(self, token_ids, position, cache, context):
         write = tf.one_hot(position, tf.shape(cache["fed"])[1], dtype=tf.int32)
         fed = cache["fed"] + write[None, :] * token_ids[:, None]  # [B, L]
-        logits = self.model.decode(fed, cache["memory"], cache["source_mask"], training=False)  # [B, L, V]
-        return tf.gather(logits, position, axis=1), {**cache, "fed": fed}
+        logits = self.model.decode(fed, context["memory"], context["source_mask"], training=False)  # [B, L, V]
+        return tf.gather(logits, position, axis=1), {"fed": fed}
 
 
 def test_n_best_contract_and_cached_equals_uncached(model):

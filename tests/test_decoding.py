@@ -61,3 +61,11 @@ def test_no_retracing_for_new_shapes(model):
     greedy_search(model, np.array([[5, 6, 7, 8, 9, 2]], np.int32))
     greedy_search(model, SOURCE[:1])
     assert function.experimental_get_tracing_count() == 1
+
+
+def test_a_model_never_called_builds_itself_to_decode():
+    fresh = Transformer(CONFIG)
+    assert not fresh.built
+    result = greedy_search(fresh, SOURCE, b=3)
+    assert fresh.built and result.ids.shape == (2, 1, 7)  # |source| + 3
+    np.testing.assert_array_equal(greedy_search(fresh, SOURCE, b=3).ids, result.ids)  # the same weights both times

@@ -61,10 +61,21 @@ def test_keras_round_trip_gives_identical_outputs(model, tmp_path):
 
 def test_cached_decode_steps_equal_the_full_forward_pass(model):
     logits = np.asarray(model((SOURCE, TARGET_IN)))
-    memory, source_mask = model.encode(SOURCE)
-    cache = model.init_cache(memory, source_mask, max_length=6)
+    context, cache = model.start_decoding(SOURCE, hypotheses=1, max_length=6)
     for position in range(TARGET_IN.shape[1]):
-        step_logits, cache = model.decode_step(TARGET_IN[:, position], position, cache)
+        step_logits, cache = model.decode_step(TARGET_IN[:, position], position, cache, context)
+        np.testing.assert_allclose(step_logits, logits[:, position], atol=1e-4)
+
+
+def test_hypotheses_of_one_sentence_share_its_context(model):
+    """Three hypotheses per sentence (rows b*3 .. b*3+2) attend to their sentence's memory, not
+    to a copy: each row's logits equal the full forward pass of its own prefix."""
+    logits = np.asarray(model((np.repeat(SOURCE, 3, axis=0), np.repeat(TARGET_IN, 3, axis=0))))
+    context, cache = model.start_decoding(SOURCE, hypotheses=3, max_length=6)
+    assert cache[0]["key"].shape[0] == 6 and context["memory"][0][0].shape[0] == 2
+    for position in range(TARGET_IN.shape[1]):
+        tokens = np.repeat(TARGET_IN[:, position], 3)
+        step_logits, cache = model.decode_step(tokens, position, cache, context)
         np.testing.assert_allclose(step_logits, logits[:, position], atol=1e-4)
 
 

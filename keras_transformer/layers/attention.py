@@ -62,26 +62,46 @@ class MultiHeadAttention(keras.layers.Layer):
         return self._split_heads(key), self._split_heads(value)
 
     def attend(self, query, key, value, attention_mask=None, return_attention_scores=False):
-        """Eq. 1 for every head, given projected `key` and `value` [B, S, h, d_k]."""
-        q = self._split_heads(self.query_dense(query))  # [B, T, h, d_k]
-        q = q * ops.cast(1.0 / self.d_k**0.5, q.dtype)
-        scores = ops.einsum("bthd,bshd->bhts", q, key)  # [B, h, T, S]
+        """Eq. 1 for every head, given projected `key` and `value` [B, S, h, d_k].
+
+        The query's batch B' may be a multiple g of B: memory row b then serves query rows
+        b*g .. b*g+g-1 (the beams of one sentence), which attend side by side as g*T queries of
+        one row, so the memory is never copied per beam. `attention_mask` broadcasts to
+        [B, T, S] (to [B, 1, S] when g > 1); the weights are [B, h, g*T, S].
+        """
+        batch, length = ops.shape(query)[0], ops.shape(query)[1]
+        q = self.query_dense(query) * ops.cast(1.0 / self.d_k**0.5, query.dtype)  # [B', T, d_model]
+        q = ops.reshape(q, (ops.shape(key)[0], -1, self.num_heads, self.d_k))  # [B, g*T, h, d_k]
+        scores = ops.einsum("bthd,bshd->bhts", q, key)  # [B, h, g*T, S]
         # The softmax runs in float32 so that mixed precision changes no masked probability.
         scores = ops.cast(scores, "float32")
         if attention_mask is not None:
             mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)  # [B, 1, T|1, S]
             scores = ops.where(mask, scores, masked_fill_value("float32"))
-        weights = ops.softmax(scores, axis=-1)  # [B, h, T, S]
-        context = ops.einsum("bhts,bshd->bthd", ops.cast(weights, value.dtype), value)  # [B, T, h, d_k]
-        batch, length = ops.shape(context)[0], ops.shape(context)[1]
-        output = self.output_dense(ops.reshape(context, (batch, length, self.d_model)))  # [B, T, d_model]
+        weights = ops.softmax(scores, axis=-1)  # [B, h, g*T, S]
+        context = ops.einsum("bhts,bshd->bthd", ops.cast(weights, value.dtype), value)  # [B, g*T, h, d_k]
+        output = self.output_dense(ops.reshape(context, (batch, length, self.d_model)))  # [B', T, d_model]
         if return_attention_scores:
             return output, weights
         return output
 
-    def call(self, query, memory, attention_mask=None, return_attention_scores=False):
-        key, value = self.project_key_value(memory)
-        return self.attend(query, key, value, attention_mask, return_attention_scores)
+    def call(self, query, memory, attention_mask=None, cache=None, position=None, return_attention_scores=False):
+        """`memory` is [B, S, d_model] (the query itself for self-attention), or the pair that
+        `project_key_value(memory)` returned, for a memory attended at every decoding step.
+
+        With `cache` ({"key", "value"} [B, L, h, d_k], incremental self-attention): the key and
+        value of `memory` (one position, [B, 1, d_model]) are written at `position`, the query
+        attends to positions <= `position`, and the result is `(output, updated cache)`.
+        """
+        key, value = memory if isinstance(memory, (tuple, list)) else self.project_key_value(memory)
+        if cache is None:
+            return self.attend(query, key, value, attention_mask, return_attention_scores)
+        max_length = ops.shape(cache["key"])[1]
+        write = ops.reshape(ops.one_hot(position, max_length, dtype=key.dtype), (1, max_length, 1, 1))
+        key = cache["key"] + write * key  # [B, L, h, d_k], position `position` filled
+        value = cache["value"] + write * value
+        visible = ops.reshape(ops.less_equal(ops.arange(max_length), position), (1, 1, max_length))  # [1, 1, L]
+        return self.attend(query, key, value, attention_mask=visible), {"key": key, "value": value}
 
     def compute_output_shape(self, query_shape, memory_shape=None):
         return query_shape
