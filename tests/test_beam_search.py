@@ -241,3 +241,17 @@ def test_a_source_longer_than_max_length_is_refused(model):
 def test_an_empty_batch_gives_empty_results(model):
     result = beam_search(model, np.zeros((0, 4), np.int32), beam_size=2)
     assert result.ids.shape[:2] == (0, 2) and result.scores.shape == (0, 2)
+
+
+@pytest.mark.parametrize("vocab_size, k", [(1000, 8), (300, 2), (129, 4), (64, 8)])
+def test_top_k_rows_equals_top_k_with_ties(vocab_size, k):
+    from keras_transformer.decoding import top_k_rows
+
+    rng = np.random.default_rng(vocab_size)
+    values = np.round(rng.normal(size=(6, vocab_size)), 1).astype(np.float32)  # many exact ties
+    values[1] = 0.0  # a row of ties only
+    values[2, :5] = np.inf
+    expected = tf.math.top_k(values, k=k)
+    result = top_k_rows(tf.constant(values), k, block=16)
+    np.testing.assert_array_equal(result[0], expected.values)
+    np.testing.assert_array_equal(result[1], expected.indices)

@@ -53,16 +53,18 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _split_heads(self, x):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        return ops.reshape(x, (batch, length, self.num_heads, self.d_k))  # [B, L, h, d_k]
+        x = ops.reshape(x, (batch, length, self.num_heads, self.d_k))  # [B, L, h, d_k]
+        return ops.transpose(x, (0, 2, 1, 3))  # [B, h, L, d_k]
 
     def project_key_value(self, memory):
-        """K W^K and V W^V for every head: two tensors [B, S, h, d_k]."""
+        """K W^K and V W^V for every head: two tensors [B, h, S, d_k] (head-major, so that the
+        attention reads them, or a decoding cache of them, without transposing)."""
         key_value = self.key_value_dense(memory)  # [B, S, 2 * d_model]
         key, value = ops.split(key_value, 2, axis=-1)  # 2 x [B, S, d_model]
         return self._split_heads(key), self._split_heads(value)
 
     def attend(self, query, key, value, attention_mask=None, return_attention_scores=False):
-        """Eq. 1 for every head, given projected `key` and `value` [B, S, h, d_k].
+        """Eq. 1 for every head, given projected `key` and `value` [B, h, S, d_k].
 
         The query's batch B' may be a multiple g of B: memory row b then serves query rows
         b*g .. b*g+g-1 (the beams of one sentence), which attend side by side as g*T queries of
@@ -72,14 +74,14 @@ class MultiHeadAttention(keras.layers.Layer):
         batch, length = ops.shape(query)[0], ops.shape(query)[1]
         q = self.query_dense(query) * ops.cast(1.0 / self.d_k**0.5, query.dtype)  # [B', T, d_model]
         q = ops.reshape(q, (ops.shape(key)[0], -1, self.num_heads, self.d_k))  # [B, g*T, h, d_k]
-        scores = ops.einsum("bthd,bshd->bhts", q, key)  # [B, h, g*T, S]
+        scores = ops.einsum("bthd,bhsd->bhts", q, key)  # [B, h, g*T, S]
         # The softmax runs in float32 so that mixed precision changes no masked probability.
         scores = ops.cast(scores, "float32")
         if attention_mask is not None:
             mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)  # [B, 1, T|1, S]
             scores = ops.where(mask, scores, masked_fill_value("float32"))
         weights = ops.softmax(scores, axis=-1)  # [B, h, g*T, S]
-        context = ops.einsum("bhts,bshd->bthd", ops.cast(weights, value.dtype), value)  # [B, g*T, h, d_k]
+        context = ops.einsum("bhts,bhsd->bthd", ops.cast(weights, value.dtype), value)  # [B, g*T, h, d_k]
         output = self.output_dense(ops.reshape(context, (batch, length, self.d_model)))  # [B', T, d_model]
         if return_attention_scores:
             return output, weights
@@ -89,18 +91,21 @@ class MultiHeadAttention(keras.layers.Layer):
         """`memory` is [B, S, d_model] (the query itself for self-attention), or the pair that
         `project_key_value(memory)` returned, for a memory attended at every decoding step.
 
-        With `cache` ({"key", "value"} [B, L, h, d_k], incremental self-attention): the key and
-        value of `memory` (one position, [B, 1, d_model]) are written at `position`, the query
+        With `cache` ({"key", "value"} [B, h, L, d_k], incremental self-attention): the key and
+        value of `memory` (one position, [B, 1, d_model], at `position`) enter the cache, the query
         attends to positions <= `position`, and the result is `(output, updated cache)`.
         """
         key, value = memory if isinstance(memory, (tuple, list)) else self.project_key_value(memory)
         if cache is None:
             return self.attend(query, key, value, attention_mask, return_attention_scores)
-        max_length = ops.shape(cache["key"])[1]
-        write = ops.reshape(ops.one_hot(position, max_length, dtype=key.dtype), (1, max_length, 1, 1))
-        key = cache["key"] + write * key  # [B, L, h, d_k], position `position` filled
-        value = cache["value"] + write * value
-        visible = ops.reshape(ops.less_equal(ops.arange(max_length), position), (1, 1, max_length))  # [1, 1, L]
+        # The cache is a shift register: the oldest slot drops out and the new key and value enter
+        # last, so positions 0..`position` fill the last position + 1 slots. Attention is a sum over
+        # keys, so their order does not matter; a shift is a plain copy with static shapes (XLA,
+        # TFLite builtins), measured faster than a one-hot write or a dynamic_update_slice.
+        key = ops.concatenate([cache["key"][:, :, 1:], key], axis=2)  # [B, h, L, d_k]
+        value = ops.concatenate([cache["value"][:, :, 1:], value], axis=2)
+        slots = ops.arange(ops.shape(key)[2])  # [L]
+        visible = ops.reshape(slots >= ops.shape(key)[2] - 1 - position, (1, 1, -1))  # [1, 1, L]
         return self.attend(query, key, value, attention_mask=visible), {"key": key, "value": value}
 
     def compute_output_shape(self, query_shape, memory_shape=None):

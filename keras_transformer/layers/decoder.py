@@ -99,13 +99,13 @@ class DecoderLayer(TransformerBlock):
 
     def init_cache(self, batch_size, max_length: int):
         """An empty self-attention cache of `max_length` positions for `batch_size` rows:
-        {"key", "value"} [batch_size, max_length, h, d_k]."""
-        shape = (batch_size, max_length, self.config.num_heads, self.config.d_k)
+        {"key", "value"} [batch_size, h, max_length, d_k]."""
+        shape = (batch_size, self.config.num_heads, max_length, self.config.d_k)
         return {"key": ops.zeros(shape, self.compute_dtype), "value": ops.zeros(shape, self.compute_dtype)}
 
     def project_memory(self, memory):
         """The encoder output's keys and values for cross-attention, projected once per source:
-        a pair [B, S, h, d_k] (None without cross-attention)."""
+        a pair [B, h, S, d_k] (None without cross-attention)."""
         return self.cross_attention_layer.project_key_value(memory) if self.cross_attention else None
 
     def compute_output_shape(self, x_shape, memory_shape=None):
