@@ -5,24 +5,22 @@ import json
 import os
 import sys
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before CTranslate2's OpenMP starts: no spinning threads
+import numpy as np
+import pytest
+import sentencepiece
+import tensorflow as tf
+from conftest import FIXTURE
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import sentencepiece  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from conftest import FIXTURE  # noqa: E402
-from keras_transformer import Transformer, TransformerConfig, greedy_search  # noqa: E402
-from keras_transformer.cli import main  # noqa: E402
-from keras_transformer.config import TrainingConfig  # noqa: E402
-from keras_transformer.ctranslate2_export import CTranslate2ExportError, export_ctranslate2, vocabulary  # noqa: E402
-from keras_transformer.data import read_pairs  # noqa: E402
-from keras_transformer.decoding import decode_limits  # noqa: E402
-from keras_transformer.model_dir import ModelDir  # noqa: E402
-from keras_transformer.tokenizer import SubwordTokenizer  # noqa: E402
-from keras_transformer.training import train  # noqa: E402
-from keras_transformer.translation import Translator  # noqa: E402
+from keras_transformer import Transformer, TransformerConfig, greedy_search
+from keras_transformer.cli import main
+from keras_transformer.config import TrainingConfig
+from keras_transformer.ctranslate2_export import CTranslate2ExportError, export_ctranslate2, vocabulary
+from keras_transformer.data import read_pairs
+from keras_transformer.decoding import decode_limits
+from keras_transformer.model_dir import ModelDir
+from keras_transformer.tokenizer import SubwordTokenizer
+from keras_transformer.training import train
+from keras_transformer.translation import Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 (the `ctranslate2` extra) is not installed")
 
