@@ -59,7 +59,9 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("ctranslate2")
     model_dir = str(root / "model")
     config = TransformerConfig.tiny(vocab_size=300, norm_first=True, dropout=0.0)
-    training = TrainingConfig(max_steps=80, batch_tokens=1024, warmup_fraction=0.2, steps_per_epoch=80, learning_rate_scale=3.0)
+    training = TrainingConfig(
+        max_steps=80, batch_tokens=1024, warmup_fraction=0.2, steps_per_epoch=80, learning_rate_scale=3.0
+    )
     model = train(model_dir, config, training, str(FIXTURE), verbose=0, log=lambda message: None)
     exported = Exported(model, ModelDir(model_dir).tokenizer(), root / "ctranslate2")
     exported.model_dir = model_dir
@@ -118,7 +120,8 @@ def test_log_probs_of_reference_translations_equal_ours(norm_first, tokenizer, t
 def test_export_writes_the_model_dir_with_our_special_tokens(tokenizer, tmp_path):
     model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, layer_norm_epsilon=1e-5))
     paths = export_ctranslate2(model, tokenizer, str(tmp_path / "out"))
-    assert sorted(os.listdir(tmp_path / "out")) == ["config.json", "model.bin", "shared_vocabulary.json", "tokenizer.model"]
+    files = ["config.json", "model.bin", "shared_vocabulary.json", "tokenizer.model"]
+    assert sorted(os.listdir(tmp_path / "out")) == files
     assert set(paths) == {"model", "config", "vocabulary", "tokenizer"}
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert (config["bos_token"], config["eos_token"], config["unk_token"]) == ("<s>", "</s>", "<unk>")
@@ -133,7 +136,8 @@ def test_export_writes_the_model_dir_with_our_special_tokens(tokenizer, tmp_path
 @pytest.mark.slow
 def test_cli_exports_int8_weights(trained, tmp_path, capsys):
     out = str(tmp_path / "int8")
-    assert main(["export", "--format", "ctranslate2", "--model-dir", trained.model_dir, "--out", out, "--quantization", "int8"]) == 0
+    ctranslate2_int8 = ["--format", "ctranslate2", "--quantization", "int8"]
+    assert main(["export", "--model-dir", trained.model_dir, "--out", out, *ctranslate2_int8]) == 0
     printed = dict(line.split("\t") for line in capsys.readouterr().out.strip().splitlines())
     assert printed["model"] == os.path.join(out, "model.bin") and os.path.isfile(printed["tokenizer"])
     assert os.path.getsize(printed["model"]) < 0.5 * os.path.getsize(trained.paths["model"])
@@ -153,12 +157,14 @@ def error_of(capsys, *argv):
 
 def test_cli_refuses_a_missing_model_dir(capsys, tmp_path):
     missing = str(tmp_path / "nope")
-    message = error_of(capsys, "export", "--format", "ctranslate2", "--model-dir", missing, "--out", str(tmp_path / "out"))
+    out = str(tmp_path / "out")
+    message = error_of(capsys, "export", "--format", "ctranslate2", "--model-dir", missing, "--out", out)
     assert message == f"keras-transformer: error: no such model directory: {missing}"
 
 
 def test_cli_refuses_quantization_of_the_tensorflow_export(capsys, tmp_path):
-    message = error_of(capsys, "export", "--model-dir", str(tmp_path), "--out", str(tmp_path / "out"), "--quantization", "int8")
+    out = str(tmp_path / "out")
+    message = error_of(capsys, "export", "--model-dir", str(tmp_path), "--out", out, "--quantization", "int8")
     assert message == "keras-transformer: error: --quantization applies to --format ctranslate2 only"
 
 
@@ -168,7 +174,8 @@ def test_refuses_a_directory_in_use(tokenizer, tmp_path):
     model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size))
     with pytest.raises(CTranslate2ExportError) as error:
         export_ctranslate2(model, tokenizer, str(tmp_path / "out"))
-    assert str(error.value) == f"{tmp_path / 'out'} exists and is not empty: the CTranslate2 model needs a new directory"
+    want = f"{tmp_path / 'out'} exists and is not empty: the CTranslate2 model needs a new directory"
+    assert str(error.value) == want
     assert os.listdir(tmp_path / "out") == ["notes.txt"]
 
 
@@ -188,7 +195,8 @@ def test_refuses_without_the_ctranslate2_package(tokenizer, tmp_path, monkeypatc
     model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size))
     with pytest.raises(CTranslate2ExportError) as error:
         export_ctranslate2(model, tokenizer, str(tmp_path / "out"))
-    assert str(error.value) == "the CTranslate2 export needs the ctranslate2 package: pip install 'keras-transformer[ctranslate2]'"
+    want = "the CTranslate2 export needs the ctranslate2 package: pip install 'keras-transformer[ctranslate2]'"
+    assert str(error.value) == want
 
 
 def test_refuses_a_tokenizer_with_a_piece_named_like_the_pad_token(fixture_pairs, tmp_path):
