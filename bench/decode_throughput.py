@@ -5,7 +5,8 @@ target tokens per hypothesis (EOS is never chosen; see `forbid_eos`). Prints one
 target tokens/s for the batch and the latency of one sentence (both after an untimed warm-up
 call per shape, so tracing and XLA compilation are not timed):
 
-    python bench/decode_throughput.py --search greedy|beam --runner python|xla|savedmodel|tflite|keras_hub|keras_hub_xla
+    python bench/decode_throughput.py --search greedy|beam \
+        --runner python|xla|savedmodel|tflite|keras_hub|keras_hub_xla|ctranslate2|ctranslate2_int8
 
 Runners (entries of `RUNNERS`), all on the same random weights (keras-hub: its own, same shapes):
 
@@ -20,6 +21,11 @@ Runners (entries of `RUNNERS`), all on the same random weights (keras-hub: its o
   into constants), run by LiteRT's `Interpreter` with as many threads as TensorFlow's intra-op
   pool; its signature runner resizes the input to the batch and re-allocates on every call
   (timed, as a deployment pays it). LiteRT's default delegate (XNNPACK) takes what it can.
+- `ctranslate2`, `ctranslate2_int8`: CTranslate2 4.8's `Translator` on the same weights
+  (`peers.ctranslate2_translator`: our CTranslate2 export, float32 or quantized to int8 at load),
+  the same source tokens (no EOS appended), its beam search with `length_penalty=alpha`
+  (|y|^alpha, not GNMT's: no matter here, every hypothesis has the same length), the best
+  hypothesis returned; as many threads as TensorFlow's intra-op pool, `OMP_WAIT_POLICY=PASSIVE`.
 - `keras_hub`, `keras_hub_xla`: keras-hub 0.32's `BeamSampler(num_beams=K)` or `GreedySampler`
   driving `peers.build_keras_hub`'s layers with their key/value caches (`peers.keras_hub_generate`),
   in a `tf.function`, without and with XLA.
@@ -51,7 +57,7 @@ import time
 import numpy as np
 import tensorflow as tf
 from common import FIRST_TOKEN, WORKLOADS, emit, load_average, median, record
-from peers import keras_hub_generate
+from peers import ctranslate2_translator, keras_hub_generate, numbered_tokens
 
 from keras_transformer import Transformer, beam_search
 from keras_transformer.decoding import search_beams
@@ -117,6 +123,29 @@ def keras_hub_runner(model, settings: dict, jit_compile: bool = False):
     return tf.function(run, jit_compile=jit_compile)
 
 
+def ctranslate2_runner(model, settings: dict, compute_type: str = "float32"):
+    config = model.config
+    tokens = numbered_tokens(config)
+    ids = {token: i for i, token in enumerate(tokens)}
+    translator = ctranslate2_translator(model, tokens, compute_type, add_source_eos=False)
+
+    def run(source_ids):
+        sources = [[tokens[i] for i in row if i != config.pad_id] for row in source_ids]
+        results = translator.translate_batch(
+            sources,
+            beam_size=settings["beam_size"],
+            length_penalty=settings["alpha"],
+            max_decoding_length=settings["max_decode_length"],
+        )
+        hypotheses = [[ids[token] for token in result.hypotheses[0]] for result in results]
+        out = np.full((len(hypotheses), 1, max(map(len, hypotheses))), config.pad_id, np.int32)  # [B, 1, L]
+        for row, hypothesis in zip(out, hypotheses):
+            row[0, : len(hypothesis)] = hypothesis
+        return out
+
+    return run
+
+
 # name: runner(model, search_settings(...)) -> run(source_ids [B, S] int32) -> ids [B, beam, L]
 RUNNERS = {
     "python": python_runner,
@@ -125,9 +154,17 @@ RUNNERS = {
     "tflite": tflite_runner,
     "keras_hub": keras_hub_runner,
     "keras_hub_xla": functools.partial(keras_hub_runner, jit_compile=True),
+    "ctranslate2": ctranslate2_runner,
+    "ctranslate2_int8": functools.partial(ctranslate2_runner, compute_type="int8"),
 }
 NO_LENGTH_PENALTY = {"keras_hub", "keras_hub_xla"}  # no alpha: the record says null
-PACKAGES = {"tflite": "ai-edge-litert", "keras_hub": "keras-hub", "keras_hub_xla": "keras-hub"}  # beyond record()'s versions
+PACKAGES = {
+    "tflite": "ai-edge-litert",
+    "keras_hub": "keras-hub",
+    "keras_hub_xla": "keras-hub",
+    "ctranslate2": "ctranslate2",
+    "ctranslate2_int8": "ctranslate2",
+}  # beyond record()'s versions
 
 
 def time_calls(run, ids, repeats: int) -> list[float]:

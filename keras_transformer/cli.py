@@ -91,9 +91,14 @@ def _add_evaluate(subparsers):
 
 
 def _add_export(subparsers):
-    p = subparsers.add_parser("export", help="write a TF Serving SavedModel and TFLite models (see export/README.md)")
+    p = subparsers.add_parser("export", help="SavedModels and TFLite models, or a CTranslate2 model (export/README.md)")
     p.add_argument("--model-dir", help="the trained model to export")
     p.add_argument("--out", help="output directory")
+    p.add_argument(
+        "--format", default="tensorflow", choices=("tensorflow", "ctranslate2"),
+        help="tensorflow (default): SavedModels and TFLite models; ctranslate2: a CTranslate2 model directory",
+    )
+    p.add_argument("--quantization", help="with --format ctranslate2: weight type, e.g. int8, float16 (default float32)")
     p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
     p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
 def _add_average(subparsers):
@@ -196,11 +201,20 @@ def _export(args):
         return 0
     if not (args.model_dir and args.out):
         raise ValueError("export needs --model-dir and --out (or --check OUT)")
-    from keras_transformer.export import export
+    if args.quantization and args.format != "ctranslate2":
+        raise ValueError("--quantization applies to --format ctranslate2 only")
     from keras_transformer.model_dir import load_model
 
     model, tokenizer, _ = load_model(args.model_dir)
-    for artifact, path in export(model, tokenizer, args.out, args.name, log=_log).items():
+    if args.format == "ctranslate2":
+        from keras_transformer.ctranslate2_export import export_ctranslate2
+
+        paths = export_ctranslate2(model, tokenizer, args.out, args.quantization)
+    else:
+        from keras_transformer.export import export
+
+        paths = export(model, tokenizer, args.out, args.name, log=_log)
+    for artifact, path in paths.items():
         print(f"{artifact}\t{path}")
 
 

@@ -66,6 +66,35 @@ def test_decode_compare_runs_every_runner_on_one_model(capsys):
         assert line["speedup_of_reference_batch"][runner]["of_medians"] > 0
 
 
+def test_ctranslate2_compare_forced_work(capsys):
+    pytest.importorskip("ctranslate2", reason="ctranslate2 (an extra) is not installed")
+    runners = ["python", "ctranslate2", "ctranslate2_int8"]
+    argv = ["forced", *DECODE_WORK, "--beam-size", "2", "--runners", *runners, "--rounds", "1"]
+    line = run_main("ctranslate2_compare", argv, capsys)
+    assert line["workload"] == "tiny" and line["search"] == "beam" and set(line["systems"]) == set(runners)
+    assert all(system["generated_tokens"] == 2 for system in line["systems"].values())
+    assert line["systems"]["ctranslate2"]["runner_package"].startswith("ctranslate2==")
+
+
+def test_ctranslate2_compare_verses(capsys, tmp_path):
+    pytest.importorskip("ctranslate2", reason="ctranslate2 (an extra) is not installed")
+    from conftest import FIXTURE
+    from keras_transformer import TrainingConfig, TransformerConfig
+    from keras_transformer.training import train
+
+    model_dir = str(tmp_path / "model")
+    training = TrainingConfig(max_steps=1, batch_tokens=512, steps_per_epoch=1)
+    train(model_dir, TransformerConfig.tiny(vocab_size=300), training, str(FIXTURE), verbose=0, log=lambda _: None)
+    argv = ["verses", "--model-dir", model_dir, "--limit", "3", "--beam-size", "2", "--rounds", "1", "--savedmodel"]
+    line = run_main("ctranslate2_compare", argv, capsys)
+    assert set(line["systems"]) == {"ours", "ours_savedmodel", "ctranslate2", "ctranslate2_int8"}
+    assert line["sentences"] == 3
+    for system in line["systems"].values():
+        assert system["target_tokens"] > 0 and system["tgt_tokens_per_s"] > 0 and 0 <= system["bleu"] <= 100
+    assert line["relative_to_ctranslate2"]["ctranslate2"] == 1.0
+    assert line["systems"]["ours"]["target_tokens"] == line["systems"]["ours_savedmodel"]["target_tokens"]
+
+
 def test_compare(capsys):
     pytest.importorskip("keras_hub", reason="keras-hub is in the `bench` extra, not installed")
     line = run_main("compare", ["--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys)

@@ -1,0 +1,225 @@
+"""Our decoding against CTranslate2 on the same weights, in one process, interleaved A B A B.
+Prints one JSON line:
+
+    python bench/ctranslate2_compare.py verses --model-dir runs/demo [--savedmodel] [--rounds 3]
+    python bench/ctranslate2_compare.py forced [decode_compare.py's options]
+
+`verses`: a trained model's held-out verses (the `test` split of the data it was trained on, as
+`keras-transformer evaluate` reads them), beam 4, alpha 0.6, length-sorted batches of 32,
+text to text: our tokenizer, the search, our detokenizer. Systems:
+
+- `ours`: `Translator`, what `keras-transformer translate` runs;
+- `ours_savedmodel` (with `--savedmodel`): the same `Translator` whose search is the package's
+  ids-only SavedModel export (`serving.TranslationModule`, the signature TF Serving runs as
+  `translate_ids`), loaded in this process;
+- `ctranslate2`, `ctranslate2_int8`: CTranslate2 on our export (`peers.ctranslate2_translator`),
+  float32 and int8, fed the same source tokens in the same length-sorted batches.
+
+Each round runs every system once over all the verses; seconds are the median over rounds
+(after an untimed warm-up on two verses), target tokens/s counts the best hypotheses' tokens
+(EOS included) over those seconds, and sacreBLEU and chrF score the hypotheses.
+`relative_to_ctranslate2` is each system's target tokens/s over CTranslate2 fp32's.
+Differences CTranslate2 keeps: its length penalty divides by |y|^alpha where ours is GNMT's
+((5 + |y|) / 6)^alpha, and its length limit is per batch (`decode_limits` of the batch's longest
+source), ours per sentence.
+
+`forced`: the fixed work of `decode_compare.py` (base dimensions, random weights, 16 sentences x
+32 source tokens, 64 forced target tokens, beam 4, and batch-1 latency for 64 tokens) with the
+`ctranslate2` and `ctranslate2_int8` runners next to ours; the same as `python
+bench/decode_compare.py` with `FORCED_DEFAULTS` before the options given here (which override them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.metadata
+import tempfile
+import time
+
+import decode_compare
+import numpy as np
+import tensorflow as tf
+from common import emit, load_average, median, record
+from peers import ctranslate2_translator
+
+from keras_transformer import beam_search
+from keras_transformer.ctranslate2_export import vocabulary
+from keras_transformer.data import read_pairs
+from keras_transformer.decoding import decode_limits
+from keras_transformer.export import ids_saved_model_dir
+from keras_transformer.metrics import corpus_scores
+from keras_transformer.model_dir import load_model
+from keras_transformer.serving import TranslationModule
+from keras_transformer.translation import Translator
+
+FORCED_RUNNERS = ["savedmodel", "python", "xla", "ctranslate2", "ctranslate2_int8"]
+FORCED_DEFAULTS = ["--workload", "base", "--search", "beam", "--runners", *FORCED_RUNNERS]
+WARMUP_VERSES = 2
+
+
+class CountingTranslator(Translator):
+    """Our `Translator` with its search given as `search(source_ids [B, S]) -> (ids [B, beam, L],
+    scores [B, beam])`, counting the tokens of the best hypotheses (EOS included)."""
+
+    def __init__(self, model, tokenizer, search, **kwargs):
+        super().__init__(model, tokenizer, **kwargs)
+        self.search = search
+        self.target_tokens = 0
+
+    def decode(self, source_ids):
+        ids, scores = self.search(source_ids)
+        self.target_tokens += int(tf.math.count_nonzero(ids[:, 0] != self.model.config.pad_id))
+        return ids[:, : self.nbest], scores[:, : self.nbest]
+
+
+def ours(model, tokenizer, args, savedmodel: bool = False):
+    """translate(texts) -> (translations, target tokens) by our search, in Python or through the SavedModel."""
+    settings = dict(beam_size=args.beam_size, alpha=args.alpha)
+    if savedmodel:
+        with tempfile.TemporaryDirectory() as out:
+            path = ids_saved_model_dir(out, "translator")
+            TranslationModule(model, decode=functools.partial(beam_search, **settings)).save(path)
+            signature = tf.saved_model.load(path).signatures["serving_default"]  # variables are read in now
+
+        def search(source_ids):
+            result = signature(source_ids=tf.constant(source_ids))
+            return result["ids"], result["scores"]
+    else:
+
+        def search(source_ids):
+            result = beam_search(model, source_ids, **settings)
+            return result.ids, result.scores
+
+    def translate(texts):
+        translator = CountingTranslator(model, tokenizer, search, batch_size=args.batch_size, **settings)
+        return translator.translate(texts), translator.target_tokens
+
+    return translate
+
+
+def padded(rows, pad_id: int) -> np.ndarray:
+    """[N, longest] int32 from rows of ids."""
+    batch = np.full((len(rows), max([1, *map(len, rows)])), pad_id, np.int32)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    return batch
+
+
+def ctranslate2_system(model, tokenizer, args, compute_type: str):
+    """translate(texts) -> (translations, target tokens) by CTranslate2 on our weights: our source ids
+    (truncated as `Translator` truncates them; CTranslate2 appends the EOS), the same length-sorted
+    batches, our detokenizer."""
+    config = model.config
+    tokens = vocabulary(tokenizer, config)
+    ids = {token: i for i, token in enumerate(tokens)}
+    translator = ctranslate2_translator(model, tokens, compute_type)
+    tokenize = Translator(model, tokenizer)
+
+    def translate(texts):
+        rows = tokenize.source_ids(texts)  # each ends with EOS
+        order = sorted(range(len(rows)), key=lambda k: len(rows[k]))
+        hypotheses = [[] for _ in rows]
+        for start in range(0, len(order), args.batch_size):
+            chunk = order[start : start + args.batch_size]
+            sources = padded([rows[k] for k in chunk], config.pad_id)  # [B, S]
+            limit = int(np.max(decode_limits(sources, config.pad_id, config.max_length)))  # the longest source's
+            results = translator.translate_batch(
+                [[tokens[i] for i in rows[k][:-1]] for k in chunk],
+                beam_size=args.beam_size,
+                length_penalty=args.alpha,
+                max_decoding_length=limit,
+                return_end_token=True,
+            )
+            for k, result in zip(chunk, results):
+                hypotheses[k] = [ids[token] for token in result.hypotheses[0]]
+        translations = tokenizer.detokenize(padded(hypotheses, config.pad_id)).numpy()
+        return [text.decode("utf-8") for text in translations], sum(map(len, hypotheses))
+
+    return translate
+
+
+def verses(args):
+    load_before = load_average()
+    model, tokenizer, values = load_model(args.model_dir, args.checkpoint)
+    sources, references = read_pairs(values["data"], "test", limit=args.limit)
+    systems = {"ours": ours(model, tokenizer, args)}
+    if args.savedmodel:
+        systems["ours_savedmodel"] = ours(model, tokenizer, args, savedmodel=True)
+    systems["ctranslate2"] = ctranslate2_system(model, tokenizer, args, "float32")
+    systems["ctranslate2_int8"] = ctranslate2_system(model, tokenizer, args, "int8")
+    for translate in systems.values():
+        translate(sources[:WARMUP_VERSES])  # tracing, allocation
+    seconds = {name: [] for name in systems}
+    outputs = {}
+    for _ in range(args.rounds):
+        for name, translate in systems.items():
+            start = time.perf_counter()
+            outputs[name] = translate(sources)  # the same every round
+            seconds[name].append(time.perf_counter() - start)
+    results = {}
+    for name, (translations, target_tokens) in outputs.items():
+        scores = corpus_scores(translations, references)
+        bleu_signature = scores["bleu_signature"]  # the same for every system
+        results[name] = {
+            "seconds_median": round(median(seconds[name]), 3),
+            "seconds_per_round": [round(s, 3) for s in seconds[name]],
+            "target_tokens": target_tokens,
+            "tgt_tokens_per_s": round(target_tokens / median(seconds[name]), 1),
+            "bleu": scores["bleu"],
+            "chrf": scores["chrf"],
+        }
+    emit(
+        record(
+            benchmark="ctranslate2_compare",
+            mode="verses",
+            model_dir=args.model_dir,
+            checkpoint=args.checkpoint,
+            data=values["data"],
+            split="test",
+            sentences=len(sources),
+            beam_size=args.beam_size,
+            alpha=args.alpha,
+            batch_size=args.batch_size,
+            rounds=args.rounds,
+            systems=results,
+            relative_to_ctranslate2={
+                name: round(result["tgt_tokens_per_s"] / results["ctranslate2"]["tgt_tokens_per_s"], 3)
+                for name, result in results.items()
+            },
+            bleu_signature=bleu_signature,
+            ctranslate2=importlib.metadata.version("ctranslate2"),
+            load_before=load_before,
+        )
+    )
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    modes = parser.add_subparsers(dest="mode", required=True)
+    p = modes.add_parser("verses", help="a trained model on its held-out verses")
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--checkpoint", default="latest", help="latest (default), averaged, best, or a checkpoint path")
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--alpha", type=float, default=0.6, help="length penalty (ours GNMT's, CTranslate2's |y|^alpha)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=3, help="A B rounds")
+    p.add_argument("--limit", type=int, help="only the first N verses")
+    p.add_argument("--savedmodel", action="store_true", help="also our search through the exported SavedModel")
+    modes.add_parser("forced", help="decode_compare.py's fixed work with the CTranslate2 runners; its options follow")
+    args, options = parser.parse_known_args(argv)
+    if args.mode == "verses" and options:
+        parser.error(f"unrecognized arguments: {' '.join(options)}")
+    return args, options
+
+
+def main(argv=None):
+    args, options = parse_args(argv)
+    if args.mode == "forced":
+        decode_compare.main(FORCED_DEFAULTS + options)
+    else:
+        verses(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""The CTranslate2 export: CTranslate2 on the exported weights computes our log-probabilities and
+our greedy translations, token for token; and the export's refusals."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import sentencepiece
+import tensorflow as tf
+from conftest import FIXTURE
+
+from keras_transformer import Transformer, TransformerConfig, greedy_search
+from keras_transformer.cli import main
+from keras_transformer.config import TrainingConfig
+from keras_transformer.ctranslate2_export import CTranslate2ExportError, export_ctranslate2, vocabulary
+from keras_transformer.data import read_pairs
+from keras_transformer.decoding import decode_limits
+from keras_transformer.model_dir import ModelDir
+from keras_transformer.tokenizer import SubwordTokenizer
+from keras_transformer.training import train
+from keras_transformer.translation import Translator
+
+ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 (the `ctranslate2` extra) is not installed")
+
+
+def padded(rows, pad_id=0):
+    """[B, max length] int32 from rows of ids."""
+    batch = np.full((len(rows), max(len(row) for row in rows)), pad_id, np.int32)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    return batch
+
+
+class Exported:
+    """A model, its tokenizer, its CTranslate2 export and CTranslate2's translator on it."""
+
+    def __init__(self, model, tokenizer, out):
+        self.model, self.tokenizer, self.out = model, tokenizer, str(out)
+        self.paths = export_ctranslate2(model, tokenizer, self.out)
+        self.tokens = vocabulary(tokenizer, model.config)
+        self.ids = {token: i for i, token in enumerate(self.tokens)}
+        self.translator = ctranslate2.Translator(self.out, intra_threads=1)
+
+    def source_rows(self, texts):
+        """Our source ids (truncated, EOS at the end), as `Translator` builds them."""
+        return Translator(self.model, self.tokenizer).source_ids(texts)
+
+    def source_tokens(self, row):
+        """CTranslate2's input: token strings without the EOS that it appends itself (add_source_eos)."""
+        return [self.tokens[i] for i in row[:-1]]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny pre-LN model trained for 80 steps: enough to leave the one-token outputs of the first
+    steps (and to end some sentences), where a token-for-token comparison says little."""
+    root = tmp_path_factory.mktemp("ctranslate2")
+    model_dir = str(root / "model")
+    config = TransformerConfig.tiny(vocab_size=300, norm_first=True, dropout=0.0)
+    training = TrainingConfig(
+        max_steps=80, batch_tokens=1024, warmup_fraction=0.2, steps_per_epoch=80, learning_rate_scale=3.0
+    )
+    model = train(model_dir, config, training, str(FIXTURE), verbose=0, log=lambda message: None)
+    exported = Exported(model, ModelDir(model_dir).tokenizer(), root / "ctranslate2")
+    exported.model_dir = model_dir
+    return exported
+
+
+@pytest.mark.slow
+def test_greedy_translations_equal_ours_token_for_token(trained):
+    sources = read_pairs(str(FIXTURE), "test")[0] + read_pairs(str(FIXTURE), "validation")[0]
+    rows = trained.source_rows(sources)
+    batch = padded(rows)
+    ours = greedy_search(trained.model, batch).ids.numpy()[:, 0]  # [B, L]
+    limits = decode_limits(batch, trained.model.config.pad_id, trained.model.config.max_length).numpy()  # [B]
+    theirs = []
+    for row, limit in zip(rows, limits):  # one call per sentence: CTranslate2's length limit is per call
+        (result,) = trained.translator.translate_batch(
+            [trained.source_tokens(row)], beam_size=1, max_decoding_length=int(limit), return_end_token=True
+        )
+        theirs.append([trained.ids[token] for token in result.hypotheses[0]])
+    for i, hypothesis in enumerate(theirs):
+        assert hypothesis == [int(t) for t in ours[i] if t != trained.model.config.pad_id], sources[i]
+    assert len({token for hypothesis in theirs for token in hypothesis}) > 5  # not one token repeated
+    texts = trained.tokenizer.detokenize(padded(theirs)).numpy()
+    want = Translator(trained.model, trained.tokenizer, beam_size=1, alpha=0.0).translate(sources)
+    assert [text.decode("utf-8") for text in texts] == want
+
+
+def log_probs_of_ours(model, source_ids, target):
+    """log p(y_t | y_<t, x) of `target` + EOS under our model, with pad and start banned before the
+    softmax, as the exported bias bans them."""
+    config = model.config
+    target_in = np.array([[config.start_id, *target]], np.int32)
+    logits = model((source_ids[None], target_in), training=False).numpy()[0]  # [T + 1, V]
+    logits[:, [config.pad_id, config.start_id]] = -np.inf
+    log_probs = tf.nn.log_softmax(logits, axis=-1).numpy()
+    return log_probs[np.arange(len(target) + 1), [*target, config.eos_id]]
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_log_probs_of_reference_translations_equal_ours(norm_first, tokenizer, tmp_path):
+    """Teacher-forced scoring of the reference translations, position by position: every weight,
+    norm, position and the embedding scale in the conversion shows here (random weights)."""
+    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, norm_first=norm_first))
+    model.build()
+    exported = Exported(model, tokenizer, tmp_path / "ctranslate2")
+    sources, references = read_pairs(str(FIXTURE), "test")
+    rows = exported.source_rows(sources)
+    targets = [list(ids) for ids in tokenizer.tokenize(references).numpy()]
+    results = exported.translator.score_batch(
+        [exported.source_tokens(row) for row in rows], [[exported.tokens[i] for i in target] for target in targets]
+    )
+    for row, target, result in zip(rows, targets, results):
+        np.testing.assert_allclose(result.log_probs, log_probs_of_ours(model, row, target), atol=2e-5)
+
+
+def test_export_writes_the_model_dir_with_our_special_tokens(tokenizer, tmp_path):
+    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, layer_norm_epsilon=1e-5))
+    paths = export_ctranslate2(model, tokenizer, str(tmp_path / "out"))
+    files = ["config.json", "model.bin", "shared_vocabulary.json", "tokenizer.model"]
+    assert sorted(os.listdir(tmp_path / "out")) == files
+    assert set(paths) == {"model", "config", "vocabulary", "tokenizer"}
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (config["bos_token"], config["eos_token"], config["unk_token"]) == ("<s>", "</s>", "<unk>")
+    assert config["decoder_start_token"] == "<s>" and config["add_source_eos"] is True
+    assert config["layer_norm_epsilon"] == pytest.approx(1e-5)
+    tokens = json.loads((tmp_path / "out" / "shared_vocabulary.json").read_text())
+    processor = sentencepiece.SentencePieceProcessor(model_file=paths["tokenizer"])
+    assert tokens[:4] == ["<blank>", "<s>", "</s>", "<unk>"] and len(tokens) == tokenizer.vocab_size
+    assert tokens[4:] == [processor.id_to_piece(i) for i in range(4, tokenizer.vocab_size)]
+
+
+@pytest.mark.slow
+def test_cli_exports_int8_weights(trained, tmp_path, capsys):
+    out = str(tmp_path / "int8")
+    ctranslate2_int8 = ["--format", "ctranslate2", "--quantization", "int8"]
+    assert main(["export", "--model-dir", trained.model_dir, "--out", out, *ctranslate2_int8]) == 0
+    printed = dict(line.split("\t") for line in capsys.readouterr().out.strip().splitlines())
+    assert printed["model"] == os.path.join(out, "model.bin") and os.path.isfile(printed["tokenizer"])
+    assert os.path.getsize(printed["model"]) < 0.5 * os.path.getsize(trained.paths["model"])
+    translator = ctranslate2.Translator(out, intra_threads=1)
+    assert translator.compute_type == "int8_float32"
+    row = trained.source_rows(["In the beginning God created the heavens and the earth."])[0]
+    (result,) = translator.translate_batch([trained.source_tokens(row)], beam_size=1, max_decoding_length=20)
+    assert result.hypotheses[0] and all(token in trained.ids for token in result.hypotheses[0])
+
+
+def error_of(capsys, *argv):
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    return err[0]
+
+
+def test_cli_refuses_a_missing_model_dir(capsys, tmp_path):
+    missing = str(tmp_path / "nope")
+    out = str(tmp_path / "out")
+    message = error_of(capsys, "export", "--format", "ctranslate2", "--model-dir", missing, "--out", out)
+    assert message == f"keras-transformer: error: no such model directory: {missing}"
+
+
+def test_cli_refuses_quantization_of_the_tensorflow_export(capsys, tmp_path):
+    out = str(tmp_path / "out")
+    message = error_of(capsys, "export", "--model-dir", str(tmp_path), "--out", out, "--quantization", "int8")
+    assert message == "keras-transformer: error: --quantization applies to --format ctranslate2 only"
+
+
+def test_refuses_a_directory_in_use(tokenizer, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("keep me")
+    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size))
+    with pytest.raises(CTranslate2ExportError) as error:
+        export_ctranslate2(model, tokenizer, str(tmp_path / "out"))
+    want = f"{tmp_path / 'out'} exists and is not empty: the CTranslate2 model needs a new directory"
+    assert str(error.value) == want
+    assert os.listdir(tmp_path / "out") == ["notes.txt"]
+
+
+def test_refuses_an_unknown_quantization(tokenizer, tmp_path):
+    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size))
+    with pytest.raises(CTranslate2ExportError) as error:
+        export_ctranslate2(model, tokenizer, str(tmp_path / "out"), quantization="int3")
+    assert str(error.value) == (
+        "unknown CTranslate2 quantization 'int3'; choose one of "
+        "int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, bfloat16, float32"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_refuses_without_the_ctranslate2_package(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` raises ImportError
+    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size))
+    with pytest.raises(CTranslate2ExportError) as error:
+        export_ctranslate2(model, tokenizer, str(tmp_path / "out"))
+    want = "the CTranslate2 export needs the ctranslate2 package: pip install 'keras-transformer[ctranslate2]'"
+    assert str(error.value) == want
+
+
+def test_refuses_a_tokenizer_with_a_piece_named_like_the_pad_token(fixture_pairs, tmp_path):
+    sources, targets = fixture_pairs
+    model_file = tmp_path / "blank"
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sources + targets), model_prefix=str(model_file), vocab_size=200,
+        pad_id=0, bos_id=1, eos_id=2, unk_id=3, user_defined_symbols=["<blank>"], minloglevel=2,
+    )
+    tokenizer = SubwordTokenizer.load(f"{model_file}.model")
+    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size))
+    with pytest.raises(CTranslate2ExportError) as error:
+        export_ctranslate2(model, tokenizer, str(tmp_path / "out"))
+    assert str(error.value) == "the tokenizer has a piece '<blank>', CTranslate2's name for the pad token"
