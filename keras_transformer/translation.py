@@ -1,9 +1,18 @@
-"""Text in, text out: tokenize, decode in length-sorted batches, detokenize."""
+"""Text in, text out: tokenize, decode in length-sorted batches, detokenize.
+
+    import keras_transformer as kt
+
+    translator = kt.Translator.from_model_dir("runs/small")
+    translator.translate("Jesus wept.")               # -> str
+    translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
+    translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 import tensorflow as tf
@@ -16,20 +25,31 @@ class Translator:
     size 4, length penalty alpha 0.6; `beam_size=1, alpha=0` is greedy decoding).
 
     A source longer than the model's `max_length` (EOS included) is truncated, with a warning on
-    stderr. An empty (or all-space) source translates to the empty string (score 0).
+    stderr. An empty (or all-space) source translates to the empty string (score 0). A score is
+    the sum of the hypothesis's token log-probabilities divided by the length penalty
+    ((5 + |y|) / 6)^alpha (Wu et al., 2016).
     """
 
-    def __init__(self, model, tokenizer, batch_size: int = 32, beam_size: int = 4, alpha: float = 0.6, nbest: int = 1):
+    def __init__(self, model, tokenizer, batch_size: int = 32, beam_size: int = 4, alpha: float = 0.6):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if not 1 <= nbest <= beam_size:
-            raise ValueError(f"nbest must be between 1 and the beam size {beam_size}, got {nbest}")
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.beam_size = beam_size
         self.alpha = alpha
-        self.nbest = nbest
+
+    @classmethod
+    def from_model_dir(cls, path: str, checkpoint: str = "latest", **settings) -> "Translator":
+        """The translator of a model directory (`keras-transformer train --model-dir PATH`), with the
+        weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path.
+        `settings`: `batch_size`, `beam_size`, `alpha`."""
+        from keras_transformer.model_dir import load_model
+
+        model, tokenizer, _ = load_model(path, checkpoint)
+        return cls(model, tokenizer, **settings)
 
     def source_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each text, truncated to max_length - 1, then EOS."""
@@ -47,18 +67,40 @@ class Translator:
         return rows
 
     def decode(self, source_ids):
-        """[B, S] ids -> (hypothesis ids [B, nbest, L], scores [B, nbest]), best first."""
+        """[B, S] ids -> (hypothesis ids [B, beam, L], scores [B, beam]), best first."""
         result = beam_search(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha)
-        return result.ids[:, : self.nbest], result.scores[:, : self.nbest]
+        return result.ids, result.scores
 
-    def translate(self, texts: Sequence[str]) -> list[str]:
-        """The best translation of each text."""
-        return [hypotheses[0][0] for hypotheses in self.translate_nbest(texts)]
+    @overload
+    def translate(self, texts: str) -> str: ...
 
-    def translate_nbest(self, texts: Sequence[str]) -> list[list[tuple[str, float]]]:
-        """The `nbest` best (translation, score) pairs of each text, best first."""
-        texts = list(texts)
-        translations = [[("", 0.0)] * self.nbest for _ in texts]
+    @overload
+    def translate(self, texts: Sequence[str]) -> list[str]: ...
+
+    def translate(self, texts):
+        """The best translation of a text (a str), or of each text of a list (a list of str)."""
+        if isinstance(texts, str):
+            return self.translate([texts])[0]
+        return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1)]
+
+    @overload
+    def translate_nbest(self, texts: str, n: int | None = None) -> list[tuple[str, float]]: ...
+
+    @overload
+    def translate_nbest(self, texts: Sequence[str], n: int | None = None) -> list[list[tuple[str, float]]]: ...
+
+    def translate_nbest(self, texts, n=None):
+        """The `n` best (translation, score) pairs of a text, best first (for a list: one such list
+        per text); `n` defaults to the beam size."""
+        n = self.beam_size if n is None else n
+        if not 1 <= n <= self.beam_size:
+            raise ValueError(f"nbest must be between 1 and the beam size {self.beam_size}, got {n}")
+        if isinstance(texts, str):
+            return self._nbest([texts], n)[0]
+        return self._nbest(list(texts), n)
+
+    def _nbest(self, texts: list[str], n: int) -> list[list[tuple[str, float]]]:
+        translations = [[("", 0.0)] * n for _ in texts]
         todo = [i for i, text in enumerate(texts) if text.strip()]
         if not todo:
             return translations
@@ -71,6 +113,7 @@ class Translator:
             for row, k in enumerate(chunk):
                 batch[row, : len(rows[k])] = rows[k]
             ids, scores = self.decode(batch)
+            ids, scores = ids[:, :n], scores[:, :n]  # [B, n, L], [B, n]
             outputs = self.tokenizer.detokenize(tf.reshape(ids, [-1, ids.shape[-1]])).numpy().reshape(ids.shape[:2])
             for k, row, row_scores in zip(chunk, outputs, scores.numpy()):
                 translations[todo[k]] = [(output.decode("utf-8"), float(score)) for output, score in zip(row, row_scores)]

@@ -1,0 +1,75 @@
+"""The Python inference API: `kt.Translator.from_model_dir(path).translate(...)`, on a model dir
+with an untrained tiny model (a checkpoint of its initial weights: no training needed)."""
+
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.model_dir import ModelDir, ModelDirError
+
+SENTENCES = ["In the beginning God created the heavens and the earth.", "Jesus wept.", ""]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tokenizer):
+    directory = ModelDir(str(tmp_path_factory.mktemp("translation") / "model"))
+    config = kt.TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, num_layers=1, max_length=24)
+    directory.write(config, kt.TrainingConfig(), "fixture", tokenizer)
+    model = kt.Transformer(config)
+    model.build()
+    directory.checkpoint_manager(tf.train.Checkpoint(model=model)).save(checkpoint_number=1)
+    return directory.path, model
+
+
+@pytest.fixture(scope="module")
+def translator(model_dir):
+    return kt.Translator.from_model_dir(model_dir[0], beam_size=3)
+
+
+def test_the_package_exports_the_translator_and_the_loader_and_no_module_names():
+    assert kt.Translator.__module__ == "keras_transformer.translation"
+    assert kt.load_model.__module__ == "keras_transformer.model_dir"
+    public = [name for name in dir(kt) if not name.startswith("_")]
+    assert "os" not in public and "typing" not in public and "importlib" not in public
+    assert sorted(kt.__all__) == sorted(
+        ["PRESETS", "DecodeResult", "TrainingConfig", "Transformer", "TransformerConfig", "Translator", "beam_search",
+         "greedy_search", "load_model"]
+    )
+    with pytest.raises(AttributeError, match="has no attribute 'translate'"):
+        _ = kt.translate
+
+
+def test_from_model_dir_loads_the_checkpoint_and_the_settings(model_dir, translator):
+    _, model = model_dir
+    assert (translator.beam_size, translator.alpha, translator.batch_size) == (3, 0.6, 32)
+    assert len(translator.model.weights) == len(model.weights)
+    for loaded, original in zip(translator.model.weights, model.weights):
+        assert loaded.shape == original.shape and bool(tf.reduce_all(loaded == original))
+    with pytest.raises(ModelDirError, match="has no averaged checkpoint yet"):
+        kt.Translator.from_model_dir(model_dir[0], checkpoint="averaged")
+
+
+def test_translate_a_string_returns_a_string(translator):
+    translation = translator.translate("Jesus wept.")
+    assert isinstance(translation, str)
+    assert translation == translator.translate(["Jesus wept."])[0]
+
+
+def test_translate_a_list_returns_a_list_in_order(translator):
+    translations = translator.translate(SENTENCES)
+    assert isinstance(translations, list) and len(translations) == 3 and translations[2] == ""
+    assert translations == [translator.translate(s) for s in SENTENCES]
+    assert translator.translate(tuple(SENTENCES[:2])) == translations[:2]
+    assert translator.translate([]) == []
+
+
+def test_translate_nbest(translator):
+    hypotheses = translator.translate_nbest("Jesus wept.")
+    assert len(hypotheses) == 3  # the beam size
+    scores = [score for _, score in hypotheses]
+    assert scores == sorted(scores, reverse=True) and all(isinstance(t, str) for t, _ in hypotheses)
+    assert hypotheses[0][0] == translator.translate("Jesus wept.")
+    both = translator.translate_nbest(SENTENCES[1:], n=2)
+    assert both[0] == hypotheses[:2] and both[1] == [("", 0.0), ("", 0.0)]
+    with pytest.raises(ValueError, match="^nbest must be between 1 and the beam size 3, got 4$"):
+        translator.translate_nbest("Jesus wept.", n=4)
