@@ -3,6 +3,10 @@
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
 traceback; set KERAS_TRANSFORMER_DEBUG=1 to see the traceback.
+
+Quiet by default: TensorFlow's log lines are kept out of the output (`quiet.py`), `--verbose`
+or KERAS_TRANSFORMER_DEBUG=1 lets them through. Building the parser imports no TensorFlow (each
+command imports what it needs), so `--help` and `--version` answer at once.
 """
 
 from __future__ import annotations
@@ -12,9 +16,9 @@ import json
 import os
 import sys
 
-from keras_transformer.config import PRESETS, TrainingConfig, TransformerConfig
-from keras_transformer.data import BIBLE_EN_DE
-from keras_transformer.distribute import STRATEGIES
+from keras_transformer import __version__
+from keras_transformer.config import BIBLE_EN_DE, PRESETS, STRATEGIES, TrainingConfig, TransformerConfig
+from keras_transformer.quiet import filter_native_logs, quiet_python_logs
 
 EXIT_USAGE = 2
 
@@ -101,20 +105,33 @@ def _add_export(subparsers):
     p.add_argument("--quantization", help="with --format ctranslate2: weight type, e.g. int8, float16 (default float32)")
     p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
     p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
+
+
 def _add_average(subparsers):
     p = subparsers.add_parser("average", help="average the last N checkpoints into MODEL_DIR/averaged (§6.1)")
     p.add_argument("--model-dir", required=True)
     p.add_argument("--last", type=int, default=5, help="checkpoints to average (default 5, the paper's for base)")
 
 
+def _add_verbose(p, default):
+    p.add_argument(
+        "-v", "--verbose", action="store_true", default=default,
+        help="show TensorFlow's log lines (also KERAS_TRANSFORMER_DEBUG=1, which adds tracebacks)",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="keras-transformer", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _add_verbose(p, False)
     subparsers = p.add_subparsers(dest="command", required=True)
     _add_train(subparsers)
     _add_translate(subparsers)
     _add_evaluate(subparsers)
     _add_export(subparsers)
     _add_average(subparsers)
+    for command in subparsers.choices.values():  # --verbose before or after the command
+        _add_verbose(command, argparse.SUPPRESS)
     return p
 
 
@@ -153,18 +170,16 @@ def _train(args):
 
 
 def _translator(args):
-    from keras_transformer.model_dir import load_model
     from keras_transformer.translation import Translator
 
-    model, tokenizer, values = load_model(args.model_dir, args.checkpoint)
-    nbest = getattr(args, "nbest", 1)
-    return Translator(model, tokenizer, args.batch_size, args.beam_size, args.alpha, nbest), values
+    settings = dict(batch_size=args.batch_size, beam_size=args.beam_size, alpha=args.alpha)
+    return Translator.from_model_dir(args.model_dir, args.checkpoint, **settings)
 
 
 def _translate(args):
-    translator, _ = _translator(args)
+    translator = _translator(args)
     texts = args.text or [line.rstrip("\r\n") for line in sys.stdin]
-    for index, hypotheses in enumerate(translator.translate_nbest(texts)):
+    for index, hypotheses in enumerate(translator.translate_nbest(texts, n=args.nbest)):
         for translation, score in hypotheses:
             print(f"{index}\t{score:.4f}\t{translation}" if args.nbest > 1 else translation)
 
@@ -173,8 +188,11 @@ def _evaluate(args):
     from keras_transformer.data import read_pairs
     from keras_transformer.metrics import corpus_scores
 
-    translator, values = _translator(args)
-    sources, references = read_pairs(args.data or values["data"], args.split, args.reverse, args.limit)
+    from keras_transformer.model_dir import ModelDir
+
+    translator = _translator(args)
+    data = args.data or ModelDir(args.model_dir).read()["data"]
+    sources, references = read_pairs(data, args.split, args.reverse, args.limit)
     hypotheses = translator.translate(sources)
     for source, reference, hypothesis in list(zip(sources, references, hypotheses))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
@@ -223,7 +241,13 @@ def _log(message: str) -> None:
 
 
 def main(argv=None) -> int:
+    """Run the command in `argv` (default: this process's command line, and then this process's
+    stderr is the user's: TensorFlow's native log lines are filtered out of it too)."""
     args = parser().parse_args(argv)
+    if not (args.verbose or os.environ.get("KERAS_TRANSFORMER_DEBUG")):
+        quiet_python_logs()
+        if argv is None:
+            filter_native_logs()
     from keras_transformer.data import DataError
     from keras_transformer.model_dir import ModelDirError
     from keras_transformer.tokenizer import TokenizerError

@@ -10,6 +10,9 @@ import dataclasses
 from typing import Any
 
 PRESETS = ("tiny", "small", "base", "big")
+# Names the command line offers before it imports TensorFlow (data.py and distribute.py use them).
+BIBLE_EN_DE = "bible-en-de"  # the embedded corpus
+STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")  # tf.distribute strategies
 
 # Training settings of the `small` preset: the CPU recipe, chosen by measurement on a 2-core
 # machine (README, "Quality on a CPU budget"; bench/quality.py). Small token batches buy many

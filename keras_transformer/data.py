@@ -33,8 +33,9 @@ from importlib import resources
 
 import tensorflow as tf
 
+from keras_transformer.config import BIBLE_EN_DE
+
 SPLITS = ("train", "validation", "test")
-BIBLE_EN_DE = "bible-en-de"
 BIBLE_HEADER = ("book", "chapter", "verse")
 BIBLE_HELD_OUT_BOOKS = {
     "validation": frozenset({31, 32, 48, 53, 57}),  # Obadiah, Jonah, Galatians, 2 Thessalonians, Philemon

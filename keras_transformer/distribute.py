@@ -19,9 +19,8 @@ import os
 import keras
 import tensorflow as tf
 
+from keras_transformer.config import STRATEGIES
 from keras_transformer.model import Transformer
-
-STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")
 
 
 def use_cpu_devices(count: int) -> None:

@@ -8,17 +8,66 @@ import sys
 
 import pytest
 
+import keras_transformer
 from conftest import FIXTURE
 from keras_transformer.cli import main
+from keras_transformer.quiet import drop_native_logs
 
 TINY = ["--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10", "--steps-per-epoch", "15"]
 
 
-def run(*args, stdin=None):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+def run(*args, stdin=None, env=None):
+    """`python -m keras_transformer ARGS` in a fresh process, in the environment a user has (no
+    TF_CPP_MIN_LOG_LEVEL, no KERAS_TRANSFORMER_DEBUG), plus `env`."""
+    unset = ("TF_CPP_MIN_LOG_LEVEL", "KERAS_TRANSFORMER_DEBUG")
+    env = {**{k: v for k, v in os.environ.items() if k not in unset}, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "keras_transformer", *args], input=stdin, capture_output=True, text=True, env=env, timeout=600
     )
+
+
+def test_an_error_is_exactly_one_line_on_stderr(tmp_path):
+    """TensorFlow is imported (the command runs) and says nothing: its native log lines are filtered."""
+    result = run("translate", "--model-dir", str(tmp_path / "none"), "Jesus wept.")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"keras-transformer: error: no such model directory: {tmp_path / 'none'}\n"
+
+
+def test_verbose_and_debug_let_tensorflow_log(tmp_path):
+    for flags, env in ((["--verbose"], None), ([], {"KERAS_TRANSFORMER_DEBUG": "1"})):
+        result = run("translate", *flags, "--model-dir", str(tmp_path / "none"), "hi", env=env)
+        lines = result.stderr.splitlines()
+        assert any(line.startswith(("I0000", "W0000", "E0000")) for line in lines), result.stderr
+    assert lines[-1].endswith(f"ModelDirError: no such model directory: {tmp_path / 'none'}")  # the traceback
+
+
+def test_version_and_help_answer_without_importing_tensorflow():
+    assert run("--version").stdout == f"keras-transformer {keras_transformer.__version__}\n"
+    probe = (
+        "import sys\nfrom keras_transformer.cli import main\n"
+        "for argv in (['--help'], ['train', '--help'], ['export', '--help'], ['--version']):\n"
+        "    try:\n        main(argv)\n    except SystemExit as exit:\n        assert exit.code == 0\n"
+        "print('tensorflow' in sys.modules, 'keras' in sys.modules, file=sys.stderr)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.stderr == "False False\n"
+    assert "--verbose" in result.stdout and "--time-budget" in result.stdout
+
+
+def test_native_log_messages_are_dropped_and_everything_else_kept():
+    chunk = (
+        b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        b"I0000 00:00:1796064519.732816    5328 cpu_feature_guard.cc:227] This TensorFlow binary is optimized.\n"
+        b"To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild TensorFlow.\n"
+        b"E0000 00:00:1796064499.248611    5076 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR (303)\n"
+        b"F0000 00:00:1796064499.248611    5076 op.cc:1] Check failed: x\n"
+        b"*** Check failure stack trace: ***\n"
+    )
+    kept, dropping = drop_native_logs(chunk)
+    assert kept == b"F0000 00:00:1796064499.248611    5076 op.cc:1] Check failed: x\n*** Check failure stack trace: ***\n"
+    assert not dropping
+    assert drop_native_logs(b"keras-transformer: error: x\nW0101 10:00:00.5 1 a.cc:2] y\n") == (b"keras-transformer: error: x\n", True)
+    assert drop_native_logs(b"more of it\n", dropping=True) == (b"", True)  # a message carried over a read
 
 
 @pytest.fixture(scope="module")
