@@ -31,6 +31,7 @@ from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.model_dir import ModelDir, ModelDirError, restore
+from keras_transformer.progress import Progress
 from keras_transformer.budget import TimeBudget
 from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule
 from keras_transformer.tokenizer import SubwordTokenizer
@@ -226,7 +227,7 @@ def train(
     train_batches, validation_batches = train_batches.with_options(options), validation_batches.with_options(options)
     steps_per_epoch = min(training.steps_per_epoch, training.max_steps)
     saver = CheckpointCallback(manager, training.max_steps, training.checkpoint_every)
-    callbacks = [saver]
+    callbacks = [saver, Progress(training.max_steps, training.time_budget_s)]  # in place of Keras' bars
     if training.time_budget_s:
         callbacks.insert(0, TimeBudget(training.time_budget_s, fitted, log=log))
     if worker_id(strategy) == 0:
