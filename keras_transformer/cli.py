@@ -104,6 +104,8 @@ def _add_export(subparsers):
     )
     p.add_argument("--quantization", help="with --format ctranslate2: weight type, e.g. int8, float16 (default float32)")
     p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
+    p.add_argument("--beam-size", type=int, default=4, help="the exported search's beam size K (default 4)")
+    p.add_argument("--alpha", type=float, default=0.6, help="the exported search's length penalty alpha (default 0.6)")
     p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
 
 
@@ -231,7 +233,7 @@ def _export(args):
     else:
         from keras_transformer.export import export
 
-        paths = export(model, tokenizer, args.out, args.name, log=_log)
+        paths = export(model, tokenizer, args.out, args.name, args.beam_size, args.alpha, log=_log)
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")
 

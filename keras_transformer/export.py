@@ -1,53 +1,116 @@
 """`keras-transformer export`: every deployment artifact of a trained model, from one command.
 
-    OUT/saved_model/<name>/1/        serving_default (text -> translation, score), translate_ids,
+    OUT/saved_model/<name>/N/        serving_default (text -> translation, score), translate_ids,
                                      translate_nbest; needs tensorflow-text's ops (TF Serving
                                      links them); assets.extra/tf_serving_warmup_requests
-    OUT/saved_model/<name>_ids/1/    serving_default = translate_ids; TensorFlow ops only
+    OUT/saved_model/<name>_ids/N/    serving_default = translate_ids; TensorFlow ops only
     OUT/translator.tflite            source_ids -> ids, scores; TFLite builtin ops only
     OUT/translator_int8.tflite       the same with dynamic-range quantized (int8) weights
     OUT/translator_text.tflite       text -> ids, scores; builtins + tensorflow-text's
                                      FastSentencepieceTokenize custom op
-    OUT/tokenizer.model              the SentencePiece model, to detokenize TFLite outputs
+    OUT/tokenizer.model              the SentencePiece model, to tokenize and detokenize on a device
+    OUT/translator.json              what a device needs besides the models (`tflite_metadata`)
 
-The TFLite models take any batch and length: resize the input tensor, then allocate.
+N is the next version number under each SavedModel's base path: TF Serving serves the highest,
+so exporting again into the same OUT rolls the served model forward (the TFLite files are
+replaced). The TFLite models take any batch and length: resize the input tensor, then allocate.
+Export needs no optional package: the warmup records are written with TensorFlow's protos alone.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from keras_transformer.decoding import paper_beam_search
-from keras_transformer.serving import IDS_SPEC, TEXT_SPEC, Decode, TranslationModule
+from keras_transformer.decoding import beam_search
+from keras_transformer.serving import IDS_SPEC, TEXT_SPEC, TranslationModule
+from keras_transformer.tokenizer import UNK_ID
 
-VERSION = "1"  # TF Serving loads the highest numbered version directory
 WARMUP_TEXTS = ("In the beginning God created the heavens and the earth.", "Jesus wept.")
+METADATA = "translator.json"
 
 
-def saved_model_dir(out: str, name: str) -> str:
-    return os.path.join(out, "saved_model", name, VERSION)
+def saved_model_dir(out: str, name: str, version: int = 1) -> str:
+    return os.path.join(out, "saved_model", name, str(version))
 
 
-def ids_saved_model_dir(out: str, name: str) -> str:
-    return os.path.join(out, "saved_model", f"{name}_ids", VERSION)
+def ids_saved_model_dir(out: str, name: str, version: int = 1) -> str:
+    return os.path.join(out, "saved_model", f"{name}_ids", str(version))
+
+
+def versions(base: str) -> list[int]:
+    """The version numbers of the SavedModels under a TF Serving base path, ascending."""
+    names = os.listdir(base) if os.path.isdir(base) else []
+    return sorted(int(name) for name in names if name.isdigit())
+
+
+def next_version(out: str, name: str) -> int:
+    """One above every version of both SavedModels of `name` in `out` (1 in a new OUT), so that
+    TF Serving, which serves the highest version, picks the new export up."""
+    bases = (os.path.dirname(saved_model_dir(out, name)), os.path.dirname(ids_saved_model_dir(out, name)))
+    return 1 + max((v for base in bases for v in versions(base)), default=0)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out + bytes([value]))
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2): a string, bytes or a message."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def prediction_log(model_name: str, signature: str, inputs: dict) -> bytes:
+    """A serialized `tensorflow.serving.PredictionLog` holding one PredictRequest, encoded with
+    TensorFlow's TensorProto and the field numbers of tensorflow_serving/apis/*.proto
+    (PredictionLog.predict_log = 6, PredictLog.request = 1, PredictRequest.model_spec = 1 and
+    inputs = 2, a map of key 1 and value 2; ModelSpec.name = 1 and signature_name = 3), so that
+    export needs no tensorflow-serving-api."""
+    spec = _field(1, model_name.encode("utf-8")) + _field(3, signature.encode("utf-8"))
+    entries = b"".join(
+        _field(2, _field(1, key.encode("utf-8")) + _field(2, tf.make_tensor_proto(value).SerializeToString()))
+        for key, value in inputs.items()
+    )
+    return _field(6, _field(1, _field(1, spec) + entries))
 
 
 def write_warmup_requests(path: str, model_name: str, signature: str, inputs: dict) -> None:
     """TF Serving's warmup file: PredictionLog records that the server replays before serving
     (`assets.extra/tf_serving_warmup_requests`), so the first user request pays no tracing."""
-    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
-
-    request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature))
-    for key, value in inputs.items():
-        request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
-    log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tf.io.TFRecordWriter(path) as writer:
-        writer.write(log.SerializeToString())
+        writer.write(prediction_log(model_name, signature, inputs))
+
+
+def tflite_metadata(config, beam_size: int, alpha: float) -> dict:
+    """`OUT/translator.json`: what a device needs besides the TFLite models: the input limit, the
+    reserved ids, the search the models run, and the steps around them."""
+    return {
+        "models": {"ids": "translator.tflite", "ids_int8": "translator_int8.tflite", "text": "translator_text.tflite"},
+        "tokenizer": "tokenizer.model",
+        "vocab_size": config.vocab_size,
+        "max_length": config.max_length,
+        "pad_id": config.pad_id,
+        "start_id": config.start_id,
+        "eos_id": config.eos_id,
+        "unk_id": UNK_ID,
+        "beam_size": beam_size,
+        "alpha": alpha,
+        "input": "source_ids int32 [batch, length]: SentencePiece ids, at most max_length - 1, then eos_id, "
+        "padded with pad_id (longer rows are cut to max_length - 1 ids + eos_id in the model)",
+        "output": "ids int32 [batch, beam_size, length] and scores float32 [batch, beam_size], best first; "
+        "keep the ids before the first eos_id or pad_id, drop start_id and unk_id, detokenize with "
+        "SentencePiece, collapse double spaces",
+    }
 
 
 def tflite_models(function, spec: tf.TensorSpec, quantize=(False,), *, custom_ops: bool = False) -> list[bytes]:
@@ -77,28 +140,39 @@ def tflite_models(function, spec: tf.TensorSpec, quantize=(False,), *, custom_op
     return models
 
 
-def export(model, tokenizer, out: str, name: str = "translator", decode: Decode = paper_beam_search, log=print) -> dict:
-    """Write every artifact (see the module docstring) to `out`; returns {artifact: path}."""
+def _save_version(module: TranslationModule, path: str, warmup: dict | None = None) -> None:
+    """Save to a hidden sibling of `path`, then rename: TF Serving, which watches the base path
+    for numbered directories, never sees a half-written version."""
+    temporary = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
+    module.save(temporary)
+    if warmup is not None:
+        write_warmup_requests(os.path.join(temporary, "assets.extra", "tf_serving_warmup_requests"), **warmup)
+    os.replace(temporary, path)
+
+
+def export(model, tokenizer, out: str, name: str = "translator", beam_size: int = 4, alpha: float = 0.6, log=print) -> dict:
+    """Write every artifact (see the module docstring) to `out`, decoding by beam search (§6.1:
+    beam size 4, length penalty alpha 0.6 by default); returns {artifact: path}."""
+    if beam_size < 1 or alpha < 0:
+        raise ValueError(f"export needs beam_size >= 1 and alpha >= 0, got {beam_size} and {alpha}")
+    decode = functools.partial(beam_search, beam_size=beam_size, alpha=alpha)
+    version = next_version(out, name)
     paths = {
-        "saved_model": saved_model_dir(out, name),
-        "saved_model_ids": ids_saved_model_dir(out, name),
+        "saved_model": saved_model_dir(out, name, version),
+        "saved_model_ids": ids_saved_model_dir(out, name, version),
         "tflite": os.path.join(out, "translator.tflite"),
         "tflite_int8": os.path.join(out, "translator_int8.tflite"),
         "tflite_text": os.path.join(out, "translator_text.tflite"),
         "tokenizer": os.path.join(out, "tokenizer.model"),
+        "metadata": os.path.join(out, METADATA),
     }
     os.makedirs(out, exist_ok=True)
     log(f"writing the SavedModel {paths['saved_model']}")
-    TranslationModule(model, tokenizer, decode).save(paths["saved_model"])
-    write_warmup_requests(
-        os.path.join(paths["saved_model"], "assets.extra", "tf_serving_warmup_requests"),
-        name,
-        "serving_default",
-        {"text": np.array(WARMUP_TEXTS, dtype=object)},
-    )
+    warmup = dict(model_name=name, signature="serving_default", inputs={"text": np.array(WARMUP_TEXTS, dtype=object)})
+    _save_version(TranslationModule(model, tokenizer, decode), paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
     ids_only = TranslationModule(model, decode=decode)
-    ids_only.save(paths["saved_model_ids"])
+    _save_version(ids_only, paths["saved_model_ids"])
     log("converting to TFLite (builtin ops only) and int8")
     ids_models = tflite_models(ids_only.translate_ids, IDS_SPEC, quantize=(False, True))
     log("converting the text TFLite model (tensorflow-text tokenizer op)")
@@ -108,4 +182,7 @@ def export(model, tokenizer, out: str, name: str = "translator", decode: Decode 
         with open(paths[key], "wb") as f:
             f.write(flatbuffer)
     tokenizer.save(paths["tokenizer"])
+    with open(paths["metadata"], "w", encoding="utf-8") as f:
+        json.dump(tflite_metadata(model.config, beam_size, alpha), f, indent=2)
+        f.write("\n")
     return paths

@@ -5,7 +5,8 @@ saved: the SentencePiece tokenizer (tensorflow-text ops), the search and the det
 all in the graph.
 
 - `translate(text [B]) -> {translation [B] string, score [B] float32}`: `serving_default`.
-- `translate_ids(source_ids [B, S] int32) -> {ids [B, beam, L] int32, scores [B, beam] float32}`.
+- `translate_ids(source_ids [B, S] int32) -> {ids [B, beam, L] int32, scores [B, beam] float32}`;
+  a row of more than `max_length` ids is cut to its first `max_length - 1`, then EOS.
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
 
 Text goes through the same steps as `keras_transformer.translation.Translator`: tokens
@@ -43,6 +44,16 @@ def source_ids_from_text(tokenizer, text, max_length: int, eos_id: int, pad_id: 
     return tf.where(at_end, eos_id, dense), lengths == 0
 
 
+def truncate_source_ids(source_ids, max_length: int, eos_id: int, pad_id: int):
+    """source_ids [B, S] -> [B, min(S, max_length)]: a row of more than max_length ids keeps its
+    first max_length - 1, then EOS, as a text source is truncated. TFLite builtin ops only."""
+    lengths = tf.reduce_sum(tf.cast(source_ids != pad_id, tf.int32), axis=1)  # [B]
+    kept = source_ids[:, :max_length]  # [B, S']
+    last = tf.one_hot(max_length - 1, tf.shape(kept)[1], on_value=True, off_value=False, dtype=tf.bool)  # [S']
+    cut = tf.expand_dims(lengths > max_length, 1)  # [B, 1]
+    return tf.where(cut & last, eos_id, kept)  # [B, S']
+
+
 class TranslationModule(tf.Module):
     """The exported signatures of one model; `tokenizer=None` gives an ids-only module (no
     tensorflow-text op). Holds the model's variables, so `tf.saved_model.save` stores them.
@@ -73,7 +84,7 @@ class TranslationModule(tf.Module):
             self.translate_nbest = tf.function(self._translate_nbest, input_signature=[TEXT_SPEC])
 
     def _translate_ids(self, source_ids):
-        result = self._decode(self.model, source_ids)
+        result = self._decode(self.model, truncate_source_ids(source_ids, **self._truncate))
         return {"ids": result.ids, "scores": result.scores}  # [B, beam, L], [B, beam]
 
     def _search_text(self, text):

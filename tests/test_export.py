@@ -1,8 +1,10 @@
 """Proofs of every exported artifact: each runs in a fresh process that imports only
 tensorflow (+ tensorflow_text) or only LiteRT, and gives the Python model's translations."""
 
+import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 
@@ -16,7 +18,7 @@ from keras_transformer.cli import main
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.data import read_pairs
 from keras_transformer.decoding import decode_limits, paper_beam_search
-from keras_transformer.export import export
+from keras_transformer.export import export, next_version, prediction_log
 from keras_transformer.model_dir import ModelDir
 from keras_transformer.training import train
 from keras_transformer.translation import Translator
@@ -29,7 +31,7 @@ class Exported:
     """A tiny model trained for a few steps, its export, and its Python reference."""
 
     def __init__(self, root):
-        model_dir = str(root / "model")
+        self.model_dir = model_dir = str(root / "model")
         config = TransformerConfig.tiny(vocab_size=300)
         training = TrainingConfig(max_steps=30, batch_tokens=512, warmup_steps=10, steps_per_epoch=30, learning_rate_scale=2.0)
         self.model = train(model_dir, config, training, str(FIXTURE), verbose=0, log=lambda message: None)
@@ -100,6 +102,41 @@ def test_export_writes_every_artifact(exported):
     request = records[0].predict_log.request
     assert request.model_spec.signature_name == "serving_default" and list(request.inputs) == ["text"]
     assert sorted(os.listdir(os.path.join(exported.out, "saved_model"))) == ["translator", "translator_ids"]
+    assert exported.paths["saved_model"].endswith(os.path.join("translator", "1"))
+    assert exported.paths["saved_model_ids"].endswith(os.path.join("translator_ids", "1"))
+
+
+@pytest.mark.slow
+def test_tflite_metadata_describes_the_models(exported):
+    with open(exported.paths["metadata"], encoding="utf-8") as f:
+        metadata = json.load(f)
+    config = exported.model.config
+    assert {k: metadata[k] for k in ("max_length", "vocab_size", "pad_id", "start_id", "eos_id", "unk_id")} == {
+        "max_length": config.max_length, "vocab_size": config.vocab_size, "pad_id": 0, "start_id": 1, "eos_id": 2, "unk_id": 3,
+    }
+    assert (metadata["beam_size"], metadata["alpha"], metadata["tokenizer"]) == (4, 0.6, "tokenizer.model")
+    assert metadata["models"] == {"ids": "translator.tflite", "ids_int8": "translator_int8.tflite", "text": "translator_text.tflite"}
+    for name in (metadata["tokenizer"], *metadata["models"].values()):
+        assert os.path.isfile(os.path.join(exported.out, name))
+
+
+def test_warmup_records_equal_tensorflow_servings_own():
+    """The hand-encoded PredictionLog parses, with tensorflow-serving-api, into the message it builds."""
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    inputs = {"text": np.array(["Jesus wept.", "🦜"], dtype=object), "source_ids": np.arange(300, dtype=np.int32).reshape(2, 150)}
+    request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(name="translator", signature_name="serving_default"))
+    for key, value in inputs.items():
+        request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
+    want = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+    assert prediction_log_pb2.PredictionLog.FromString(prediction_log("translator", "serving_default", inputs)) == want
+
+
+def test_next_version_is_one_above_both_base_paths(tmp_path):
+    assert next_version(str(tmp_path), "translator") == 1
+    for path in ("saved_model/translator/1", "saved_model/translator/3", "saved_model/translator_ids/4", "saved_model/translator_ids/.5.partial", "saved_model/other/9"):
+        (tmp_path / path).mkdir(parents=True)
+    assert next_version(str(tmp_path), "translator") == 5
 
 
 @pytest.mark.slow
@@ -235,5 +272,49 @@ def test_client_payloads_run_through_the_served_signature(exported):
 def test_litert_client_translates_like_the_python_model(exported):
     client = kit_module("litert_client")
     sentences = exported.sentences[:4]
-    got = client.translate(sentences, exported.out, max_length=exported.model.config.max_length)
+    got = client.translate(sentences, exported.out)  # max_length and the reserved ids from translator.json
     assert [t for t, _ in got] == exported.translator.translate(sentences)
+
+
+@pytest.mark.slow
+def test_too_long_ids_are_truncated_in_the_tflite_model(exported):
+    """More than max_length ids: cut to max_length - 1, then EOS (as text is), not a LiteRT resize error."""
+    max_length = exported.model.config.max_length
+    tokens = exported.tokenizer.tokenize(["In the beginning God created the heavens and the earth. " * 20]).numpy()[0]
+    assert len(tokens) > max_length
+    long = np.append(tokens[: max_length + 20], 2)[None].astype(np.int32)  # [1, max_length + 21]
+    cut = np.append(tokens[: max_length - 1], 2)[None].astype(np.int32)  # [1, max_length]
+    outputs = run_artifact("litert", exported.paths["tflite"], [("serving_default", {"source_ids": long}), ("serving_default", {"source_ids": cut})])
+    np.testing.assert_array_equal(outputs[0]["ids"], outputs[1]["ids"])
+    np.testing.assert_array_equal(outputs[0]["scores"], outputs[1]["scores"])
+
+
+BLOCK_SERVING_API = """
+import sys
+sys.modules["tensorflow_serving"] = None  # as on an install without the [export] extra: importing it fails
+from keras_transformer.cli import main
+status = main(sys.argv[1:])
+assert "tensorflow_serving" not in sys.modules or sys.modules["tensorflow_serving"] is None
+sys.exit(status)
+"""
+
+
+@pytest.mark.slow
+def test_export_again_without_the_serving_api_adds_version_2(exported, tmp_path):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    out = str(tmp_path / "export")
+    shutil.copytree(exported.out, out)
+    args = ["export", "--model-dir", exported.model_dir, "--out", out]
+    result = subprocess.run([sys.executable, "-c", BLOCK_SERVING_API, *args], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "ModuleNotFoundError" not in result.stderr
+    for name in ("translator", "translator_ids"):
+        assert sorted(os.listdir(os.path.join(out, "saved_model", name))) == ["1", "2"]
+    assert f"saved_model\t{os.path.join(out, 'saved_model', 'translator', '2')}" in result.stdout.splitlines()
+
+    def warmup(version):
+        path = os.path.join(out, "saved_model", "translator", version, "assets.extra", "tf_serving_warmup_requests")
+        return [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path)]
+
+    assert warmup("2") == warmup("1") and len(warmup("2")) == 1

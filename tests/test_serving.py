@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
-from keras_transformer.serving import TranslationModule, source_ids_from_text
+from keras_transformer.serving import TranslationModule, source_ids_from_text, truncate_source_ids
 from keras_transformer.serving_check import check_saved_model
 from keras_transformer.translation import Translator
 
@@ -22,6 +22,15 @@ def test_source_ids_truncate_append_eos_and_flag_empty_texts(tokenizer):
     n = len(full[2])
     np.testing.assert_array_equal(ids[2, : n + 1], [*full[2].numpy(), 2])
     assert not ids[2, n + 1 :].any()
+
+
+def test_too_long_source_ids_keep_max_length_minus_one_then_eos():
+    ids = tf.constant([[5, 6, 7, 8, 9, 2, 0], [5, 6, 2, 0, 0, 0, 0], [5, 6, 7, 8, 2, 0, 0]])
+    np.testing.assert_array_equal(
+        truncate_source_ids(ids, max_length=4, eos_id=2, pad_id=0).numpy(), [[5, 6, 7, 2], [5, 6, 2, 0], [5, 6, 7, 2]]
+    )
+    fits = tf.constant([[5, 6, 2]])
+    np.testing.assert_array_equal(truncate_source_ids(fits, max_length=4, eos_id=2, pad_id=0).numpy(), fits.numpy())
 
 
 @pytest.fixture(scope="module")
