@@ -3,9 +3,13 @@ them, and each one executed top to bottom on a fresh kernel with small settings
 (`KT_NOTEBOOK_SMOKE=1`: tiny preset, a few steps, the 400-pair fixture, 2 logical CPUs and
 `tfds.testing.mock_data` for the distributed one)."""
 
+import ast
+import importlib.metadata
 import pathlib
 import re
+import sys
 import time
+import tomllib
 
 import nbformat
 import pytest
@@ -16,7 +20,10 @@ from conftest import FIXTURE
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COLAB = ROOT / "colab"
 NOTEBOOKS = ["01_quickstart.ipynb", "02_attention.ipynb", "03_distributed_training.ipynb", "04_export_and_serve.ipynb"]
-REPO = "keras-transformer/keras-transformer"  # placeholder GitHub org/repo, the same in every badge
+REPO = "keras-aiayn/keras-aiayn"  # placeholder GitHub org/repo, the same in every badge
+DISTRIBUTION = "keras-aiayn"
+# Modules of the package that import an optional dependency, lazily.
+OPTIONAL_IMPORTS = {"keras_transformer.visualize": "matplotlib"}
 BADGE = "https://colab.research.google.com/github/" + REPO + "/blob/main/colab/{name}"
 CELL_TIMEOUT_S = 600
 
@@ -43,8 +50,48 @@ def test_notebook_has_its_badge_and_a_pinned_install_cell(name):
     first = load(name).cells[0].source
     assert BADGE.format(name=name) in first
     install = code_cells(name)[0]
-    assert f"git+https://github.com/{REPO}@v{keras_transformer.__version__}" in install
+    assert f"{DISTRIBUTION}[" in install and f"git+https://github.com/{REPO}@v{keras_transformer.__version__}" in install
     assert "except ImportError:" in install  # a local checkout (the suite) is used as installed
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; @]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def imported_modules(name) -> set[str]:
+    """Every module the notebook's cells import (`from a import b` counts a.b too)."""
+    modules = set()
+    for source in code_cells(name):
+        code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules.add(node.module)
+                modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return modules
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_install_cell_names_the_extras_its_imports_need(name):
+    """Every third-party module the cells import comes from a dependency or from an extra that the
+    install cell names (on Colab nothing else is installed; here the dev extras hide a gap)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["name"] == DISTRIBUTION
+    extras = re.search(rf"{DISTRIBUTION}\[([^\]]*)\]", code_cells(name)[0]).group(1).split(",")
+    installed = {_requirement_name(r) for r in project["dependencies"]}
+    for extra in extras:
+        installed |= {_requirement_name(r) for r in project["optional-dependencies"][extra.strip()]}
+    distributions = importlib.metadata.packages_distributions()
+    modules = imported_modules(name)
+    modules |= {OPTIONAL_IMPORTS[m] for m in modules if m in OPTIONAL_IMPORTS}
+    for module in sorted(modules):
+        top = module.split(".")[0]
+        if top in sys.stdlib_module_names or top == "keras_transformer":
+            continue
+        providers = {d.lower().replace("_", "-") for d in distributions.get(top, [top])}
+        assert providers & installed, f"{name} imports {module}; its install cell's extras {extras} do not install {providers}"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
