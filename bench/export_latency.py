@@ -19,6 +19,7 @@ import tensorflow_text  # noqa: F401  the SavedModel holds tensorflow-text ops
 from ai_edge_litert.interpreter import Interpreter
 
 from keras_transformer.data import read_pairs
+from keras_transformer.export import ids_saved_model_dir, next_version, saved_model_dir
 from keras_transformer.metrics import corpus_scores
 from keras_transformer.tokenizer import SubwordTokenizer
 
@@ -58,7 +59,8 @@ def main():
     parser.add_argument("--max-length", type=int, default=256, help="the model's max_length")
     args = parser.parse_args()
 
-    saved_model_path = os.path.join(args.export, "saved_model", args.name, "1")
+    version = next_version(args.export, args.name) - 1  # the latest export
+    saved_model_path = saved_model_dir(args.export, args.name, version)
     signature = tf.saved_model.load(saved_model_path).signatures["translate_ids"]
     runners = {
         kind: Interpreter(model_path=os.path.join(args.export, f"{kind}.tflite")).get_signature_runner()
@@ -84,7 +86,7 @@ def main():
         bleu[kind] = corpus_scores(hypotheses, references)["bleu"]
     sizes = {
         "saved_model_bytes": size(saved_model_path),
-        "saved_model_ids_bytes": size(os.path.join(args.export, "saved_model", f"{args.name}_ids", "1")),
+        "saved_model_ids_bytes": size(ids_saved_model_dir(args.export, args.name, version)),
         **{f"{kind}_bytes": size(os.path.join(args.export, f"{kind}.tflite")) for kind in ("translator", "translator_int8", "translator_text")},
     }
     print(json.dumps({
