@@ -26,7 +26,17 @@ _EXPORTS = {
     "load_model": "keras_transformer.model_dir",
     "Translator": "keras_transformer.translation",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "PRESETS",
+    "DecodeResult",
+    "TrainingConfig",
+    "Transformer",
+    "TransformerConfig",
+    "Translator",
+    "beam_search",
+    "greedy_search",
+    "load_model",
+]
 
 if typing.TYPE_CHECKING:
     from keras_transformer.config import PRESETS, TrainingConfig, TransformerConfig

@@ -174,7 +174,7 @@ def _train(args):
 def _translator(args):
     from keras_transformer.translation import Translator
 
-    settings = dict(batch_size=args.batch_size, beam_size=args.beam_size, alpha=args.alpha)
+    settings = {"batch_size": args.batch_size, "beam_size": args.beam_size, "alpha": args.alpha}
     return Translator.from_model_dir(args.model_dir, args.checkpoint, **settings)
 
 

@@ -25,7 +25,9 @@ import os
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+from tensorflow.python.framework.convert_to_constants import (
+    convert_variables_to_constants_v2,
+)
 
 from keras_transformer.decoding import beam_search
 from keras_transformer.serving import IDS_SPEC, TEXT_SPEC, TranslationModule
@@ -150,7 +152,9 @@ def _save_version(module: TranslationModule, path: str, warmup: dict | None = No
     os.replace(temporary, path)
 
 
-def export(model, tokenizer, out: str, name: str = "translator", beam_size: int = 4, alpha: float = 0.6, log=print) -> dict:
+def export(
+    model, tokenizer, out: str, name: str = "translator", beam_size: int = 4, alpha: float = 0.6, log=print
+) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding by beam search (§6.1:
     beam size 4, length penalty alpha 0.6 by default); returns {artifact: path}."""
     if beam_size < 1 or alpha < 0:
@@ -168,7 +172,8 @@ def export(model, tokenizer, out: str, name: str = "translator", beam_size: int 
     }
     os.makedirs(out, exist_ok=True)
     log(f"writing the SavedModel {paths['saved_model']}")
-    warmup = dict(model_name=name, signature="serving_default", inputs={"text": np.array(WARMUP_TEXTS, dtype=object)})
+    texts = np.array(WARMUP_TEXTS, dtype=object)
+    warmup = {"model_name": name, "signature": "serving_default", "inputs": {"text": texts}}
     _save_version(TranslationModule(model, tokenizer, decode), paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
     ids_only = TranslationModule(model, decode=decode)

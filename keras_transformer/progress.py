@@ -22,7 +22,7 @@ TERMINAL_INTERVAL_S = 0.5  # a line rewritten in place is refreshed this often
 
 def clock_time(seconds: float) -> str:
     """"1:02:03", "2:03", "0:07"."""
-    minutes, seconds = divmod(int(round(seconds)), 60)
+    minutes, seconds = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
 
@@ -121,7 +121,7 @@ class Progress(keras.callbacks.ProgbarLogger):
             return
         logs = logs or {}
         line = self._line(logs)
-        validation = [f"val_{name} {float(logs['val_' + name]):.3f}" for name in ("loss", "accuracy") if f"val_{name}" in logs]
+        validation = [f"{name} {float(logs[name]):.3f}" for name in ("val_loss", "val_accuracy") if name in logs]
         self._write(" | ".join([line, *validation]), final=True)
         self._last_report = self.clock()
 

@@ -21,7 +21,9 @@ import warnings
 
 # absl's log prefix: severity, MMDD, time, thread id, file:line], e.g.
 # `I0000 00:00:1796064463.972890    4678 port.cc:153] `; and absl's notice before its set-up.
-_NATIVE_LOG = re.compile(rb"^(?:[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\]\s]+:\d+\] |WARNING: All log messages before absl::)")
+_NATIVE_LOG = re.compile(
+    rb"^(?:[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\]\s]+:\d+\] |WARNING: All log messages before absl::)"
+)
 _FATAL_LOG = re.compile(rb"^F\d{4} ")
 _filter: threading.Thread | None = None
 
@@ -76,7 +78,8 @@ def filter_native_logs() -> None:
     read_fd, write_fd = os.pipe()
     os.dup2(write_fd, 2)
     os.close(write_fd)
-    sys.stderr = open(terminal, "w", buffering=1, encoding=sys.stderr.encoding or "utf-8", errors="backslashreplace", closefd=False)
+    encoding = sys.stderr.encoding or "utf-8"
+    sys.stderr = open(terminal, "w", buffering=1, encoding=encoding, errors="backslashreplace", closefd=False)  # noqa: SIM115
     _filter = threading.Thread(target=_forward, args=(read_fd, terminal), name="native-log-filter", daemon=True)
     _filter.start()
 

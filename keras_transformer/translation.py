@@ -42,7 +42,7 @@ class Translator:
         self.alpha = alpha
 
     @classmethod
-    def from_model_dir(cls, path: str, checkpoint: str = "latest", **settings) -> "Translator":
+    def from_model_dir(cls, path: str, checkpoint: str = "latest", **settings) -> Translator:
         """The translator of a model directory (`keras-transformer train --model-dir PATH`), with the
         weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path.
         `settings`: `batch_size`, `beam_size`, `alpha`."""

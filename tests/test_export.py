@@ -112,10 +112,12 @@ def test_tflite_metadata_describes_the_models(exported):
         metadata = json.load(f)
     config = exported.model.config
     assert {k: metadata[k] for k in ("max_length", "vocab_size", "pad_id", "start_id", "eos_id", "unk_id")} == {
-        "max_length": config.max_length, "vocab_size": config.vocab_size, "pad_id": 0, "start_id": 1, "eos_id": 2, "unk_id": 3,
+        "max_length": config.max_length, "vocab_size": config.vocab_size,
+        "pad_id": 0, "start_id": 1, "eos_id": 2, "unk_id": 3,
     }
     assert (metadata["beam_size"], metadata["alpha"], metadata["tokenizer"]) == (4, 0.6, "tokenizer.model")
-    assert metadata["models"] == {"ids": "translator.tflite", "ids_int8": "translator_int8.tflite", "text": "translator_text.tflite"}
+    models = {"ids": "translator.tflite", "ids_int8": "translator_int8.tflite", "text": "translator_text.tflite"}
+    assert metadata["models"] == models
     for name in (metadata["tokenizer"], *metadata["models"].values()):
         assert os.path.isfile(os.path.join(exported.out, name))
 
@@ -124,8 +126,9 @@ def test_warmup_records_equal_tensorflow_servings_own():
     """The hand-encoded PredictionLog parses, with tensorflow-serving-api, into the message it builds."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-    inputs = {"text": np.array(["Jesus wept.", "🦜"], dtype=object), "source_ids": np.arange(300, dtype=np.int32).reshape(2, 150)}
-    request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(name="translator", signature_name="serving_default"))
+    inputs = {"text": np.array(["Jesus wept.", "🦜"], dtype=object), "source_ids": np.arange(300, dtype=np.int32).reshape(2, -1)}
+    spec = model_pb2.ModelSpec(name="translator", signature_name="serving_default")
+    request = predict_pb2.PredictRequest(model_spec=spec)
     for key, value in inputs.items():
         request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
     want = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
@@ -134,8 +137,8 @@ def test_warmup_records_equal_tensorflow_servings_own():
 
 def test_next_version_is_one_above_both_base_paths(tmp_path):
     assert next_version(str(tmp_path), "translator") == 1
-    for path in ("saved_model/translator/1", "saved_model/translator/3", "saved_model/translator_ids/4", "saved_model/translator_ids/.5.partial", "saved_model/other/9"):
-        (tmp_path / path).mkdir(parents=True)
+    for path in ("translator/1", "translator/3", "translator_ids/4", "translator_ids/.5.partial", "other/9"):
+        (tmp_path / "saved_model" / path).mkdir(parents=True)
     assert next_version(str(tmp_path), "translator") == 5
 
 
@@ -284,7 +287,8 @@ def test_too_long_ids_are_truncated_in_the_tflite_model(exported):
     assert len(tokens) > max_length
     long = np.append(tokens[: max_length + 20], 2)[None].astype(np.int32)  # [1, max_length + 21]
     cut = np.append(tokens[: max_length - 1], 2)[None].astype(np.int32)  # [1, max_length]
-    outputs = run_artifact("litert", exported.paths["tflite"], [("serving_default", {"source_ids": long}), ("serving_default", {"source_ids": cut})])
+    calls = [("serving_default", {"source_ids": long}), ("serving_default", {"source_ids": cut})]
+    outputs = run_artifact("litert", exported.paths["tflite"], calls)
     np.testing.assert_array_equal(outputs[0]["ids"], outputs[1]["ids"])
     np.testing.assert_array_equal(outputs[0]["scores"], outputs[1]["scores"])
 
@@ -306,7 +310,8 @@ def test_export_again_without_the_serving_api_adds_version_2(exported, tmp_path)
     out = str(tmp_path / "export")
     shutil.copytree(exported.out, out)
     args = ["export", "--model-dir", exported.model_dir, "--out", out]
-    result = subprocess.run([sys.executable, "-c", BLOCK_SERVING_API, *args], capture_output=True, text=True, timeout=600)
+    command = [sys.executable, "-c", BLOCK_SERVING_API, *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "ModuleNotFoundError" not in result.stderr
     for name in ("translator", "translator_ids"):

@@ -50,7 +50,8 @@ def test_notebook_has_its_badge_and_a_pinned_install_cell(name):
     first = load(name).cells[0].source
     assert BADGE.format(name=name) in first
     install = code_cells(name)[0]
-    assert f"{DISTRIBUTION}[" in install and f"git+https://github.com/{REPO}@v{keras_transformer.__version__}" in install
+    assert f"{DISTRIBUTION}[" in install
+    assert f"git+https://github.com/{REPO}@v{keras_transformer.__version__}" in install
     assert "except ImportError:" in install  # a local checkout (the suite) is used as installed
 
 
@@ -91,7 +92,7 @@ def test_install_cell_names_the_extras_its_imports_need(name):
         if top in sys.stdlib_module_names or top == "keras_transformer":
             continue
         providers = {d.lower().replace("_", "-") for d in distributions.get(top, [top])}
-        assert providers & installed, f"{name} imports {module}; its install cell's extras {extras} do not install {providers}"
+        assert providers & installed, f"{name} imports {module}; the extras {extras} do not install {providers}"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

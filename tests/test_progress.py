@@ -41,7 +41,8 @@ def fit(model):
     def fit(progress, now, epochs=1, verbose="auto"):
         model.optimizer.iterations.assign(0)
         callbacks = [Tick(now), progress]
-        model.fit(batches, epochs=epochs, steps_per_epoch=STEPS // epochs, callbacks=callbacks, verbose=verbose, shuffle=False)
+        steps = STEPS // epochs
+        model.fit(batches, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=verbose, shuffle=False)
 
     return fit
 
@@ -52,7 +53,8 @@ def test_clock_time():
 
 def test_a_time_budget_run_reports_time_left_one_plain_line_per_interval(fit):
     now, out = [100.0], io.StringIO()
-    fit(Progress(10_000, time_budget_s=360, interval_s=4.0, stream=out, terminal=False, clock=lambda: now[0]), now, epochs=2)
+    progress = Progress(10_000, time_budget_s=360, interval_s=4.0, stream=out, terminal=False, clock=lambda: now[0])
+    fit(progress, now, epochs=2)
     text = out.getvalue()
     assert "Epoch" not in text and not re.search(r"[\x00-\x09\x0b-\x1f]", text)  # no bars, escapes or \r
     lines = text.splitlines()
