@@ -70,7 +70,7 @@ class CountingTranslator(Translator):
     def decode(self, source_ids):
         ids, scores = self.search(source_ids)
         self.target_tokens += int(tf.math.count_nonzero(ids[:, 0] != self.model.config.pad_id))
-        return ids[:, : self.nbest], scores[:, : self.nbest]
+        return ids, scores  # [B, beam, L], [B, beam]; Translator keeps the n best
 
 
 def ours(model, tokenizer, args, savedmodel: bool = False):
