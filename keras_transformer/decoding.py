@@ -31,6 +31,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 LENGTH_A, LENGTH_B = 1.0, 50
+INITIAL_CACHE_LENGTH = 16  # target positions a growing cache has room for at first
 # Scores are float32 whatever the model's compute dtype; -inf is exact in every float dtype
 # (unlike -1e9, which overflows float16) and marks "no hypothesis" in a beam slot.
 NEG_INF = float("-inf")
@@ -74,6 +75,15 @@ class BeamState(NamedTuple):
     finished_ids: tf.Tensor  # [B, K, L] int32, ending in EOS (or at the length limit), pad after
     finished_scores: tf.Tensor  # [B, K] float32, log-probability / lp, descending; -inf: empty slot
     cache: list  # the model's decoding cache, every leaf [B * K, ...]
+    capacity: tf.Tensor  # [] int32, the target positions the cache has room for
+
+
+def _grow_cache(state: BeamState, extend_cache, length) -> BeamState:
+    """Double the cache's room (up to `length`) when the next position does not fit."""
+    full = state.position >= state.capacity
+    slots = tf.minimum(state.capacity, length - state.capacity)
+    cache = tf.cond(full, lambda: extend_cache(state.cache, slots), lambda: state.cache)
+    return state._replace(cache=cache, capacity=tf.where(full, state.capacity + slots, state.capacity))
 
 
 def _gather_beams(values, indices):
@@ -135,7 +145,7 @@ def _beam_step(state: BeamState, tokens_to_log_probs, limits, beam_size: int, al
     merged_ids = tf.concat([state.finished_ids, top_ids[:, :k]], axis=1)  # [B, 2K, L]
     finished_scores, finished_rank = tf.math.top_k(merged_scores, k=k)  # [B, K], ties keep the older
 
-    return BeamState(
+    return state._replace(
         position=generated,
         alive_ids=_gather_beams(top_ids, alive_rank),
         alive_log_probs=alive_log_probs,
@@ -180,7 +190,12 @@ def search_beams(
     cap = config.max_length if max_decode_length is None else min(max_decode_length, config.max_length)
     limits = decode_limits(source_ids, config.pad_id, cap, a, b)  # [B]
     length = cap if max_decode_length is not None else tf.reduce_max(tf.concat([limits, [1]], axis=0))
-    context, cache = model.start_decoding(source_ids, k, length)  # cache leaves [B*K, ...]
+    # A static length keeps every shape static (XLA). Otherwise the cache starts small and doubles
+    # as the search goes on: most searches end long before `length`, and every step reads and
+    # copies the whole cache.
+    grow = max_decode_length is None
+    capacity = tf.minimum(INITIAL_CACHE_LENGTH, length) if grow else length
+    context, cache = model.start_decoding(source_ids, k, capacity)  # cache leaves [B*K, ...]
 
     def tokens_to_log_probs(token_ids, position, cache):
         logits, cache = model.decode_step(token_ids, position, cache, context)  # [B*K, V]
@@ -195,11 +210,21 @@ def search_beams(
         finished_ids=tf.zeros([batch, k, length], tf.int32),
         finished_scores=tf.fill([batch, k], NEG_INF),
         cache=cache,
+        capacity=tf.convert_to_tensor(capacity, tf.int32),
     )
+
+    def step(state):
+        if grow:
+            state = _grow_cache(state, model.extend_cache, length)
+        return (_beam_step(state, tokens_to_log_probs, limits, k, alpha, config.eos_id),)
+
+    shapes = tf.nest.map_structure(lambda value: value.shape, state)
+    shapes = shapes._replace(cache=tf.nest.map_structure(lambda shape: tf.TensorShape([None] * shape.rank), shapes.cache))
     state = tf.while_loop(
         lambda state: tf.logical_and(state.position < length, _searching(state, limits, alpha)),
-        lambda state: (_beam_step(state, tokens_to_log_probs, limits, k, alpha, config.eos_id),),
+        step,
         (state,),
+        shape_invariants=(shapes,),
     )[0]
     return state.finished_ids, state.finished_scores
 

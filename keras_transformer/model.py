@@ -88,9 +88,10 @@ class Transformer(keras.Model):
             "decoder_cross": [w["cross"] for w in decoder_weights],
         }
 
-    def start_decoding(self, source_ids, hypotheses: int, max_length: int):
-        """Encode `source_ids` [B, S] once for decoding `hypotheses` continuations of each sentence
-        over `max_length` target positions. Returns `(context, cache)`:
+    def start_decoding(self, source_ids, hypotheses: int, max_length):
+        """Encode `source_ids` [B, S] once for decoding `hypotheses` continuations of each sentence,
+        with room for `max_length` target positions (`extend_cache` adds more). Returns
+        `(context, cache)`:
 
         - context: per sentence, read-only: every decoder layer's cross-attention keys and
           values [B, S, h, d_k] and the source padding mask [B, S];
@@ -105,6 +106,10 @@ class Transformer(keras.Model):
         context = {"memory": self.decoder.project_memory(memory), "source_mask": source_mask}
         cache = self.decoder.init_cache(ops.shape(source_ids)[0] * hypotheses, max_length)
         return context, cache
+
+    def extend_cache(self, cache, slots):
+        """The cache with room for `slots` more target positions."""
+        return self.decoder.extend_cache(cache, slots)
 
     def decode_step(self, token_ids, position, cache, context):
         """token_ids [B'] at `position` (scalar) -> (logits [B', vocab] float32, updated cache).

@@ -10,7 +10,7 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from keras_transformer import TransformerConfig, beam_search
-from keras_transformer.decoding import compiled, search_beams
+from keras_transformer.decoding import INITIAL_CACHE_LENGTH, compiled, search_beams
 from test_decoding import CONFIG, model, reference_greedy  # noqa: F401  (model: the shared fixture)
 
 EOS = 2
@@ -29,6 +29,9 @@ class ScriptedModel:
 
     def start_decoding(self, source_ids, hypotheses, max_length):
         return {}, {"fed": tf.zeros([tf.shape(source_ids)[0] * hypotheses, max_length], tf.int32)}  # inputs so far
+
+    def extend_cache(self, cache, slots):
+        return {"fed": tf.pad(cache["fed"], [[0, 0], [0, slots]])}
 
     def decode_step(self, token_ids, position, cache, context):
         write = tf.one_hot(position, tf.shape(cache["fed"])[1], dtype=tf.int32)
@@ -141,6 +144,9 @@ class Uncached:
         context = {"memory": tf.repeat(memory, hypotheses, axis=0), "source_mask": tf.repeat(source_mask, hypotheses, axis=0)}
         return context, {"fed": tf.zeros([tf.shape(source_ids)[0] * hypotheses, max_length], tf.int32)}
 
+    def extend_cache(self, cache, slots):
+        return {"fed": tf.pad(cache["fed"], [[0, 0], [0, slots]])}
+
     def decode_step(self, token_ids, position, cache, context):
         write = tf.one_hot(position, tf.shape(cache["fed"])[1], dtype=tf.int32)
         fed = cache["fed"] + write[None, :] * token_ids[:, None]  # [B, L]
@@ -148,17 +154,21 @@ class Uncached:
         return tf.gather(logits, position, axis=1), {"fed": fed}
 
 
-def test_n_best_contract_and_cached_equals_uncached(model):
-    result = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=5)
+@pytest.mark.parametrize("b", [5, 30], ids=["fits", "grows"])  # the cache starts with room for 16 positions
+def test_n_best_contract_and_cached_equals_uncached(model, b):
+    result = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=b)
     ids, scores = result.ids.numpy(), result.scores.numpy()
-    assert ids.dtype == np.int32 and ids.shape == (2, 3, 9) and scores.dtype == np.float32  # |source| + 5
+    assert ids.dtype == np.int32 and ids.shape == (2, 3, min(4 + b, CONFIG.max_length))  # |source| + b
+    assert scores.dtype == np.float32
+    if b > INITIAL_CACHE_LENGTH:
+        assert np.count_nonzero(ids[0, 0]) > INITIAL_CACHE_LENGTH  # the best hypothesis outgrew the first cache
     assert np.all(np.diff(scores, axis=1) <= 0) and np.all(np.isfinite(scores))
     for hypothesis in ids.reshape(-1, ids.shape[-1]):
         length = np.count_nonzero(hypothesis)
         assert np.all(hypothesis[:length] > CONFIG.start_id) and np.all(hypothesis[length:] == CONFIG.pad_id)
         assert EOS not in hypothesis[: length - 1]
     assert len({tuple(h) for h in ids[0]}) == 3  # n distinct hypotheses
-    uncached = beam_search(Uncached(model), SOURCE, beam_size=3, alpha=0.6, b=5)
+    uncached = beam_search(Uncached(model), SOURCE, beam_size=3, alpha=0.6, b=b)
     np.testing.assert_array_equal(uncached.ids.numpy(), ids)
     np.testing.assert_allclose(uncached.scores.numpy(), scores, rtol=1e-4)
 
@@ -207,7 +217,7 @@ def tflite_beam_search(model, **static) -> bytes:
 def test_tflite_builtins_give_the_same_beams(model):
     from ai_edge_litert.interpreter import Interpreter
 
-    static = dict(beam_size=3, alpha=0.6, max_decode_length=None, a=1.0, b=5)
+    static = dict(beam_size=3, alpha=0.6, max_decode_length=None, a=1.0, b=30)  # the cache grows
     interpreter = Interpreter(model_content=tflite_beam_search(model, **static))
     (source,) = interpreter.get_input_details()
     interpreter.resize_tensor_input(source["index"], SOURCE.shape)
@@ -215,7 +225,7 @@ def test_tflite_builtins_give_the_same_beams(model):
     interpreter.set_tensor(source["index"], SOURCE)
     interpreter.invoke()
     outputs = {d["dtype"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
-    expected = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=5)
+    expected = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=30)
     np.testing.assert_array_equal(outputs[np.int32], expected.ids.numpy())
     np.testing.assert_allclose(outputs[np.float32], expected.scores.numpy(), rtol=1e-4)
 

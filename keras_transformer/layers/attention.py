@@ -15,6 +15,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_transformer.layers.linear import Linear
 from keras_transformer.layers.masking import masked_fill_value
 
 
@@ -44,9 +45,9 @@ class MultiHeadAttention(keras.layers.Layer):
             raise ValueError(f"MultiHeadAttention: memory width {memory_shape[-1]} != query width {d_model}")
         self.d_model = d_model
         self.d_k = d_model // self.num_heads
-        self.query_dense = keras.layers.Dense(d_model, name="query", dtype=self.dtype_policy)  # W^Q
-        self.key_value_dense = keras.layers.Dense(2 * d_model, name="key_value", dtype=self.dtype_policy)  # W^K|W^V
-        self.output_dense = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)  # W^O
+        self.query_dense = Linear(d_model, name="query", dtype=self.dtype_policy)  # W^Q
+        self.key_value_dense = Linear(2 * d_model, name="key_value", dtype=self.dtype_policy)  # W^K|W^V
+        self.output_dense = Linear(d_model, name="output", dtype=self.dtype_policy)  # W^O
         self.query_dense.build(query_shape)
         self.key_value_dense.build(memory_shape)
         self.output_dense.build(query_shape)
@@ -87,11 +88,22 @@ class MultiHeadAttention(keras.layers.Layer):
             return output, weights
         return output
 
+    def init_cache(self, batch_size, length):
+        """An empty self-attention cache of `length` positions for `batch_size` rows:
+        {"key", "value"} [batch_size, h, length, d_k]."""
+        shape = (batch_size, self.num_heads, length, self.d_k)
+        return {"key": ops.zeros(shape, self.compute_dtype), "value": ops.zeros(shape, self.compute_dtype)}
+
+    def extend_cache(self, cache, slots):
+        """The cache with `slots` more (empty) positions, in front: where a shift register's
+        oldest slots are."""
+        return {name: ops.pad(leaf, ((0, 0), (0, 0), (slots, 0), (0, 0))) for name, leaf in cache.items()}
+
     def call(self, query, memory, attention_mask=None, cache=None, position=None, return_attention_scores=False):
         """`memory` is [B, S, d_model] (the query itself for self-attention), or the pair that
         `project_key_value(memory)` returned, for a memory attended at every decoding step.
 
-        With `cache` ({"key", "value"} [B, h, L, d_k], incremental self-attention): the key and
+        With `cache` (`init_cache`, {"key", "value"} [B, h, L, d_k]; incremental self-attention): the key and
         value of `memory` (one position, [B, 1, d_model], at `position`) enter the cache, the query
         attends to positions <= `position`, and the result is `(output, updated cache)`.
         """

@@ -97,11 +97,14 @@ class DecoderLayer(TransformerBlock):
             return x, cache
         return (x, weights) if return_attention_scores else x
 
-    def init_cache(self, batch_size, max_length: int):
-        """An empty self-attention cache of `max_length` positions for `batch_size` rows:
-        {"key", "value"} [batch_size, h, max_length, d_k]."""
-        shape = (batch_size, self.config.num_heads, max_length, self.config.d_k)
-        return {"key": ops.zeros(shape, self.compute_dtype), "value": ops.zeros(shape, self.compute_dtype)}
+    def init_cache(self, batch_size, length):
+        """An empty self-attention cache of `length` positions for `batch_size` rows
+        (`MultiHeadAttention.init_cache`)."""
+        return self.self_attention.init_cache(batch_size, length)
+
+    def extend_cache(self, cache, slots):
+        """The cache with room for `slots` more positions."""
+        return self.self_attention.extend_cache(cache, slots)
 
     def project_memory(self, memory):
         """The encoder output's keys and values for cross-attention, projected once per source:
@@ -170,9 +173,13 @@ class Decoder(TransformerBlock):
             return x, new_cache
         return (x, all_weights) if return_attention_scores else x
 
-    def init_cache(self, batch_size, max_length: int):
+    def init_cache(self, batch_size, length):
         """One empty self-attention cache per layer (see `DecoderLayer.init_cache`)."""
-        return [layer.init_cache(batch_size, max_length) for layer in self.blocks]
+        return [layer.init_cache(batch_size, length) for layer in self.blocks]
+
+    def extend_cache(self, cache, slots):
+        """Every layer's cache with room for `slots` more positions."""
+        return [layer.extend_cache(layer_cache, slots) for layer, layer_cache in zip(self.blocks, cache)]
 
     def project_memory(self, memory):
         """One projected memory per layer (see `DecoderLayer.project_memory`)."""
