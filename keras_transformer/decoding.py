@@ -31,7 +31,6 @@ from typing import NamedTuple
 import tensorflow as tf
 
 LENGTH_A, LENGTH_B = 1.0, 50
-INITIAL_CACHE_LENGTH = 16  # target positions a growing cache has room for at first
 # Scores are float32 whatever the model's compute dtype; -inf is exact in every float dtype
 # (unlike -1e9, which overflows float16) and marks "no hypothesis" in a beam slot.
 NEG_INF = float("-inf")
@@ -52,12 +51,14 @@ def decode_limits(source_ids, pad_id: int, max_length: int, a: float = LENGTH_A,
     return tf.clip_by_value(limit, 1, max_length)
 
 
-def token_log_probs(logits, pad_id: int, start_id: int):
-    """log-softmax over the full vocabulary, with pad and start masked to -inf (never generated)."""
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # [B, V]
-    vocab_size = tf.shape(log_probs)[-1]
-    banned = tf.reduce_max(tf.one_hot([pad_id, start_id], vocab_size, dtype=tf.float32), axis=0)  # [V]
-    return tf.where(banned > 0, tf.constant(NEG_INF, tf.float32), log_probs)
+def best_tokens(log_probs, count: int, banned: tuple[int, ...]):
+    """The `count` best tokens of every row of `log_probs` [N, V] other than the `banned` ids
+    (pad and start: never generated), best first: (values, ids) [N, count + len(banned)] with
+    every banned id among them at -inf, so that they rank last. Masking after the top-k reads
+    K x (2K + 2) values instead of the whole [N, V]."""
+    values, ids = top_k_rows(log_probs, min(count + len(banned), log_probs.shape[-1]))  # [N, count + 2]
+    is_banned = tf.reduce_any(ids[:, :, None] == tf.constant(banned, tf.int32), axis=-1)  # [N, count + 2]
+    return tf.where(is_banned, NEG_INF, values), ids
 
 
 def length_penalty(length, alpha: float):
@@ -75,15 +76,6 @@ class BeamState(NamedTuple):
     finished_ids: tf.Tensor  # [B, K, L] int32, ending in EOS (or at the length limit), pad after
     finished_scores: tf.Tensor  # [B, K] float32, log-probability / lp, descending; -inf: empty slot
     cache: list  # the model's decoding cache, every leaf [B * K, ...]
-    capacity: tf.Tensor  # [] int32, the target positions the cache has room for
-
-
-def _grow_cache(state: BeamState, extend_cache, length) -> BeamState:
-    """Double the cache's room (up to `length`) when the next position does not fit."""
-    full = state.position >= state.capacity
-    slots = tf.minimum(state.capacity, length - state.capacity)
-    cache = tf.cond(full, lambda: extend_cache(state.cache, slots), lambda: state.cache)
-    return state._replace(cache=cache, capacity=tf.where(full, state.capacity + slots, state.capacity))
 
 
 def _gather_beams(values, indices):
@@ -116,15 +108,15 @@ def top_k_rows(values, k: int, block: int = 128):
     return top_values, tf.gather(best_blocks, top_index // block, batch_dims=1) * block + top_index % block
 
 
-def _beam_step(state: BeamState, tokens_to_log_probs, limits, beam_size: int, alpha: float, eos_id: int) -> BeamState:
+def _beam_step(state: BeamState, tokens_to_log_probs, limits, beam_size: int, alpha: float, eos_id: int, banned) -> BeamState:
     """Extend every alive hypothesis by one token; refill the alive and the finished sets."""
     k = beam_size
     batch = tf.shape(state.alive_log_probs)[0]
     length = tf.shape(state.alive_ids)[2]
     log_probs, cache = tokens_to_log_probs(tf.reshape(state.alive_token, [-1]), state.position, state.cache)  # [B*K, V]
     # The best 2K of the K x V one-token extensions are among each hypothesis' best 2K tokens.
-    per_beam = min(2 * k, log_probs.shape[-1])
-    token_log_probs, tokens = top_k_rows(log_probs, per_beam)  # [B*K, 2K]
+    token_log_probs, tokens = best_tokens(log_probs, 2 * k, banned)  # [B*K, per_beam]
+    per_beam = tokens.shape[-1]
     candidates = state.alive_log_probs[:, :, None] + tf.reshape(token_log_probs, [batch, k, per_beam])  # [B, K, 2K]
     top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [batch, k * per_beam]), k=2 * k)  # [B, 2K]
     top_beam = top_index // per_beam  # [B, 2K], the alive hypothesis each candidate extends
@@ -190,17 +182,16 @@ def search_beams(
     cap = config.max_length if max_decode_length is None else min(max_decode_length, config.max_length)
     limits = decode_limits(source_ids, config.pad_id, cap, a, b)  # [B]
     length = cap if max_decode_length is not None else tf.reduce_max(tf.concat([limits, [1]], axis=0))
-    # A static length keeps every shape static (XLA). Otherwise the cache starts small and doubles
-    # as the search goes on: most searches end long before `length`, and every step reads and
-    # copies the whole cache.
-    grow = max_decode_length is None
-    capacity = tf.minimum(INITIAL_CACHE_LENGTH, length) if grow else length
-    context, cache = model.start_decoding(source_ids, k, capacity)  # cache leaves [B*K, ...]
+    # A static length keeps every shape static (XLA). Otherwise the cache grows with the search:
+    # most searches end long before `length`, and every step reads and copies the whole cache.
+    fixed = length if max_decode_length is not None else None
+    context, cache = model.start_decoding(source_ids, k, fixed)  # cache leaves [B*K, ...]
 
     def tokens_to_log_probs(token_ids, position, cache):
         logits, cache = model.decode_step(token_ids, position, cache, context)  # [B*K, V]
-        return token_log_probs(logits, config.pad_id, config.start_id), cache
+        return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), cache  # over the full vocabulary
 
+    banned = (config.pad_id, config.start_id)
     first_beam = tf.one_hot(0, k, on_value=0.0, off_value=NEG_INF)  # [K]: one hypothesis, the empty one
     state = BeamState(
         position=tf.constant(0),
@@ -210,19 +201,13 @@ def search_beams(
         finished_ids=tf.zeros([batch, k, length], tf.int32),
         finished_scores=tf.fill([batch, k], NEG_INF),
         cache=cache,
-        capacity=tf.convert_to_tensor(capacity, tf.int32),
     )
-
-    def step(state):
-        if grow:
-            state = _grow_cache(state, model.extend_cache, length)
-        return (_beam_step(state, tokens_to_log_probs, limits, k, alpha, config.eos_id),)
 
     shapes = tf.nest.map_structure(lambda value: value.shape, state)
     shapes = shapes._replace(cache=tf.nest.map_structure(lambda shape: tf.TensorShape([None] * shape.rank), shapes.cache))
     state = tf.while_loop(
         lambda state: tf.logical_and(state.position < length, _searching(state, limits, alpha)),
-        step,
+        lambda state: (_beam_step(state, tokens_to_log_probs, limits, k, alpha, config.eos_id, banned),),
         (state,),
         shape_invariants=(shapes,),
     )[0]

@@ -89,35 +89,32 @@ class MultiHeadAttention(keras.layers.Layer):
         return output
 
     def init_cache(self, batch_size, length):
-        """An empty self-attention cache of `length` positions for `batch_size` rows:
-        {"key", "value"} [batch_size, h, length, d_k]."""
+        """An empty self-attention cache for `batch_size` rows: {"key", "value"}
+        [batch_size, h, length, d_k], `length` fixed slots, or 0 for a cache that grows."""
         shape = (batch_size, self.num_heads, length, self.d_k)
         return {"key": ops.zeros(shape, self.compute_dtype), "value": ops.zeros(shape, self.compute_dtype)}
-
-    def extend_cache(self, cache, slots):
-        """The cache with `slots` more (empty) positions, in front: where a shift register's
-        oldest slots are."""
-        return {name: ops.pad(leaf, ((0, 0), (0, 0), (slots, 0), (0, 0))) for name, leaf in cache.items()}
 
     def call(self, query, memory, attention_mask=None, cache=None, position=None, return_attention_scores=False):
         """`memory` is [B, S, d_model] (the query itself for self-attention), or the pair that
         `project_key_value(memory)` returned, for a memory attended at every decoding step.
 
-        With `cache` (`init_cache`, {"key", "value"} [B, h, L, d_k]; incremental self-attention): the key and
-        value of `memory` (one position, [B, 1, d_model], at `position`) enter the cache, the query
-        attends to positions <= `position`, and the result is `(output, updated cache)`.
+        With `cache` (`init_cache`; incremental self-attention, one position [B, 1, d_model] per
+        call): the key and value of `memory` enter the cache, the query attends to them and to
+        every earlier position, and the result is `(output, updated cache)`. A growing cache
+        (`position` None) appends them: one copy, and no masked slot to read. A fixed-size cache
+        (static shapes, for XLA) writes them at `position` and masks the later slots.
         """
         key, value = memory if isinstance(memory, (tuple, list)) else self.project_key_value(memory)
         if cache is None:
             return self.attend(query, key, value, attention_mask, return_attention_scores)
-        # The cache is a shift register: the oldest slot drops out and the new key and value enter
-        # last, so positions 0..`position` fill the last position + 1 slots. Attention is a sum over
-        # keys, so their order does not matter; a shift is a plain copy with static shapes (XLA,
-        # TFLite builtins), measured faster than a one-hot write or a dynamic_update_slice.
-        key = ops.concatenate([cache["key"][:, :, 1:], key], axis=2)  # [B, h, L, d_k]
-        value = ops.concatenate([cache["value"][:, :, 1:], value], axis=2)
-        slots = ops.arange(ops.shape(key)[2])  # [L]
-        visible = ops.reshape(slots >= ops.shape(key)[2] - 1 - position, (1, 1, -1))  # [1, 1, L]
+        if position is None:
+            key = ops.concatenate([cache["key"], key], axis=2)  # [B, h, position + 1, d_k]
+            value = ops.concatenate([cache["value"], value], axis=2)
+            return self.attend(query, key, value), {"key": key, "value": value}
+        start = (0, 0, position, 0)
+        key = ops.slice_update(cache["key"], start, key)  # [B, h, L, d_k]
+        value = ops.slice_update(cache["value"], start, value)
+        visible = ops.reshape(ops.arange(ops.shape(key)[2]) <= position, (1, 1, -1))  # [1, 1, L]
         return self.attend(query, key, value, attention_mask=visible), {"key": key, "value": value}
 
     def compute_output_shape(self, query_shape, memory_shape=None):
