@@ -146,7 +146,7 @@ def _set_stack(spec, weights: dict, embedding: np.ndarray, positions: np.ndarray
 
 
 def never_generated_bias(config) -> np.ndarray:
-    """[V] float32: 0, and -inf at pad and start, which our search never generates (`decoding.token_log_probs`).
+    """[V] float32: 0, and -inf at pad and start, which our search never generates (`decoding.best_tokens`).
 
     CTranslate2 would emit them: a bias on the projection bans them inside the model. It comes
     before the softmax, where ours masks after the log-softmax, so CTranslate2's log-probabilities

@@ -51,12 +51,14 @@ def decode_limits(source_ids, pad_id: int, max_length: int, a: float = LENGTH_A,
     return tf.clip_by_value(limit, 1, max_length)
 
 
-def token_log_probs(logits, pad_id: int, start_id: int):
-    """log-softmax over the full vocabulary, with pad and start masked to -inf (never generated)."""
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # [B, V]
-    vocab_size = tf.shape(log_probs)[-1]
-    banned = tf.reduce_max(tf.one_hot([pad_id, start_id], vocab_size, dtype=tf.float32), axis=0)  # [V]
-    return tf.where(banned > 0, tf.constant(NEG_INF, tf.float32), log_probs)
+def best_tokens(log_probs, count: int, banned: tuple[int, ...]):
+    """The `count` best tokens of every row of `log_probs` [N, V] other than the `banned` ids
+    (pad and start: never generated), best first: (values, ids) [N, count + len(banned)] with
+    every banned id among them at -inf, so that they rank last. Masking after the top-k reads
+    K x (2K + 2) values instead of the whole [N, V]."""
+    values, ids = top_k_rows(log_probs, min(count + len(banned), log_probs.shape[-1]))  # [N, count + 2]
+    is_banned = tf.reduce_any(ids[:, :, None] == tf.constant(banned, tf.int32), axis=-1)  # [N, count + 2]
+    return tf.where(is_banned, NEG_INF, values), ids
 
 
 def length_penalty(length, alpha: float):
@@ -106,15 +108,15 @@ def top_k_rows(values, k: int, block: int = 128):
     return top_values, tf.gather(best_blocks, top_index // block, batch_dims=1) * block + top_index % block
 
 
-def _beam_step(state: BeamState, tokens_to_log_probs, limits, beam_size: int, alpha: float, eos_id: int) -> BeamState:
+def _beam_step(state: BeamState, tokens_to_log_probs, limits, beam_size: int, alpha: float, eos_id: int, banned) -> BeamState:
     """Extend every alive hypothesis by one token; refill the alive and the finished sets."""
     k = beam_size
     batch = tf.shape(state.alive_log_probs)[0]
     length = tf.shape(state.alive_ids)[2]
     log_probs, cache = tokens_to_log_probs(tf.reshape(state.alive_token, [-1]), state.position, state.cache)  # [B*K, V]
     # The best 2K of the K x V one-token extensions are among each hypothesis' best 2K tokens.
-    per_beam = min(2 * k, log_probs.shape[-1])
-    token_log_probs, tokens = top_k_rows(log_probs, per_beam)  # [B*K, 2K]
+    token_log_probs, tokens = best_tokens(log_probs, 2 * k, banned)  # [B*K, per_beam]
+    per_beam = tokens.shape[-1]
     candidates = state.alive_log_probs[:, :, None] + tf.reshape(token_log_probs, [batch, k, per_beam])  # [B, K, 2K]
     top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [batch, k * per_beam]), k=2 * k)  # [B, 2K]
     top_beam = top_index // per_beam  # [B, 2K], the alive hypothesis each candidate extends
@@ -135,7 +137,7 @@ def _beam_step(state: BeamState, tokens_to_log_probs, limits, beam_size: int, al
     merged_ids = tf.concat([state.finished_ids, top_ids[:, :k]], axis=1)  # [B, 2K, L]
     finished_scores, finished_rank = tf.math.top_k(merged_scores, k=k)  # [B, K], ties keep the older
 
-    return BeamState(
+    return state._replace(
         position=generated,
         alive_ids=_gather_beams(top_ids, alive_rank),
         alive_log_probs=alive_log_probs,
@@ -180,12 +182,16 @@ def search_beams(
     cap = config.max_length if max_decode_length is None else min(max_decode_length, config.max_length)
     limits = decode_limits(source_ids, config.pad_id, cap, a, b)  # [B]
     length = cap if max_decode_length is not None else tf.reduce_max(tf.concat([limits, [1]], axis=0))
-    context, cache = model.start_decoding(source_ids, k, length)  # cache leaves [B*K, ...]
+    # A static length keeps every shape static (XLA). Otherwise the cache grows with the search:
+    # most searches end long before `length`, and every step reads and copies the whole cache.
+    fixed = length if max_decode_length is not None else None
+    context, cache = model.start_decoding(source_ids, k, fixed)  # cache leaves [B*K, ...]
 
     def tokens_to_log_probs(token_ids, position, cache):
         logits, cache = model.decode_step(token_ids, position, cache, context)  # [B*K, V]
-        return token_log_probs(logits, config.pad_id, config.start_id), cache
+        return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), cache  # over the full vocabulary
 
+    banned = (config.pad_id, config.start_id)
     first_beam = tf.one_hot(0, k, on_value=0.0, off_value=NEG_INF)  # [K]: one hypothesis, the empty one
     state = BeamState(
         position=tf.constant(0),
@@ -196,10 +202,14 @@ def search_beams(
         finished_scores=tf.fill([batch, k], NEG_INF),
         cache=cache,
     )
+
+    shapes = tf.nest.map_structure(lambda value: value.shape, state)
+    shapes = shapes._replace(cache=tf.nest.map_structure(lambda shape: tf.TensorShape([None] * shape.rank), shapes.cache))
     state = tf.while_loop(
         lambda state: tf.logical_and(state.position < length, _searching(state, limits, alpha)),
-        lambda state: (_beam_step(state, tokens_to_log_probs, limits, k, alpha, config.eos_id),),
+        lambda state: (_beam_step(state, tokens_to_log_probs, limits, k, alpha, config.eos_id, banned),),
         (state,),
+        shape_invariants=(shapes,),
     )[0]
     return state.finished_ids, state.finished_scores
 

@@ -88,23 +88,31 @@ class Transformer(keras.Model):
             "decoder_cross": [w["cross"] for w in decoder_weights],
         }
 
-    def start_decoding(self, source_ids, hypotheses: int, max_length: int):
-        """Encode `source_ids` [B, S] once for decoding `hypotheses` continuations of each sentence
-        over `max_length` target positions. Returns `(context, cache)`:
+    def start_decoding(self, source_ids, hypotheses: int, max_length=None):
+        """Encode `source_ids` [B, S] once for decoding `hypotheses` continuations of each sentence.
+        Returns `(context, cache)`:
 
         - context: per sentence, read-only: every decoder layer's cross-attention keys and
           values [B, S, h, d_k] and the source padding mask [B, S];
         - cache: per hypothesis, [B * hypotheses, ...] leaves (the hypotheses of sentence b on
-          rows b*hypotheses ...), every decoder layer's self-attention keys and values, empty.
+          rows b*hypotheses ...), every decoder layer's self-attention keys and values: empty and
+          growing by one position per step, or with `max_length` fixed slots (static shapes,
+          what XLA needs).
 
         A search may reorder the cache's rows between steps; the context is never copied.
         """
         if not self.built:
             self.build()
         memory, source_mask = self.encode(source_ids, training=False)
-        context = {"memory": self.decoder.project_memory(memory), "source_mask": source_mask}
-        cache = self.decoder.init_cache(ops.shape(source_ids)[0] * hypotheses, max_length)
-        return context, cache
+        context = {
+            "memory": self.decoder.project_memory(memory),
+            "source_mask": source_mask,
+            "fixed_cache": max_length is not None,
+        }
+        # A growing cache starts with no slot, of a length not known when traced: TFLite's converter
+        # types a while loop's state by its first value, and a static 0 cannot grow.
+        slots = ops.minimum(ops.shape(source_ids)[1], 0) if max_length is None else max_length
+        return context, self.decoder.init_cache(ops.shape(source_ids)[0] * hypotheses, slots)
 
     def decode_step(self, token_ids, position, cache, context):
         """token_ids [B'] at `position` (scalar) -> (logits [B', vocab] float32, updated cache).
@@ -113,7 +121,11 @@ class Transformer(keras.Model):
         """
         x = self._embed(ops.expand_dims(token_ids, 1), training=False, position=position)  # [B', 1, d_model]
         x, cache = self.decoder(
-            x, context["memory"], memory_padding_mask=context["source_mask"], cache=cache, position=position
+            x,
+            context["memory"],
+            memory_padding_mask=context["source_mask"],
+            cache=cache,
+            position=position if context["fixed_cache"] else None,
         )  # [B', 1, d_model]
         return self.embedding.project(x)[:, 0], cache  # [B', vocab]
 

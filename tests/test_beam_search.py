@@ -17,6 +17,18 @@ EOS = 2
 SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
 
 
+def empty_inputs(source_ids, hypotheses, max_length):
+    """A cache of decoder inputs: growing (max_length None) or of max_length fixed slots."""
+    return {"fed": tf.zeros([tf.shape(source_ids)[0] * hypotheses, max_length or 0], tf.int32)}
+
+
+def feed(fed, token_ids, position, context):
+    """`token_ids` [B] appended to a growing cache of inputs, or written at `position` in a fixed one."""
+    if not context["fixed_cache"]:
+        return tf.concat([fed, token_ids[:, None]], axis=1)
+    return fed + tf.one_hot(position, tf.shape(fed)[1], dtype=tf.int32)[None, :] * token_ids[:, None]
+
+
 class ScriptedModel:
     """The interface the search drives (`config`, `start_decoding`, `decode_step`), with
     next-token probabilities looked up by the generated prefix; unlisted tokens get ~1e-9.
@@ -27,12 +39,11 @@ class ScriptedModel:
         self.probabilities = probabilities  # prefix tuple -> {token: p} or an array of logits [V]
         self.steps = 0
 
-    def start_decoding(self, source_ids, hypotheses, max_length):
-        return {}, {"fed": tf.zeros([tf.shape(source_ids)[0] * hypotheses, max_length], tf.int32)}  # inputs so far
+    def start_decoding(self, source_ids, hypotheses, max_length=None):
+        return {"fixed_cache": max_length is not None}, empty_inputs(source_ids, hypotheses, max_length)
 
     def decode_step(self, token_ids, position, cache, context):
-        write = tf.one_hot(position, tf.shape(cache["fed"])[1], dtype=tf.int32)
-        fed = cache["fed"] + write[None, :] * token_ids[:, None]  # [B, L]
+        fed = feed(cache["fed"], token_ids, position, context)  # [B, position + 1 or L]
         logits = tf.numpy_function(self._logits, [fed, position], tf.float32)
         logits.set_shape([None, self.config.vocab_size])
         return logits, {"fed": fed}
@@ -136,29 +147,34 @@ class Uncached:
     def __init__(self, model):
         self.model, self.config = model, model.config
 
-    def start_decoding(self, source_ids, hypotheses, max_length):
+    def start_decoding(self, source_ids, hypotheses, max_length=None):
         memory, source_mask = self.model.encode(source_ids, training=False)
-        context = {"memory": tf.repeat(memory, hypotheses, axis=0), "source_mask": tf.repeat(source_mask, hypotheses, axis=0)}
-        return context, {"fed": tf.zeros([tf.shape(source_ids)[0] * hypotheses, max_length], tf.int32)}
+        context = {
+            "memory": tf.repeat(memory, hypotheses, axis=0),
+            "source_mask": tf.repeat(source_mask, hypotheses, axis=0),
+            "fixed_cache": max_length is not None,
+        }
+        return context, empty_inputs(source_ids, hypotheses, max_length)
 
     def decode_step(self, token_ids, position, cache, context):
-        write = tf.one_hot(position, tf.shape(cache["fed"])[1], dtype=tf.int32)
-        fed = cache["fed"] + write[None, :] * token_ids[:, None]  # [B, L]
+        fed = feed(cache["fed"], token_ids, position, context)  # [B, position + 1 or L]
         logits = self.model.decode(fed, context["memory"], context["source_mask"], training=False)  # [B, L, V]
         return tf.gather(logits, position, axis=1), {"fed": fed}
 
 
-def test_n_best_contract_and_cached_equals_uncached(model):
-    result = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=5)
+@pytest.mark.parametrize("b", [5, 30], ids=["short", "long"])
+def test_n_best_contract_and_cached_equals_uncached(model, b):
+    result = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=b)
     ids, scores = result.ids.numpy(), result.scores.numpy()
-    assert ids.dtype == np.int32 and ids.shape == (2, 3, 9) and scores.dtype == np.float32  # |source| + 5
+    assert ids.dtype == np.int32 and ids.shape == (2, 3, min(4 + b, CONFIG.max_length))  # |source| + b
+    assert scores.dtype == np.float32
     assert np.all(np.diff(scores, axis=1) <= 0) and np.all(np.isfinite(scores))
     for hypothesis in ids.reshape(-1, ids.shape[-1]):
         length = np.count_nonzero(hypothesis)
         assert np.all(hypothesis[:length] > CONFIG.start_id) and np.all(hypothesis[length:] == CONFIG.pad_id)
         assert EOS not in hypothesis[: length - 1]
     assert len({tuple(h) for h in ids[0]}) == 3  # n distinct hypotheses
-    uncached = beam_search(Uncached(model), SOURCE, beam_size=3, alpha=0.6, b=5)
+    uncached = beam_search(Uncached(model), SOURCE, beam_size=3, alpha=0.6, b=b)
     np.testing.assert_array_equal(uncached.ids.numpy(), ids)
     np.testing.assert_allclose(uncached.scores.numpy(), scores, rtol=1e-4)
 
@@ -207,7 +223,7 @@ def tflite_beam_search(model, **static) -> bytes:
 def test_tflite_builtins_give_the_same_beams(model):
     from ai_edge_litert.interpreter import Interpreter
 
-    static = dict(beam_size=3, alpha=0.6, max_decode_length=None, a=1.0, b=5)
+    static = dict(beam_size=3, alpha=0.6, max_decode_length=None, a=1.0, b=30)
     interpreter = Interpreter(model_content=tflite_beam_search(model, **static))
     (source,) = interpreter.get_input_details()
     interpreter.resize_tensor_input(source["index"], SOURCE.shape)
@@ -215,7 +231,7 @@ def test_tflite_builtins_give_the_same_beams(model):
     interpreter.set_tensor(source["index"], SOURCE)
     interpreter.invoke()
     outputs = {d["dtype"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
-    expected = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=5)
+    expected = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=30)
     np.testing.assert_array_equal(outputs[np.int32], expected.ids.numpy())
     np.testing.assert_allclose(outputs[np.float32], expected.scores.numpy(), rtol=1e-4)
 

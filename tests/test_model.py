@@ -59,9 +59,10 @@ def test_keras_round_trip_gives_identical_outputs(model, tmp_path):
     np.testing.assert_array_equal(reloaded((SOURCE, TARGET_IN)), model((SOURCE, TARGET_IN)))
 
 
-def test_cached_decode_steps_equal_the_full_forward_pass(model):
+@pytest.mark.parametrize("max_length", [None, 6], ids=["growing_cache", "fixed_cache"])
+def test_cached_decode_steps_equal_the_full_forward_pass(model, max_length):
     logits = np.asarray(model((SOURCE, TARGET_IN)))
-    context, cache = model.start_decoding(SOURCE, hypotheses=1, max_length=6)
+    context, cache = model.start_decoding(SOURCE, hypotheses=1, max_length=max_length)
     for position in range(TARGET_IN.shape[1]):
         step_logits, cache = model.decode_step(TARGET_IN[:, position], position, cache, context)
         np.testing.assert_allclose(step_logits, logits[:, position], atol=1e-4)
@@ -71,7 +72,7 @@ def test_hypotheses_of_one_sentence_share_its_context(model):
     """Three hypotheses per sentence (rows b*3 .. b*3+2) attend to their sentence's memory, not
     to a copy: each row's logits equal the full forward pass of its own prefix."""
     logits = np.asarray(model((np.repeat(SOURCE, 3, axis=0), np.repeat(TARGET_IN, 3, axis=0))))
-    context, cache = model.start_decoding(SOURCE, hypotheses=3, max_length=6)
+    context, cache = model.start_decoding(SOURCE, hypotheses=3)
     assert cache[0]["key"].shape[0] == 6 and context["memory"][0][0].shape[0] == 2
     for position in range(TARGET_IN.shape[1]):
         tokens = np.repeat(TARGET_IN[:, position], 3)

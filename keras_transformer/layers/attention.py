@@ -15,6 +15,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_transformer.layers.linear import Linear
 from keras_transformer.layers.masking import masked_fill_value
 
 
@@ -44,9 +45,9 @@ class MultiHeadAttention(keras.layers.Layer):
             raise ValueError(f"MultiHeadAttention: memory width {memory_shape[-1]} != query width {d_model}")
         self.d_model = d_model
         self.d_k = d_model // self.num_heads
-        self.query_dense = keras.layers.Dense(d_model, name="query", dtype=self.dtype_policy)  # W^Q
-        self.key_value_dense = keras.layers.Dense(2 * d_model, name="key_value", dtype=self.dtype_policy)  # W^K|W^V
-        self.output_dense = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)  # W^O
+        self.query_dense = Linear(d_model, name="query", dtype=self.dtype_policy)  # W^Q
+        self.key_value_dense = Linear(2 * d_model, name="key_value", dtype=self.dtype_policy)  # W^K|W^V
+        self.output_dense = Linear(d_model, name="output", dtype=self.dtype_policy)  # W^O
         self.query_dense.build(query_shape)
         self.key_value_dense.build(memory_shape)
         self.output_dense.build(query_shape)
@@ -87,25 +88,33 @@ class MultiHeadAttention(keras.layers.Layer):
             return output, weights
         return output
 
+    def init_cache(self, batch_size, length):
+        """An empty self-attention cache for `batch_size` rows: {"key", "value"}
+        [batch_size, h, length, d_k], `length` fixed slots, or 0 for a cache that grows."""
+        shape = (batch_size, self.num_heads, length, self.d_k)
+        return {"key": ops.zeros(shape, self.compute_dtype), "value": ops.zeros(shape, self.compute_dtype)}
+
     def call(self, query, memory, attention_mask=None, cache=None, position=None, return_attention_scores=False):
         """`memory` is [B, S, d_model] (the query itself for self-attention), or the pair that
         `project_key_value(memory)` returned, for a memory attended at every decoding step.
 
-        With `cache` ({"key", "value"} [B, h, L, d_k], incremental self-attention): the key and
-        value of `memory` (one position, [B, 1, d_model], at `position`) enter the cache, the query
-        attends to positions <= `position`, and the result is `(output, updated cache)`.
+        With `cache` (`init_cache`; incremental self-attention, one position [B, 1, d_model] per
+        call): the key and value of `memory` enter the cache, the query attends to them and to
+        every earlier position, and the result is `(output, updated cache)`. A growing cache
+        (`position` None) appends them: one copy, and no masked slot to read. A fixed-size cache
+        (static shapes, for XLA) writes them at `position` and masks the later slots.
         """
         key, value = memory if isinstance(memory, (tuple, list)) else self.project_key_value(memory)
         if cache is None:
             return self.attend(query, key, value, attention_mask, return_attention_scores)
-        # The cache is a shift register: the oldest slot drops out and the new key and value enter
-        # last, so positions 0..`position` fill the last position + 1 slots. Attention is a sum over
-        # keys, so their order does not matter; a shift is a plain copy with static shapes (XLA,
-        # TFLite builtins), measured faster than a one-hot write or a dynamic_update_slice.
-        key = ops.concatenate([cache["key"][:, :, 1:], key], axis=2)  # [B, h, L, d_k]
-        value = ops.concatenate([cache["value"][:, :, 1:], value], axis=2)
-        slots = ops.arange(ops.shape(key)[2])  # [L]
-        visible = ops.reshape(slots >= ops.shape(key)[2] - 1 - position, (1, 1, -1))  # [1, 1, L]
+        if position is None:
+            key = ops.concatenate([cache["key"], key], axis=2)  # [B, h, position + 1, d_k]
+            value = ops.concatenate([cache["value"], value], axis=2)
+            return self.attend(query, key, value), {"key": key, "value": value}
+        start = (0, 0, position, 0)
+        key = ops.slice_update(cache["key"], start, key)  # [B, h, L, d_k]
+        value = ops.slice_update(cache["value"], start, value)
+        visible = ops.reshape(ops.arange(ops.shape(key)[2]) <= position, (1, 1, -1))  # [1, 1, L]
         return self.attend(query, key, value, attention_mask=visible), {"key": key, "value": value}
 
     def compute_output_shape(self, query_shape, memory_shape=None):

@@ -31,9 +31,10 @@ class DecoderLayer(TransformerBlock):
     a dict of per-head weights: "self" [B, h, T, T] and "cross" [B, h, T, S].
 
     Incremental decoding: `layer(x, memory, memory_padding_mask=..., cache=cache, position=i)`
-    with x [B', 1, d_model] at position i, `cache` from `init_cache` and `memory` from
-    `project_memory` -> ([B', 1, d_model], updated cache). B' may be a multiple of the memory's
-    batch B: each memory row serves B' / B consecutive rows (the beams of one sentence).
+    with x [B', 1, d_model] at position i, `cache` from `init_cache` (`position` None for a
+    growing cache) and `memory` from `project_memory` -> ([B', 1, d_model], updated cache). B' may
+    be a multiple of the memory's batch B: each memory row serves B' / B consecutive rows (the
+    beams of one sentence).
     """
 
     def __init__(self, config, cross_attention: bool = True, **kwargs):
@@ -97,11 +98,9 @@ class DecoderLayer(TransformerBlock):
             return x, cache
         return (x, weights) if return_attention_scores else x
 
-    def init_cache(self, batch_size, max_length: int):
-        """An empty self-attention cache of `max_length` positions for `batch_size` rows:
-        {"key", "value"} [batch_size, h, max_length, d_k]."""
-        shape = (batch_size, self.config.num_heads, max_length, self.config.d_k)
-        return {"key": ops.zeros(shape, self.compute_dtype), "value": ops.zeros(shape, self.compute_dtype)}
+    def init_cache(self, batch_size, length):
+        """An empty self-attention cache for `batch_size` rows (`MultiHeadAttention.init_cache`)."""
+        return self.self_attention.init_cache(batch_size, length)
 
     def project_memory(self, memory):
         """The encoder output's keys and values for cross-attention, projected once per source:
@@ -170,9 +169,9 @@ class Decoder(TransformerBlock):
             return x, new_cache
         return (x, all_weights) if return_attention_scores else x
 
-    def init_cache(self, batch_size, max_length: int):
+    def init_cache(self, batch_size, length):
         """One empty self-attention cache per layer (see `DecoderLayer.init_cache`)."""
-        return [layer.init_cache(batch_size, max_length) for layer in self.blocks]
+        return [layer.init_cache(batch_size, length) for layer in self.blocks]
 
     def project_memory(self, memory):
         """One projected memory per layer (see `DecoderLayer.project_memory`)."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.layers.linear import Linear
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
@@ -20,8 +22,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
         d_model = input_shape[-1]
         if d_model is None:
             raise ValueError("PositionwiseFeedForward: the last input dimension (d_model) must be known")
-        self.inner = keras.layers.Dense(self.d_ff, activation="relu", name="inner", dtype=self.dtype_policy)
-        self.outer = keras.layers.Dense(d_model, name="outer", dtype=self.dtype_policy)
+        self.inner = Linear(self.d_ff, activation="relu", name="inner", dtype=self.dtype_policy)
+        self.outer = Linear(d_model, name="outer", dtype=self.dtype_policy)
         self.inner.build(input_shape)
         self.outer.build((*input_shape[:-1], self.d_ff))
 
