@@ -20,13 +20,7 @@ import tensorflow as tf
 from keras_transformer.callbacks import BleuCallback
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.data import make_batches, pairs_dataset, read_pairs
-from keras_transformer.distribute import (
-    DistributedTransformer,
-    check_jit_compile,
-    mixed_precision_policy,
-    resolve_strategy,
-    worker_id,
-)
+from keras_transformer.distribute import check_jit_compile, mixed_precision_policy, resolve_strategy, worker_id
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import Transformer
@@ -186,7 +180,7 @@ def train(
     dtype = mixed_precision_policy(strategy) if training.mixed_precision else None
     with strategy.scope():
         schedule = learning_rate_schedule(config.d_model, training)
-        model = compile_model(DistributedTransformer(config, dtype=dtype), training, schedule)
+        model = compile_model(Transformer(config, dtype=dtype), training, schedule)
         model.build()
         model.optimizer.build(model.trainable_variables)
     fitted = schedule if isinstance(schedule, StepBudgetSchedule) else None
