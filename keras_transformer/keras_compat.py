@@ -68,9 +68,9 @@ class Model(keras.Model):
         # keras-team/keras#20329: build from the first replica's part of the first batch, not
         # from a collective MEAN over the replicas' parts (which need not have one shape).
         if iterator is not None and self._distribute_strategy is not None:  # None: Keras builds later
+            local_results = self.distribute_strategy.experimental_local_results
             for _, _, batches in iterator:
-                first_replica = self.distribute_strategy.experimental_local_results
-                data_batch = tf.nest.map_structure(lambda value: first_replica(value)[0], next(batches))
+                data_batch = tf.nest.map_structure(lambda value: local_results(value)[0], next(batches))
                 break
             iterator = None
         return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)

@@ -2,9 +2,8 @@
 is in test_distribute.py), and `.keras` files saved under the model class's earlier name."""
 
 import json
-import zipfile
-
 import warnings
+import zipfile
 
 import keras
 import numpy as np
