@@ -23,8 +23,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import TransformerConfig  # noqa: E402
+from keras_transformer.special_tokens import RESERVED_IDS  # noqa: E402
 
-FIRST_TOKEN = 3  # ids 0, 1, 2 are pad, start and EOS; synthetic batches use the others
+FIRST_TOKEN = len(RESERVED_IDS)  # synthetic batches use no reserved id (pad, start, EOS, unknown)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,7 @@ from keras_transformer.budget import parse_duration
 from keras_transformer.data import make_batches, pairs_dataset, read_pairs
 from keras_transformer.metrics import corpus_scores
 from keras_transformer.model_dir import ModelDir
+from keras_transformer.schedules import trained_steps
 from keras_transformer.training import train
 from keras_transformer.translation import Translator
 
@@ -95,7 +96,7 @@ def main(argv=None):
     start = time.perf_counter()
     model = train(model_dir, config, training, DATA, verbose=0, log=lambda message: None)
     train_s = time.perf_counter() - start
-    steps = int(model.optimizer.iterations.numpy())
+    steps = trained_steps(model)
     tokenizer = ModelDir(model_dir).tokenizer()
     per_batch, split_tokens = target_tokens_per_batch(tokenizer, model.config, training, args.sample_batches)
     searches = {"greedy": (1, 0.0), "beam4": (4, 0.6)}

@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import keras
 
+from keras_transformer.schedules import trained_steps
+
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 
 
@@ -41,12 +43,9 @@ class TimeBudget(keras.callbacks.Callback):
         self.log = log
         self.clock = clock
 
-    def _step(self) -> int:
-        return int(self.model.optimizer.iterations.numpy())
-
     def on_train_begin(self, logs=None):
         self.start = self.clock()
-        self.start_step = self._step()
+        self.start_step = trained_steps(self.model)
         self.timed_from = None  # (time, step) after the first, tracing, step
         self.calibrated = False
 
@@ -60,7 +59,7 @@ class TimeBudget(keras.callbacks.Callback):
             self.calibrated = True
 
     def on_train_batch_end(self, batch, logs=None):
-        now, step = self.clock(), self._step()
+        now, step = self.clock(), trained_steps(self.model)
         if self.timed_from is None:
             self.timed_from = (now, step)
         elif self.schedule is not None and not self.calibrated and step - self.timed_from[1] >= self.calibration_steps:
@@ -71,4 +70,4 @@ class TimeBudget(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if self.schedule is not None and self.timed_from is not None and self.calibrated:
-            self._fit_schedule(self.clock(), self._step(), self.timed_from)
+            self._fit_schedule(self.clock(), trained_steps(self.model), self.timed_from)

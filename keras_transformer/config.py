@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, RESERVED_IDS, START_ID
+
 PRESETS = ("tiny", "small", "base", "big")
 
 # Training settings of the `small` preset: the CPU recipe, chosen by measurement on a 2-core
@@ -28,8 +30,9 @@ class TransformerConfig:
     """Hyperparameters of the model (§3, Table 3), in the paper's names.
 
     Source and target share one subword vocabulary and one embedding matrix (§3.4), so
-    `vocab_size` is the size of that joint vocabulary. Reserved ids: `pad_id` pads batches,
-    `start_id` starts every decoder input, `eos_id` ends every sequence.
+    `vocab_size` is the size of that joint vocabulary. Reserved ids (`special_tokens`, the only
+    ones the tokenizer accepts): `pad_id` pads batches, `start_id` starts every decoder input,
+    `eos_id` ends every sequence.
     """
 
     vocab_size: int = 8000
@@ -40,14 +43,17 @@ class TransformerConfig:
     dropout: float = 0.1  # P_drop, residual and embedding dropout (§5.4)
     label_smoothing: float = 0.1  # epsilon_ls (§5.4)
     max_length: int = 256  # longest sequence, in subword tokens including start/EOS
-    pad_id: int = 0
-    start_id: int = 1
-    eos_id: int = 2
+    pad_id: int = PAD_ID
+    start_id: int = START_ID
+    eos_id: int = EOS_ID
     layer_norm_epsilon: float = 1e-6
     norm_first: bool = False  # False: the paper's LayerNorm(x + Sublayer(x)); True: x + Sublayer(LayerNorm(x))
 
     def __post_init__(self):
-        _check(self.vocab_size > 3, f"vocab_size must exceed the 3 reserved ids, got {self.vocab_size}")
+        _check(
+            self.vocab_size > len(RESERVED_IDS),
+            f"vocab_size must exceed the {len(RESERVED_IDS)} reserved ids (pad, start, EOS, unknown), got {self.vocab_size}",
+        )
         _check(self.num_layers >= 1, f"num_layers must be >= 1, got {self.num_layers}")
         _check(self.d_model >= 2 and self.d_model % 2 == 0, f"d_model must be even and >= 2, got {self.d_model}")
         _check(self.d_ff >= 1, f"d_ff must be >= 1, got {self.d_ff}")
@@ -60,8 +66,10 @@ class TransformerConfig:
         _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         _check(self.max_length >= 2, f"max_length must be >= 2, got {self.max_length}")
         reserved = (self.pad_id, self.start_id, self.eos_id)
-        _check(len(set(reserved)) == 3, f"pad_id, start_id and eos_id must differ, got {reserved}")
-        _check(all(0 <= i < self.vocab_size for i in reserved), f"reserved ids {reserved} must be < vocab_size")
+        _check(
+            reserved == (PAD_ID, START_ID, EOS_ID),
+            f"(pad_id, start_id, eos_id) must be the tokenizer's reserved ids {(PAD_ID, START_ID, EOS_ID)}, got {reserved}",
+        )
 
     @property
     def d_k(self) -> int:

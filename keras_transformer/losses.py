@@ -18,6 +18,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.special_tokens import PAD_ID
+
 
 def global_token_count(mask):
     """Non-pad tokens in the whole global batch: summed over replicas under tf.distribute."""
@@ -37,7 +39,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     sums over replicas are those of the global per-token mean, whatever the split.
     """
 
-    def __init__(self, label_smoothing: float = 0.1, pad_id: int = 0, name="label_smoothed_cross_entropy", **kwargs):
+    def __init__(self, label_smoothing: float = 0.1, pad_id: int = PAD_ID, name="label_smoothed_cross_entropy", **kwargs):
         super().__init__(name=name, **kwargs)
         self.label_smoothing = label_smoothing
         self.pad_id = pad_id

@@ -7,12 +7,14 @@ import sacrebleu
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.special_tokens import PAD_ID
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedAccuracy(keras.metrics.Metric):
     """Fraction of non-pad target tokens whose arg-max prediction is right."""
 
-    def __init__(self, pad_id: int = 0, name="accuracy", **kwargs):
+    def __init__(self, pad_id: int = PAD_ID, name="accuracy", **kwargs):
         super().__init__(name=name, **kwargs)
         self.pad_id = pad_id
         self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")

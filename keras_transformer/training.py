@@ -26,7 +26,7 @@ from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.model_dir import ModelDir, ModelDirError, restore
 from keras_transformer.budget import TimeBudget
-from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule
+from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule, trained_steps
 from keras_transformer.tokenizer import SubwordTokenizer
 from keras_transformer.translation import Translator
 
@@ -96,7 +96,7 @@ class CheckpointCallback(keras.callbacks.Callback):
         self.diverged_at = None
 
     def _step(self) -> int:
-        return int(self.model.optimizer.iterations.numpy())
+        return trained_steps(self.model)
 
     def on_train_begin(self, logs=None):
         self._saved_step = self._step()  # already on disk (a resumed run) or the initial state
@@ -190,8 +190,8 @@ def train(
     latest = manager.latest_checkpoint or directory.latest_checkpoint()  # a worker > 0 resumes as the chief
     if latest:
         restore(checkpoint, latest)
-        log(f"resumed from step {int(model.optimizer.iterations.numpy())}")
-    step = int(model.optimizer.iterations.numpy())
+        log(f"resumed from step {trained_steps(model)}")
+    step = trained_steps(model)
     if step >= training.max_steps:
         log(f"already trained for {step} steps (--max-steps {training.max_steps}): nothing to do")
         return model
@@ -247,5 +247,5 @@ def train(
             f"the training loss became NaN or infinite at step {saver.diverged_at}; stopped without saving "
             f"(last good checkpoint: {manager.latest_checkpoint or 'none'}); try a lower --learning-rate-scale"
         )
-    log(f"trained to step {int(model.optimizer.iterations.numpy())}; checkpoint {manager.latest_checkpoint}")
+    log(f"trained to step {trained_steps(model)}; checkpoint {manager.latest_checkpoint}")
     return model

@@ -1,27 +1,12 @@
 """The serving signatures in process, and the serving contract check on models that break it."""
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
-from keras_transformer.serving import TranslationModule, source_ids_from_text
+from keras_transformer.serving import TranslationModule
 from keras_transformer.serving_check import check_saved_model
 from keras_transformer.translation import Translator
-
-
-def test_source_ids_truncate_append_eos_and_flag_empty_texts(tokenizer):
-    texts = tf.constant(["In the beginning God created the heavens and the earth.", "", "Jesus wept."])
-    ids, empty = source_ids_from_text(tokenizer, texts, max_length=6, eos_id=2, pad_id=0)
-    full = tokenizer.tokenize(texts)
-    np.testing.assert_array_equal(empty.numpy(), [False, True, False])
-    ids = ids.numpy()
-    assert ids.shape[1] == 6  # 5 tokens (max_length - 1), then EOS
-    np.testing.assert_array_equal(ids[0], [*full[0][:5].numpy(), 2])
-    np.testing.assert_array_equal(ids[1], [2, 0, 0, 0, 0, 0])
-    n = len(full[2])
-    np.testing.assert_array_equal(ids[2, : n + 1], [*full[2].numpy(), 2])
-    assert not ids[2, n + 1 :].any()
 
 
 @pytest.fixture(scope="module")
