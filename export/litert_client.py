@@ -15,12 +15,13 @@ import numpy as np
 import sentencepiece
 from ai_edge_litert.interpreter import Interpreter
 
+PAD_ID, EOS_ID, UNK_ID, START_ID = 0, 2, 3, 1
+
 
 def source_ids(processor, texts, max_length):
-    """[B, S] int32: tokens truncated to max_length - 1, then EOS, padded (as
-    `SubwordTokenizer.source_ids`). The reserved ids are the tokenizer model's own."""
-    rows = [processor.encode(text)[: max_length - 1] + [processor.eos_id()] for text in texts]
-    batch = np.full((len(rows), max(len(r) for r in rows)), processor.pad_id(), np.int32)
+    """[B, S] int32: tokens truncated to max_length - 1, then EOS, padded with 0."""
+    rows = [processor.encode(text)[: max_length - 1] + [EOS_ID] for text in texts]
+    batch = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, np.int32)
     for i, row in enumerate(rows):
         batch[i, : len(row)] = row
     return batch
@@ -28,12 +29,11 @@ def source_ids(processor, texts, max_length):
 
 def detokenize(processor, ids):
     """The tokens before the first EOS or pad, without start and unknown ids, as text."""
-    end, dropped = (processor.eos_id(), processor.pad_id()), (processor.bos_id(), processor.unk_id())
     out = []
     for token in ids.tolist():
-        if token in end:
+        if token in (EOS_ID, PAD_ID):
             break
-        if token not in dropped:
+        if token not in (START_ID, UNK_ID):
             out.append(token)
     return re.sub("  +", " ", processor.decode(out)).strip()  # as SubwordTokenizer.detokenize
 
