@@ -3,27 +3,12 @@ to the number of steps that the budget will buy (measured, not guessed)."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 
 import keras
 
 from keras_transformer.schedules import trained_steps
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in "90", "90s", "30m", "2h" or "1h30m"."""
-    match = _DURATION.match(text.strip().lower())
-    if not text.strip() or not match or not any(match.groups()):
-        raise ValueError(f"invalid duration {text!r}; use e.g. 90s, 30m, 2h or 1h30m")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise ValueError(f"duration must be positive, got {text!r}")
-    return total
 
 
 class TimeBudget(keras.callbacks.Callback):
