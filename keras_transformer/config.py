@@ -26,7 +26,10 @@ class Preset:
 
 PRESETS = {
     # For tests and smoke runs (not in the paper).
-    "tiny": Preset(model=dict(vocab_size=1000, num_layers=2, d_model=64, d_ff=128, num_heads=4, max_length=128), training={}),
+    "tiny": Preset(
+        model=dict(vocab_size=1000, num_layers=2, d_model=64, d_ff=128, num_heads=4, max_length=128),
+        training={},
+    ),
     # The CPU recipe (not in the paper), chosen by measurement for budgets of minutes on two CPU
     # cores (bench/RESULTS.md, "Quality on a CPU budget"; bench/quality.py). Pre-LN leaves the
     # early plateau that post-LN sits on for hundreds of steps, and within a few epochs dropout
@@ -35,7 +38,9 @@ PRESETS = {
     # the paper's (this pre-LN model trains well at 2-4x; at 8x it stalls).
     "small": Preset(
         model=dict(num_layers=3, d_model=128, d_ff=512, num_heads=4, dropout=0.0, norm_first=True),
-        training=dict(batch_tokens=1024, learning_rate_scale=2.0, warmup_fraction=0.1, cooldown_fraction=0.2, steps_per_epoch=200),
+        training=dict(
+            batch_tokens=1024, learning_rate_scale=2.0, warmup_fraction=0.1, cooldown_fraction=0.2, steps_per_epoch=200
+        ),
     ),
     # Transformer (base model), Table 3: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1; Eq. 3 with warmup_steps 4000.
     "base": Preset(model={}, training={}),
@@ -83,7 +88,8 @@ class TransformerConfig:
     def __post_init__(self):
         _check(
             self.vocab_size > len(RESERVED_IDS),
-            f"vocab_size must exceed the {len(RESERVED_IDS)} reserved ids (pad, start, EOS, unknown), got {self.vocab_size}",
+            f"vocab_size must exceed the {len(RESERVED_IDS)} reserved ids (pad, start, EOS, unknown), "
+            f"got {self.vocab_size}",
         )
         _check(self.num_layers >= 1, f"num_layers must be >= 1, got {self.num_layers}")
         _check(self.d_model >= 2 and self.d_model % 2 == 0, f"d_model must be even and >= 2, got {self.d_model}")
@@ -99,7 +105,8 @@ class TransformerConfig:
         reserved = (self.pad_id, self.start_id, self.eos_id)
         _check(
             reserved == (PAD_ID, START_ID, EOS_ID),
-            f"(pad_id, start_id, eos_id) must be the tokenizer's reserved ids {(PAD_ID, START_ID, EOS_ID)}, got {reserved}",
+            f"(pad_id, start_id, eos_id) must be the tokenizer's reserved ids {(PAD_ID, START_ID, EOS_ID)}, "
+            f"got {reserved}",
         )
 
     @property

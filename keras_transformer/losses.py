@@ -39,7 +39,9 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     sums over replicas are those of the global per-token mean, whatever the split.
     """
 
-    def __init__(self, label_smoothing: float = 0.1, pad_id: int = PAD_ID, name="label_smoothed_cross_entropy", **kwargs):
+    def __init__(
+        self, label_smoothing: float = 0.1, pad_id: int = PAD_ID, name="label_smoothed_cross_entropy", **kwargs
+    ):
         super().__init__(name=name, **kwargs)
         self.label_smoothing = label_smoothing
         self.pad_id = pad_id

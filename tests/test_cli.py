@@ -193,6 +193,7 @@ def test_train_keeps_a_presets_steps_seed_checkpoints_and_accumulation(monkeypat
     recipe = dict(max_steps=70, seed=5, checkpoint_every=3, grad_accumulation=2)
     monkeypatch.setitem(config.PRESETS, "custom", config.Preset(model=dict(vocab_size=500), training=recipe))
     calls = []
-    monkeypatch.setattr("keras_transformer.training.train", lambda model_dir, config, training, data, **_: calls.append(training))
+    fake_train = lambda _dir, _config, training, *_, **__: calls.append(training)  # noqa: E731
+    monkeypatch.setattr("keras_transformer.training.train", fake_train)
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "custom"])
     assert calls == [TrainingConfig(**recipe)]
