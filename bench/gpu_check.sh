@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check (issue 8): the base preset (Vaswani et al., 2017, Table 3) under MirroredStrategy on
+# GPU check: the base preset (Vaswani et al., 2017, Table 3) under MirroredStrategy on
 # every visible GPU, mixed precision and XLA, on synthetic fixed-shape batches. Prints target
 # tokens/s, step time and MFU against this GPU's measured bf16 matmul rate, then one JSON line.
 # Bounded to 8 minutes. Knobs (env): PRESET=base BATCH=256 (sequences per replica) LENGTH=64

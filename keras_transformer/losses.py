@@ -7,7 +7,7 @@ Its cross-entropy with p = softmax(z) needs one log-sum-exp over the vocabulary:
 
 TensorFlow's fused `softmax_cross_entropy_with_logits` computes exactly this, and its gradient
 softmax(z) - q, in one kernel. Composing it from `logsumexp`, `take_along_axis` and a sum cost
-~12% of a training step at the small workload: the gradient of `take_along_axis` scatters
+~12% of a training step at the medium workload: the gradient of `take_along_axis` scatters
 through an UnsortedSegmentSum over all B x T x V logits, and that of `logsumexp` tiles them
 (bench/profile_step.py; the measured step time is in bench/RESULTS.md).
 """
