@@ -28,7 +28,7 @@ install: $(VENV)/installed
 
 install-dev: $(VENV)/installed-dev
 
-# A 6-minute budget favours two layers over the `small` preset's three (README, "Six minutes, varied").
+# A 6-minute budget favours two layers over the `small` preset's three (bench/RESULTS.md, "Six minutes, varied").
 demo: install
 	$(BIN)/keras-transformer train --data bible-en-de --preset small --num-layers 2 --model-dir $(DEMO_DIR) --time-budget $(DEMO_BUDGET)
 	$(BIN)/keras-transformer translate --model-dir $(DEMO_DIR) \

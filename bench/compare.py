@@ -1,12 +1,12 @@
 """Ours against keras-hub's `TransformerEncoder`/`TransformerDecoder`, same shapes, same process,
-interleaved A B A B (issue 6).
+interleaved A B A B.
 
 Both models train through `model.fit` on the same fixed synthetic batch. After warm-up, each
 round runs `--steps` steps of ours, then `--steps` of keras-hub; a load change on this shared
 machine hits both alike, so the ratio of medians (and the median of per-round ratios) is robust
 where absolute figures are not. Prints one JSON line:
 
-    python bench/compare.py --workload small --rounds 5 --steps 4 [--jit-compile]
+    python bench/compare.py --workload medium --rounds 5 --steps 4 [--jit-compile]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from train_throughput import build_ours
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="medium")
     parser.add_argument("--rounds", type=int, default=5, help="A B rounds")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per model per round")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")

@@ -1,5 +1,5 @@
 """Decoding runners against each other (default: ours vs keras-hub's beam sampler), same process,
-interleaved A B A B (issue 6).
+interleaved A B A B.
 
 The work and the runners are `decode_throughput.py`'s (read its docstring for what differs
 between runners). After every runner's warm-up, each round times `--repeats` calls of the batch

@@ -1,4 +1,4 @@
-"""Decoding throughput and batch-1 latency at base dimensions with random weights (issue 6).
+"""Decoding throughput and batch-1 latency at base dimensions with random weights.
 
 The work is fixed: `--sentences` x `--source-length` random source tokens, exactly `--generate`
 target tokens per hypothesis (EOS is never chosen; see `forbid_eos`). Prints one JSON line with

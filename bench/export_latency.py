@@ -13,7 +13,6 @@ import os
 import statistics
 import time
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  the SavedModel holds tensorflow-text ops
 from ai_edge_litert.interpreter import Interpreter
@@ -32,11 +31,7 @@ def size(path):
 
 def batches(tokenizer, texts, batch_size, max_length):
     for start in range(0, len(texts), batch_size):
-        rows = [ids[: max_length - 1].tolist() + [2] for ids in tokenizer.tokenize(texts[start : start + batch_size]).numpy()]
-        batch = np.zeros((len(rows), max(map(len, rows))), np.int32)
-        for i, row in enumerate(rows):
-            batch[i, : len(row)] = row
-        yield batch
+        yield tokenizer.source_ids(texts[start : start + batch_size], max_length)[0].numpy()  # [B, S]
 
 
 def median_seconds(function, batch, repeats):

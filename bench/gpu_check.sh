@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check (issue 8): the base preset (Vaswani et al., 2017, Table 3) under MirroredStrategy on
+# GPU check: the base preset (Vaswani et al., 2017, Table 3) under MirroredStrategy on
 # every visible GPU, mixed precision and XLA, on synthetic fixed-shape batches. Prints target
 # tokens/s, step time and MFU against this GPU's measured bf16 matmul rate, then one JSON line.
 # Bounded to 8 minutes. Knobs (env): PRESET=base BATCH=256 (sequences per replica) LENGTH=64
@@ -15,7 +15,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import TrainingConfig, TransformerConfig
-from keras_transformer.distribute import DistributedTransformer, mixed_precision_policy, resolve_strategy
+from keras_transformer.distribute import mixed_precision_policy, resolve_strategy
+from keras_transformer.model import Transformer
 from keras_transformer.training import compile_model
 
 preset, batch, length, steps = os.environ.get("PRESET", "base"), int(os.environ.get("BATCH", 256)), int(os.environ.get("LENGTH", 64)), int(os.environ.get("STEPS", 50))
@@ -45,7 +46,7 @@ config = TransformerConfig.preset(preset, vocab_size=32000 if preset in ("base",
 training = TrainingConfig(mixed_precision=True, jit_compile=True, warmup_steps=4000)
 policy = mixed_precision_policy(strategy)
 with strategy.scope():
-    model = compile_model(DistributedTransformer(config, dtype=policy), training)
+    model = compile_model(Transformer(config, dtype=policy), training)
     model.build()
     model.optimizer.build(model.trainable_variables)
 

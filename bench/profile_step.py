@@ -2,7 +2,7 @@
 (after warm-up), summarised per op type by self time. Writes the trace for TensorBoard's profile
 plugin under `--logdir` and prints one JSON line with the top op types:
 
-    python bench/profile_step.py --workload small --steps 3 --logdir /tmp/kt-profile
+    python bench/profile_step.py --workload medium --steps 3 --logdir /tmp/kt-profile
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def op_type_self_times(logdir: str) -> dict[str, float]:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="medium")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--jit-compile", action="store_true")

@@ -1,12 +1,12 @@
-"""The README's quality table (issue 7): train a preset on the embedded Bible EN-DE for a
+"""The README's quality table: train a preset on the embedded Bible EN-DE for a
 wall-clock budget, then sacreBLEU BLEU and chrF on the held-out books (the whole test split,
 detokenized, cased) with greedy decoding and with beam 4 (alpha 0.6). Prints one JSON line:
 
-    python bench/quality.py --budget 30m [--preset small] [--model-dir runs/quality-30m]
+    python bench/quality.py --time-budget 30m [--preset small] [--model-dir runs/quality-30m]
 
-`--model KEY=VALUE` and `--training KEY=VALUE` override the preset's `TransformerConfig` and
-`TrainingConfig` fields (how the recipe was chosen: README, "Quality on a CPU budget"), e.g.
-`--model norm_first=false --training learning_rate_scale=2`.
+The flags of `keras-transformer train` override the preset's `TransformerConfig` and
+`TrainingConfig` fields (how the recipe was chosen: bench/RESULTS.md, "Quality on a CPU
+budget"), e.g. `--no-norm-first --learning-rate-scale 2`.
 
 Training goes through `keras_transformer.training.train`, exactly as `keras-transformer train
 --preset small --time-budget 30m` does. Epochs and target tokens/s are estimated: the real
@@ -17,17 +17,17 @@ pipeline, times the steps trained, over the training split's target tokens.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
 from common import emit, load_average, record
 
 from keras_transformer import TrainingConfig, TransformerConfig
-from keras_transformer.budget import parse_duration
 from keras_transformer.data import make_batches, pairs_dataset, read_pairs
+from keras_transformer.flags import add_train_flags, configs
 from keras_transformer.metrics import corpus_scores
 from keras_transformer.model_dir import ModelDir
+from keras_transformer.schedules import trained_steps
 from keras_transformer.training import train
 from keras_transformer.translation import Translator
 
@@ -64,38 +64,27 @@ def evaluate(model, tokenizer, beam_size: int, alpha: float, limit: int | None) 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--budget", default="30m", help="wall-clock training budget, e.g. 5m, 30m, 2h")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--model-dir", help="default: runs/quality-BUDGET (must not exist: the run starts from scratch)")
     parser.add_argument("--sample-batches", type=int, default=300, help="batches averaged for the tokens-per-batch estimate")
-    parser.add_argument("--model", nargs="*", default=[], metavar="KEY=VALUE", help="TransformerConfig overrides (JSON values)")
-    parser.add_argument("--training", nargs="*", default=[], metavar="KEY=VALUE", help="TrainingConfig overrides (JSON values)")
     parser.add_argument("--limit", type=int, help="score only the first N test verses (default: all 793)")
     parser.add_argument("--searches", nargs="+", choices=["greedy", "beam4"], default=["greedy", "beam4"])
+    add_train_flags(parser)
+    parser.set_defaults(time_budget_s="30m")  # the table's budget
     return parser.parse_args(argv)
-
-
-def overrides(pairs: list[str]) -> dict:
-    """["d_model=128", "norm_first=true"] -> {"d_model": 128, "norm_first": True}."""
-    values = {}
-    for pair in pairs:
-        key, _, value = pair.partition("=")
-        values[key] = json.loads(value)
-    return values
 
 
 def main(argv=None):
     args = parse_args(argv)
-    model_dir = args.model_dir or f"runs/quality-{args.budget}"
+    model_dir = args.model_dir or f"runs/quality-{args.time_budget_s}"
     if ModelDir(model_dir).exists():
         raise SystemExit(f"{model_dir} exists: the table's runs start from scratch; remove it or pass --model-dir")
-    config = TransformerConfig.preset(args.preset, **overrides(args.model))
-    training = TrainingConfig.preset(args.preset, **overrides(args.training), time_budget_s=parse_duration(args.budget))
+    config, training = configs(args, args.preset)
     load_before = load_average()
     start = time.perf_counter()
     model = train(model_dir, config, training, DATA, verbose=0, log=lambda message: None)
     train_s = time.perf_counter() - start
-    steps = int(model.optimizer.iterations.numpy())
+    steps = trained_steps(model)
     tokenizer = ModelDir(model_dir).tokenizer()
     per_batch, split_tokens = target_tokens_per_batch(tokenizer, model.config, training, args.sample_batches)
     searches = {"greedy": (1, 0.0), "beam4": (4, 0.6)}
@@ -104,7 +93,7 @@ def main(argv=None):
             benchmark="quality",
             data=DATA,
             preset=args.preset,
-            budget=args.budget,
+            budget=args.time_budget_s,
             model_dir=model_dir,
             steps=steps,
             train_s=round(train_s, 1),

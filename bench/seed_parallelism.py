@@ -19,7 +19,7 @@ import sys
 from common import WORKLOADS, Workload, emit, fit_steps, load_average, median, record, repeated, synthetic_batch
 
 LSTM_UNITS = 352  # 3 + 3 layers of 352 units: ~5.7M weights in the recurrent stacks, like the
-# Transformer's ~5.5M in its encoder and decoder layers (small workload, 3 + 3 layers)
+# Transformer's ~5.5M in its encoder and decoder layers (medium workload, 3 + 3 layers)
 
 
 def build_lstm(config, units: int = LSTM_UNITS):
@@ -74,7 +74,7 @@ def plot(rows, path: str) -> None:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small", help="model sizes (not batch shape)")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="medium", help="model sizes (not batch shape)")
     parser.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256, 512])
     parser.add_argument("--tokens", type=int, default=2048, help="tokens per side in every batch")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per model per length")

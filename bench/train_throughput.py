@@ -1,11 +1,11 @@
-"""Training throughput of full steps through the real `model.fit` path (issue 6).
+"""Training throughput of full steps through the real `model.fit` path.
 
 The model is compiled by `keras_transformer.training.compile_model` (Adam on the Eq. 3
 schedule, label-smoothed cross-entropy, masked accuracy) and fed one fixed synthetic batch
 repeated, so the figure is the training step alone. After `--warmup` steps (tracing, XLA
 compilation) it times `--steps` steps and prints one JSON line:
 
-    python bench/train_throughput.py --workload small --steps 20 [--jit-compile] [--mixed-precision]
+    python bench/train_throughput.py --workload medium --steps 20 [--jit-compile] [--mixed-precision]
 
 `mfu` is model FLOPs per second (`model_flops_per_step`, formula in the line) over the fp32
 matmul ceiling measured in this process, before and after the timed steps (the larger).
@@ -42,7 +42,7 @@ def build_ours(workload, jit_compile: bool):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="medium")
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (tracing, compilation)")
     parser.add_argument("--ceiling-size", type=int, default=2048, help="n of the n x n matmul that measures the ceiling")

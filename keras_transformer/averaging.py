@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.model_dir import ModelDir, ModelDirError, restore, weights_checkpoint
+from keras_transformer.model_dir import ModelDir, ModelDirError, restore, save_weights, weights_checkpoint
 
 
 def average_checkpoints(model, paths: list[str]) -> None:
@@ -42,7 +42,4 @@ def average_last(path: str, last: int = 5) -> str:
     model = Transformer(config)
     model.build()
     average_checkpoints(model, paths)
-    manager = tf.train.CheckpointManager(
-        weights_checkpoint(model), model_dir.weights_dir("averaged"), max_to_keep=1, checkpoint_name="ckpt"
-    )
-    return manager.save(checkpoint_number=int(paths[-1].rsplit("-", 1)[1]))
+    return save_weights(model, model_dir.weights_dir("averaged"), int(paths[-1].rsplit("-", 1)[1]))

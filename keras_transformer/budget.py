@@ -3,25 +3,12 @@ to the number of steps that the budget will buy (measured, not guessed)."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 
 import keras
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in "90", "90s", "30m", "2h" or "1h30m"."""
-    match = _DURATION.match(text.strip().lower())
-    if not text.strip() or not match or not any(match.groups()):
-        raise ValueError(f"invalid duration {text!r}; use e.g. 90s, 30m, 2h or 1h30m")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise ValueError(f"duration must be positive, got {text!r}")
-    return total
+from keras_transformer.schedules import trained_steps
 
 
 class TimeBudget(keras.callbacks.Callback):
@@ -41,12 +28,9 @@ class TimeBudget(keras.callbacks.Callback):
         self.log = log
         self.clock = clock
 
-    def _step(self) -> int:
-        return int(self.model.optimizer.iterations.numpy())
-
     def on_train_begin(self, logs=None):
         self.start = self.clock()
-        self.start_step = self._step()
+        self.start_step = trained_steps(self.model)
         self.timed_from = None  # (time, step) after the first, tracing, step
         self.calibrated = False
 
@@ -60,7 +44,7 @@ class TimeBudget(keras.callbacks.Callback):
             self.calibrated = True
 
     def on_train_batch_end(self, batch, logs=None):
-        now, step = self.clock(), self._step()
+        now, step = self.clock(), trained_steps(self.model)
         if self.timed_from is None:
             self.timed_from = (now, step)
         elif self.schedule is not None and not self.calibrated and step - self.timed_from[1] >= self.calibration_steps:
@@ -71,4 +55,4 @@ class TimeBudget(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if self.schedule is not None and self.timed_from is not None and self.calibrated:
-            self._fit_schedule(self.clock(), self._step(), self.timed_from)
+            self._fit_schedule(self.clock(), trained_steps(self.model), self.timed_from)

@@ -9,10 +9,10 @@ import os
 from collections.abc import Callable
 
 import keras
-import tensorflow as tf
 
 from keras_transformer.metrics import corpus_scores
-from keras_transformer.model_dir import weights_checkpoint
+from keras_transformer.model_dir import save_weights
+from keras_transformer.schedules import trained_steps
 
 
 class BleuCallback(keras.callbacks.Callback):
@@ -47,16 +47,13 @@ class BleuCallback(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every_epochs:
             return
-        step = int(self.model.optimizer.iterations.numpy())
+        step = trained_steps(self.model)
         bleu = corpus_scores(self.translator.translate(self.sources), self.references)["bleu"]
         if logs is not None:
             logs["val_bleu"] = bleu
         if self.best is None or bleu > self.best["bleu"]:
             self.best = {"step": step, "bleu": bleu}
-            manager = tf.train.CheckpointManager(
-                weights_checkpoint(self.model), self.best_dir, max_to_keep=1, checkpoint_name="ckpt"
-            )
-            manager.save(checkpoint_number=step)
+            save_weights(self.model, self.best_dir, step)
             with open(self.record_path, "w", encoding="utf-8") as f:
                 json.dump(self.best, f)
         self.log(f"step {step}: validation BLEU {bleu} on {len(self.sources)} sentences (best {self.best['bleu']} at step {self.best['step']})")

@@ -17,7 +17,8 @@ import os
 import sys
 
 from keras_transformer import __version__
-from keras_transformer.config import BIBLE_EN_DE, PRESETS, STRATEGIES, TrainingConfig, TransformerConfig
+from keras_transformer.config import BIBLE_EN_DE, PRESETS, STRATEGIES
+from keras_transformer.flags import add_train_flags, configs
 from keras_transformer.quiet import filter_native_logs, quiet_python_logs
 
 EXIT_USAGE = 2
@@ -27,45 +28,13 @@ def _add_train(subparsers):
     p = subparsers.add_parser("train", help="train (or resume) a model in --model-dir")
     p.add_argument("--data", default=BIBLE_EN_DE, help=f"TSV path, tfds:NAME or {BIBLE_EN_DE} (default)")
     p.add_argument("--reverse", action="store_true", help="swap source and target columns")
-    p.add_argument("--preset", default="small", help=f"model preset: {', '.join(PRESETS)} (default small)")
+    p.add_argument("--preset", default="small", help=f"model and training preset: {', '.join(PRESETS)} (default small)")
     p.add_argument("--model-dir", required=True)
-    p.add_argument("--max-steps", type=int, default=TrainingConfig.max_steps)
-    # Defaults of None: the preset's training settings (`TrainingConfig.preset`) apply.
-    p.add_argument("--steps-per-epoch", type=int, help="steps between checkpoints (default: the preset's)")
-    p.add_argument("--batch-tokens", type=int, help="padded tokens per side per batch (default: the preset's)")
-    p.add_argument("--warmup-steps", type=int, help="Eq. 3's warmup_steps (default 4000)")
-    p.add_argument("--learning-rate-scale", type=float, help="multiplies Eq. 3 (default: the preset's)")
-    p.add_argument("--time-budget", help="stop after this wall-clock time, e.g. 30m or 2h (a final checkpoint is kept)")
-    p.add_argument(
-        "--warmup-fraction",
-        type=float,
-        help="fit the schedule to the step budget: warm up for this fraction of it (default: the preset's)",
-    )
-    p.add_argument("--cooldown-fraction", type=float, help="with --warmup-fraction: decay to 0 over this last fraction")
-    p.add_argument("--seed", type=int, default=TrainingConfig.seed)
-    p.add_argument("--num-layers", type=int, help="N, layers in each of the encoder and the decoder (default: the preset's)")
-    p.add_argument("--d-model", type=int, help="d_model (default: the preset's)")
-    p.add_argument("--d-ff", type=int, help="d_ff, the feed-forward network's inner width (default: the preset's)")
-    p.add_argument("--num-heads", type=int, help="h, attention heads (default: the preset's)")
-    p.add_argument("--vocab-size", type=int, help="subword vocabulary size (default: the preset's)")
-    p.add_argument("--max-length", type=int, help="longest sequence in tokens (default: the preset's)")
-    p.add_argument("--dropout", type=float, help="P_drop (default: the preset's)")
-    p.add_argument("--label-smoothing", type=float, help="epsilon_ls (default: the preset's)")
-    p.add_argument(
-        "--norm-first", action=argparse.BooleanOptionalAction, help="pre-LN sub-layers (default: the preset's; the paper's is post-LN)"
-    )
-    d = p.add_argument_group("distribution, fault tolerance and speed")
+    d = p.add_argument_group("distribution")
     d.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy (default auto)")
     d.add_argument("--cpu-devices", type=int, help="split the CPU into N logical devices (try mirrored without GPUs)")
     d.add_argument("--collective-timeout", type=float, default=600.0, help="seconds before a multi-worker collective fails")
-    d.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps (default: epoch ends only)")
-    d.add_argument("--grad-accumulation", type=int, default=1, help="micro-batches per optimizer step")
-    d.add_argument("--mixed-precision", action="store_true", help="mixed_float16 on GPU, mixed_bfloat16 on CPU/TPU")
-    d.add_argument("--jit-compile", action="store_true", help="compile the training step with XLA")
-    p.add_argument(
-        "--bleu-every-epochs", type=int, default=TrainingConfig.bleu_every_epochs,
-        help="validation BLEU every N epochs, best weights kept in MODEL_DIR/best (default 0: off)",
-    )
+    add_train_flags(p)
 
 
 def _add_decoding(p):
@@ -139,34 +108,11 @@ def parser() -> argparse.ArgumentParser:
 
 def _train(args):
     from keras_transformer.distribute import resolve_strategy, use_cpu_devices
-    from keras_transformer.budget import parse_duration
     from keras_transformer.training import train
 
     if args.cpu_devices:
         use_cpu_devices(args.cpu_devices)
-    overrides = {
-        name: getattr(args, name)
-        for name in ("num_layers", "d_model", "d_ff", "num_heads", "vocab_size", "max_length", "dropout", "label_smoothing", "norm_first")
-        if getattr(args, name) is not None
-    }
-    config = TransformerConfig.preset(args.preset, **overrides)
-    training_overrides = {
-        name: getattr(args, name)
-        for name in ("steps_per_epoch", "batch_tokens", "warmup_steps", "learning_rate_scale", "warmup_fraction", "cooldown_fraction")
-        if getattr(args, name) is not None
-    }
-    training = TrainingConfig.preset(
-        args.preset,
-        **training_overrides,
-        max_steps=args.max_steps,
-        seed=args.seed,
-        checkpoint_every=args.checkpoint_every,
-        grad_accumulation=args.grad_accumulation,
-        mixed_precision=args.mixed_precision,
-        jit_compile=args.jit_compile,
-        time_budget_s=parse_duration(args.time_budget) if args.time_budget else None,
-        bleu_every_epochs=args.bleu_every_epochs,
-    )
+    config, training = configs(args, args.preset)
     strategy = resolve_strategy(args.strategy, args.collective_timeout)
     train(args.model_dir, config, training, args.data, reverse=args.reverse, strategy=strategy, log=_log)
 

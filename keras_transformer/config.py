@@ -1,7 +1,8 @@
 """Configuration: model presets (Vaswani et al., 2017, Table 3), training and decoding settings.
 
-One frozen dataclass per concern. Presets are classmethods that take overrides, which are
-applied with `dataclasses.replace`, so every preset is validated by `__post_init__`.
+One frozen dataclass per concern. A preset names a model and the training settings that go
+with it, both in `PRESETS`; `TransformerConfig.preset` and `TrainingConfig.preset` apply
+overrides to them, so every preset is validated by `__post_init__`.
 """
 
 from __future__ import annotations
@@ -9,16 +10,54 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-PRESETS = ("tiny", "small", "base", "big")
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, RESERVED_IDS, START_ID
+
 # Names the command line offers before it imports TensorFlow (data.py and distribute.py use them).
 BIBLE_EN_DE = "bible-en-de"  # the embedded corpus
 STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")  # tf.distribute strategies
 
-# Training settings of the `small` preset: the CPU recipe, chosen by measurement on a 2-core
-# machine (README, "Quality on a CPU budget"; bench/quality.py). Small token batches buy many
-# updates in few minutes; Eq. 3 is fitted to the step budget (StepBudgetSchedule) with its peak
-# at 2x the paper's (pre-LN, TransformerConfig.small, trains well at 2-4x; at 8x it stalls).
-CPU_RECIPE = {"batch_tokens": 1024, "learning_rate_scale": 2.0, "warmup_fraction": 0.1, "cooldown_fraction": 0.2, "steps_per_epoch": 200}
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A named model and the training settings that go with it: the `TransformerConfig` and
+    `TrainingConfig` fields that differ from their defaults (the paper's base model, §3, and
+    training, §5)."""
+
+    model: dict[str, Any]
+    training: dict[str, Any]
+
+
+PRESETS = {
+    # For tests and smoke runs (not in the paper).
+    "tiny": Preset(
+        model=dict(vocab_size=1000, num_layers=2, d_model=64, d_ff=128, num_heads=4, max_length=128),
+        training={},
+    ),
+    # The CPU recipe (not in the paper), chosen by measurement for budgets of minutes on two CPU
+    # cores (bench/RESULTS.md, "Quality on a CPU budget"; bench/quality.py). Pre-LN leaves the
+    # early plateau that post-LN sits on for hundreds of steps, and within a few epochs dropout
+    # only slows learning (pass dropout 0.1 for long runs). Small token batches buy many updates
+    # in few minutes; Eq. 3 is fitted to the step budget (StepBudgetSchedule) with its peak at 2x
+    # the paper's (this pre-LN model trains well at 2-4x; at 8x it stalls).
+    "small": Preset(
+        model=dict(num_layers=3, d_model=128, d_ff=512, num_heads=4, dropout=0.0, norm_first=True),
+        training=dict(
+            batch_tokens=1024, learning_rate_scale=2.0, warmup_fraction=0.1, cooldown_fraction=0.2, steps_per_epoch=200
+        ),
+    ),
+    # Transformer (base model), Table 3: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1; Eq. 3 with warmup_steps 4000.
+    "base": Preset(model={}, training={}),
+    # Transformer (big), Table 3: N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3.
+    "big": Preset(model=dict(d_model=1024, d_ff=4096, num_heads=16, dropout=0.3), training={}),
+}
+
+
+def preset(name: str) -> Preset:
+    """The preset called `name` (one of `PRESETS`)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]
 
 
 def _check(condition: bool, message: str) -> None:
@@ -31,11 +70,12 @@ class TransformerConfig:
     """Hyperparameters of the model (§3, Table 3), in the paper's names.
 
     Source and target share one subword vocabulary and one embedding matrix (§3.4), so
-    `vocab_size` is the size of that joint vocabulary. Reserved ids: `pad_id` pads batches,
-    `start_id` starts every decoder input, `eos_id` ends every sequence.
+    `vocab_size` is the size of that joint vocabulary. Reserved ids (`special_tokens`, the only
+    ones the tokenizer accepts): `pad_id` pads batches, `start_id` starts every decoder input,
+    `eos_id` ends every sequence.
     """
 
-    vocab_size: int = 8000
+    vocab_size: int = 8000  # subword vocabulary size, source and target shared (§3.4)
     num_layers: int = 6  # N, identical layers in each of the encoder and the decoder
     d_model: int = 512  # d_model, width of every sub-layer output
     d_ff: int = 2048  # d_ff, inner width of the position-wise feed-forward network
@@ -43,14 +83,18 @@ class TransformerConfig:
     dropout: float = 0.1  # P_drop, residual and embedding dropout (§5.4)
     label_smoothing: float = 0.1  # epsilon_ls (§5.4)
     max_length: int = 256  # longest sequence, in subword tokens including start/EOS
-    pad_id: int = 0
-    start_id: int = 1
-    eos_id: int = 2
-    layer_norm_epsilon: float = 1e-6
+    pad_id: int = PAD_ID  # reserved ids: the tokenizer's own (special_tokens.py)
+    start_id: int = START_ID  # reserved
+    eos_id: int = EOS_ID  # reserved
+    layer_norm_epsilon: float = 1e-6  # added to the variance in every LayerNorm
     norm_first: bool = False  # False: the paper's LayerNorm(x + Sublayer(x)); True: x + Sublayer(LayerNorm(x))
 
     def __post_init__(self):
-        _check(self.vocab_size > 3, f"vocab_size must exceed the 3 reserved ids, got {self.vocab_size}")
+        _check(
+            self.vocab_size > len(RESERVED_IDS),
+            f"vocab_size must exceed the {len(RESERVED_IDS)} reserved ids (pad, start, EOS, unknown), "
+            f"got {self.vocab_size}",
+        )
         _check(self.num_layers >= 1, f"num_layers must be >= 1, got {self.num_layers}")
         _check(self.d_model >= 2 and self.d_model % 2 == 0, f"d_model must be even and >= 2, got {self.d_model}")
         _check(self.d_ff >= 1, f"d_ff must be >= 1, got {self.d_ff}")
@@ -63,8 +107,11 @@ class TransformerConfig:
         _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         _check(self.max_length >= 2, f"max_length must be >= 2, got {self.max_length}")
         reserved = (self.pad_id, self.start_id, self.eos_id)
-        _check(len(set(reserved)) == 3, f"pad_id, start_id and eos_id must differ, got {reserved}")
-        _check(all(0 <= i < self.vocab_size for i in reserved), f"reserved ids {reserved} must be < vocab_size")
+        _check(
+            reserved == (PAD_ID, START_ID, EOS_ID),
+            f"(pad_id, start_id, eos_id) must be the tokenizer's reserved ids {(PAD_ID, START_ID, EOS_ID)}, "
+            f"got {reserved}",
+        )
 
     @property
     def d_k(self) -> int:
@@ -73,37 +120,28 @@ class TransformerConfig:
 
     @classmethod
     def base(cls, **overrides: Any) -> "TransformerConfig":
-        """Transformer (base model), Table 3: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1."""
-        return dataclasses.replace(cls(), **overrides)
+        """Transformer (base model), Table 3."""
+        return cls.preset("base", **overrides)
 
     @classmethod
     def big(cls, **overrides: Any) -> "TransformerConfig":
-        """Transformer (big), Table 3: N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3."""
-        return dataclasses.replace(cls(d_model=1024, d_ff=4096, num_heads=16, dropout=0.3), **overrides)
+        """Transformer (big), Table 3."""
+        return cls.preset("big", **overrides)
 
     @classmethod
     def small(cls, **overrides: Any) -> "TransformerConfig":
-        """The CPU recipe's model (not in the paper): N=3, d_model=128, d_ff=512, h=4, pre-LN, no dropout.
-
-        Chosen by measurement for budgets of minutes on two CPU cores (README, "Quality on a CPU
-        budget"): pre-LN leaves the early plateau that post-LN sits on for hundreds of steps, and
-        within a few epochs dropout only slows learning. Pass `dropout=0.1` for long runs.
-        """
-        return dataclasses.replace(cls(num_layers=3, d_model=128, d_ff=512, num_heads=4, dropout=0.0, norm_first=True), **overrides)
+        """The CPU recipe's model (not in the paper)."""
+        return cls.preset("small", **overrides)
 
     @classmethod
     def tiny(cls, **overrides: Any) -> "TransformerConfig":
-        """A model for tests and smoke runs (not in the paper): N=2, d_model=64, d_ff=128, h=4."""
-        return dataclasses.replace(
-            cls(vocab_size=1000, num_layers=2, d_model=64, d_ff=128, num_heads=4, max_length=128), **overrides
-        )
+        """A model for tests and smoke runs (not in the paper)."""
+        return cls.preset("tiny", **overrides)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
-        """The preset called `name` (one of `PRESETS`)."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-        return getattr(cls, name)(**overrides)
+        """The model of preset `name` (one of `PRESETS`), with `overrides`."""
+        return cls(**{**preset(name).model, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -124,18 +162,18 @@ class TrainingConfig:
     warmup_steps: int = 4000  # warmup_steps of Eq. 3
     learning_rate_scale: float = 1.0  # multiplies Eq. 3 (1.0 is the paper's)
     beta_1: float = 0.9  # Adam (§5.3)
-    beta_2: float = 0.98
-    epsilon: float = 1e-9
+    beta_2: float = 0.98  # Adam (§5.3)
+    epsilon: float = 1e-9  # Adam (§5.3)
     batch_tokens: int = 4096  # padded tokens per side (source or target) in a batch, at most (§5.1: ~25000)
-    max_steps: int = 100_000  # the paper's base model trained 100k steps
+    max_steps: int = 100_000  # optimizer steps to train, counted across restarts (the paper's base: 100k)
     steps_per_epoch: int = 500  # checkpoint, validation and log interval, in steps
     checkpoint_every: int = 0  # also checkpoint every this many steps (0: only at epoch ends)
-    keep_checkpoints: int = 5
+    keep_checkpoints: int = 5  # training checkpoints kept, the newest
     grad_accumulation: int = 1  # micro-batches per optimizer step: the update uses their mean gradient
     mixed_precision: bool = False  # mixed_float16 on GPU, mixed_bfloat16 on CPU and TPU
-    jit_compile: bool = False  # XLA
-    shuffle_buffer: int = 20_000
-    seed: int = 1234
+    jit_compile: bool = False  # compile the training step with XLA
+    shuffle_buffer: int = 20_000  # sentence pairs in the shuffle buffer
+    seed: int = 1234  # weights, shuffling and dropout
     time_budget_s: float | None = None  # stop after this much wall-clock time (and fit the schedule to it)
     warmup_fraction: float | None = None  # warm-up as a fraction of the step budget, instead of warmup_steps
     cooldown_fraction: float = 0.2  # with warmup_fraction: linear decay to 0 over this last fraction
@@ -162,15 +200,8 @@ class TrainingConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TrainingConfig":
-        """The training settings that go with model preset `name`.
-
-        tiny, base and big: the defaults, the paper's (§5.3: Eq. 3 with warmup_steps 4000).
-        small: `CPU_RECIPE`, the CPU recipe chosen by measurement on a 2-core machine.
-        """
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-        recipe = CPU_RECIPE if name == "small" else {}
-        return cls(**{**recipe, **overrides})
+        """The training settings of preset `name` (one of `PRESETS`), with `overrides`."""
+        return cls(**{**preset(name).training, **overrides})
 
     @property
     def fits_schedule_to_budget(self) -> bool:

@@ -30,7 +30,7 @@ import os
 import numpy as np
 import sentencepiece
 
-from keras_transformer.tokenizer import UNK_ID
+from keras_transformer.special_tokens import UNK_ID
 
 PAD_TOKEN = "<blank>"  # CTranslate2's name for the padding token (not configurable)
 EXTRA = "ctranslate2"  # pyproject.toml's extra that installs the package

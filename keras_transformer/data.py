@@ -34,6 +34,7 @@ from importlib import resources
 import tensorflow as tf
 
 from keras_transformer.config import BIBLE_EN_DE
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 SPLITS = ("train", "validation", "test")
 BIBLE_HEADER = ("book", "chapter", "verse")
@@ -165,9 +166,9 @@ def make_batches(
     shuffle_buffer: int = 20_000,
     seed: int = 0,
     batch_multiple: int = 1,
-    start_id: int = 1,
-    eos_id: int = 2,
-    pad_id: int = 0,
+    start_id: int = START_ID,
+    eos_id: int = EOS_ID,
+    pad_id: int = PAD_ID,
 ) -> tf.data.Dataset:
     """Tokenized, length-filtered, bucketed batches (see the module docstring).
 

@@ -4,11 +4,7 @@ The paper trained on 8 GPUs with synchronous data parallelism (Vaswani et al., 2
 `tf.distribute` gives the same on any of these with one code path. Every strategy splits the
 global batch across its replicas, and the loss (`losses.py`) divides each replica's token-loss
 sum by the *global* non-pad token count, so updates do not depend on the number of replicas.
-
-`DistributedTransformer` is the `Transformer` that `training.train` builds: it carries the few
-overrides Keras 3.15 needs to train under `MultiWorkerMirroredStrategy` and to report the
-right loss for a batch split unevenly across replicas. They touch private Keras methods, so
-keras is pinned (pyproject.toml).
+What Keras 3.15 itself needs to train under every strategy is in `keras_compat.py`.
 """
 
 from __future__ import annotations
@@ -16,11 +12,10 @@ from __future__ import annotations
 import json
 import os
 
-import keras
 import tensorflow as tf
 
 from keras_transformer.config import STRATEGIES
-from keras_transformer.model import Transformer
+from keras_transformer.keras_compat import is_multi_worker
 
 
 def use_cpu_devices(count: int) -> None:
@@ -72,10 +67,6 @@ def resolve_strategy(name: str = "auto", collective_timeout_s: float | None = No
     return tf.distribute.TPUStrategy(resolver)
 
 
-def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
-    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and strategy.extended._in_multi_worker_mode()
-
-
 def worker_id(strategy: tf.distribute.Strategy) -> int:
     """This worker's task id (0 is the chief); 0 outside multi-worker training."""
     return strategy.cluster_resolver.task_id if is_multi_worker(strategy) else 0
@@ -97,51 +88,3 @@ def check_jit_compile(strategy: tf.distribute.Strategy) -> None:
             "variable placed on another CPU device (\"Trying to access resource ... located in device "
             "CPU:1 from device CPU:0\"); use one device, or GPUs"
         )
-
-
-class ReplicaShareMean(keras.metrics.Mean):
-    """The mean training loss per step, for losses that are already global on every replica.
-
-    Keras weights each replica's loss by its number of sequences, which is wrong when a batch
-    splits unevenly (3 + 2 sequences): each replica's loss here is its share of the global
-    per-token mean, so each counts 1 / num_replicas of a step.
-    """
-
-    def update_state(self, values, sample_weight=None):
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        super().update_state(values, sample_weight=1.0 / replicas)
-
-
-@keras.saving.register_keras_serializable(package="keras_transformer")
-class DistributedTransformer(Transformer):
-    """A `Transformer` that trains under every `tf.distribute` strategy with Keras 3.15."""
-
-    def compile(self, *args, **kwargs):
-        super().compile(*args, **kwargs)
-        self._loss_tracker = ReplicaShareMean(name="loss")
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # keras-team/keras#20329: Keras builds from `strategy.reduce("MEAN", batch)` of the first
-        # distributed batch, which fails under MultiWorkerMirroredStrategy (a collective over a
-        # nested batch of integer ids). Only shapes matter here: build from this replica's part.
-        if iterator is not None and is_multi_worker(self.distribute_strategy):
-            for _, _, batches in iterator:
-                local = self.distribute_strategy.experimental_local_results
-                data_batch = tf.nest.map_structure(lambda value: local(value)[0], next(batches))
-                break
-            iterator = None
-        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-
-    def _as_vectors(self, logs):
-        # Keras 3.15 reduces the logs of a multi-worker step with strategy.reduce("MEAN", v,
-        # axis=0), which fails on scalars ("Invalid reduction dimension 0 for input with 0
-        # dimensions"; same family as keras-team/keras#20329): give it [1]-vectors.
-        if is_multi_worker(self.distribute_strategy):
-            return {name: tf.reshape(value, [1]) for name, value in logs.items()}
-        return logs
-
-    def train_step(self, data):
-        return self._as_vectors(super().train_step(data))
-
-    def test_step(self, data):
-        return self._as_vectors(super().test_step(data))

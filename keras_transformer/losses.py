@@ -7,7 +7,7 @@ Its cross-entropy with p = softmax(z) needs one log-sum-exp over the vocabulary:
 
 TensorFlow's fused `softmax_cross_entropy_with_logits` computes exactly this, and its gradient
 softmax(z) - q, in one kernel. Composing it from `logsumexp`, `take_along_axis` and a sum cost
-~12% of a training step at the small workload: the gradient of `take_along_axis` scatters
+~12% of a training step at the medium workload: the gradient of `take_along_axis` scatters
 through an UnsortedSegmentSum over all B x T x V logits, and that of `logsumexp` tiles them
 (bench/profile_step.py; the measured step time is in bench/RESULTS.md).
 """
@@ -17,6 +17,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 from keras import ops
+
+from keras_transformer.special_tokens import PAD_ID
 
 
 def global_token_count(mask):
@@ -37,7 +39,9 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     sums over replicas are those of the global per-token mean, whatever the split.
     """
 
-    def __init__(self, label_smoothing: float = 0.1, pad_id: int = 0, name="label_smoothed_cross_entropy", **kwargs):
+    def __init__(
+        self, label_smoothing: float = 0.1, pad_id: int = PAD_ID, name="label_smoothed_cross_entropy", **kwargs
+    ):
         super().__init__(name=name, **kwargs)
         self.label_smoothing = label_smoothing
         self.pad_id = pad_id

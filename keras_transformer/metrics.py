@@ -7,12 +7,14 @@ import sacrebleu
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.special_tokens import PAD_ID
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedAccuracy(keras.metrics.Metric):
     """Fraction of non-pad target tokens whose arg-max prediction is right."""
 
-    def __init__(self, pad_id: int = 0, name="accuracy", **kwargs):
+    def __init__(self, pad_id: int = PAD_ID, name="accuracy", **kwargs):
         super().__init__(name=name, **kwargs)
         self.pad_id = pad_id
         self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
@@ -22,7 +24,7 @@ class MaskedAccuracy(keras.metrics.Metric):
         labels = ops.cast(y_true, "int32")  # [B, T]
         mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
         # tf.argmax, not ops.argmax: Keras' argmax first rewrites -0.0 in all B x T x V logits
-        # (four extra passes, ~5% of a small-workload training step; bench/profile_step.py).
+        # (four extra passes, ~5% of a medium-workload training step; bench/profile_step.py).
         hits = ops.cast(ops.equal(tf.argmax(y_pred, axis=-1, output_type=tf.int32), labels), "float32")
         self.correct.assign_add(ops.sum(hits * mask))
         self.total.assign_add(ops.sum(mask))

@@ -5,13 +5,15 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from keras_transformer import keras_compat
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, SharedEmbedding
 from keras_transformer.layers.masking import padding_mask
 
 
+@keras_compat.also_loads("keras_transformer>DistributedTransformer")  # training's model class in 0.1.0
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(keras.Model):
+class Transformer(keras_compat.Model):
     """Encoder-decoder Transformer with one shared embedding matrix (§3.4).
 
     `model((source_ids, target_in_ids), training=...)` -> logits [B, T, vocab] (float32), where

@@ -111,6 +111,13 @@ def weights_checkpoint(model) -> tf.train.Checkpoint:
     return tf.train.Checkpoint(model=model)
 
 
+def save_weights(model, directory: str, step: int) -> str:
+    """Write `model`'s weights (no optimizer) as the one checkpoint in `directory` (averaged/ or
+    best/), numbered `step`; return its path."""
+    manager = tf.train.CheckpointManager(weights_checkpoint(model), directory, max_to_keep=1, checkpoint_name="ckpt")
+    return manager.save(checkpoint_number=step)
+
+
 def restore(checkpoint: tf.train.Checkpoint, path: str, *, weights_only: bool = False) -> None:
     """Restore `checkpoint` from `path`, with a one-line error for a corrupt or foreign file."""
     try:

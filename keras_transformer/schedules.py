@@ -6,6 +6,11 @@ import keras
 from keras import ops
 
 
+def trained_steps(model) -> int:
+    """Optimizer updates `model` has taken: the training steps of §5.2, counted across restarts."""
+    return int(model.optimizer.iterations.numpy())
+
+
 def update_number(step, accumulation_steps: int = 1):
     """step_num of Eq. 3, counting from 1: Keras passes the 0-based count of (micro-)batches."""
     return ops.cast(ops.floor_divide(step, accumulation_steps), "float32") + 1.0

@@ -9,10 +9,10 @@ all in the graph.
   a row of more than `max_length` ids is cut to its first `max_length - 1`, then EOS.
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
 
-Text goes through the same steps as `keras_transformer.translation.Translator`: tokens
-truncated to `max_length - 1`, then EOS; a text with no tokens (empty or only spaces)
-translates to "" with score 0. Invalid UTF-8 bytes are replaced by U+FFFD (the unknown
-token) instead of failing the batch.
+Text goes through the same steps as `keras_transformer.translation.Translator`
+(`SubwordTokenizer.source_ids`: tokens truncated to `max_length - 1`, then EOS); a text with
+no tokens (empty or only spaces) translates to "" with score 0. Invalid UTF-8 bytes are
+replaced by U+FFFD (the unknown token) instead of failing the batch.
 
 The search is any `decode(model, source_ids) -> DecodeResult` (`paper_beam_search` by default, or
 `greedy_search`); its output length follows `decoding.decode_limits`.
@@ -30,18 +30,6 @@ TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 
 Decode = Callable[..., DecodeResult]
-
-
-def source_ids_from_text(tokenizer, text, max_length: int, eos_id: int, pad_id: int):
-    """text [B] -> (source_ids [B, S] int32: tokens truncated to max_length - 1, then EOS, padded;
-    empty [B] bool: texts with no tokens). Only ops with TFLite kernels (besides the tokenizer)."""
-    tokens = tokenizer.tokenize(text)  # [B, (n)]
-    lengths = tf.minimum(tf.cast(tokens.row_lengths(), tf.int32), max_length - 1)  # [B]
-    dense = tokens.to_tensor(default_value=pad_id)[:, : max_length - 1]  # [B, n]
-    width = tf.reduce_max(tf.concat([lengths, [0]], axis=0)) + 1
-    dense = tf.pad(dense, [[0, 0], [0, width - tf.shape(dense)[1]]], constant_values=pad_id)  # [B, n + 1]
-    at_end = tf.one_hot(lengths, width, on_value=True, off_value=False, dtype=tf.bool)  # [B, n + 1]
-    return tf.where(at_end, eos_id, dense), lengths == 0
 
 
 def truncate_source_ids(source_ids, max_length: int, eos_id: int, pad_id: int):
@@ -74,8 +62,6 @@ class TranslationModule(tf.Module):
         self.tokenizer = tokenizer
         self._decode = decode
         self._lite_text = lite_text
-        config = model.config
-        self._truncate = dict(max_length=config.max_length, eos_id=config.eos_id, pad_id=config.pad_id)
         self.translate_ids = tf.function(self._translate_ids, input_signature=[IDS_SPEC])
         if tokenizer is not None and lite_text:
             self.translate_text_to_ids = tf.function(self._translate_text_to_ids, input_signature=[TEXT_SPEC])
@@ -92,7 +78,8 @@ class TranslationModule(tf.Module):
         (which detokenize to "") and score 0."""
         if not self._lite_text:
             text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-        source_ids, empty = source_ids_from_text(self.tokenizer, text, **self._truncate)
+        source_ids, token_counts = self.tokenizer.source_ids(text, self.model.config.max_length)
+        empty = token_counts == 0  # [B]
         result = self._decode(self.model, source_ids)
         ids = tf.where(empty[:, None, None], self.model.config.pad_id, result.ids)  # [B, beam, L]
         return ids, tf.where(empty[:, None], 0.0, result.scores)

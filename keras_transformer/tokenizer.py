@@ -6,8 +6,8 @@ tensorflow-text's `FastSentencepieceTokenizer`, so the tokenizer can live inside
 SavedModel and a TFLite model. Decoding restores spaces and punctuation exactly
 (SentencePiece is lossless up to its NFKC normalisation), which sacreBLEU needs.
 
-Reserved ids: 0 = pad, 1 = start (SentencePiece's BOS), 2 = EOS, 3 = unknown. Characters
-that the model never saw map to the unknown id; `detokenize` drops it.
+Every vocabulary reserves the ids of `special_tokens` (pad, start = SentencePiece's BOS, EOS,
+unknown). Characters that the model never saw map to the unknown id; `detokenize` drops it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sentencepiece
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-PAD_ID, START_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, RESERVED_IDS, START_ID, UNK_ID
 
 
 class TokenizerError(ValueError):
@@ -34,8 +34,8 @@ class SubwordTokenizer(tf.Module):
         super().__init__(name="subword_tokenizer")
         processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
         ids = (processor.pad_id(), processor.bos_id(), processor.eos_id(), processor.unk_id())
-        if ids != (PAD_ID, START_ID, EOS_ID, UNK_ID):
-            raise TokenizerError(f"tokenizer reserves ids (pad, start, eos, unk) = {ids}, expected (0, 1, 2, 3)")
+        if ids != RESERVED_IDS:
+            raise TokenizerError(f"tokenizer reserves ids (pad, start, eos, unk) = {ids}, expected {RESERVED_IDS}")
         self.model_proto = model_proto
         self.vocab_size = processor.get_piece_size()
         self._tokenizer = tf_text.FastSentencepieceTokenizer(model_proto)
@@ -94,3 +94,17 @@ class SubwordTokenizer(tf.Module):
         tokens = tf.ragged.boolean_mask(tokens, (tokens != START_ID) & (tokens != UNK_ID))
         text = self._tokenizer.detokenize(tokens)  # [N]
         return tf.strings.strip(tf.strings.regex_replace(text, "  +", " "))
+
+    def source_ids(self, strings, max_length: int):
+        """strings [B] -> (source_ids [B, S] int32, token_counts [B] int32): the encoder input, each
+        string's first `max_length - 1` tokens, then EOS, padded; and each string's token count
+        before that cut (0: nothing to translate). The one rule for every translation path.
+        Only ops with TFLite kernels besides the tokenizer's, so it runs inside a TFLite model."""
+        tokens = self.tokenize(strings)  # [B, (n)]
+        counts = tf.cast(tokens.row_lengths(), tf.int32)  # [B]
+        kept = tf.minimum(counts, max_length - 1)  # [B]
+        dense = tokens.to_tensor(default_value=PAD_ID)[:, : max_length - 1]  # [B, n]
+        width = tf.reduce_max(tf.concat([kept, [0]], axis=0)) + 1
+        dense = tf.pad(dense, [[0, 0], [0, width - tf.shape(dense)[1]]], constant_values=PAD_ID)  # [B, n + 1]
+        at_end = tf.one_hot(kept, width, on_value=True, off_value=False, dtype=tf.bool)  # [B, n + 1]
+        return tf.where(at_end, EOS_ID, dense), counts

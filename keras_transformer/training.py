@@ -20,20 +20,14 @@ import tensorflow as tf
 from keras_transformer.callbacks import BleuCallback
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.data import make_batches, pairs_dataset, read_pairs
-from keras_transformer.distribute import (
-    DistributedTransformer,
-    check_jit_compile,
-    mixed_precision_policy,
-    resolve_strategy,
-    worker_id,
-)
+from keras_transformer.distribute import check_jit_compile, mixed_precision_policy, resolve_strategy, worker_id
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.model_dir import ModelDir, ModelDirError, restore
 from keras_transformer.progress import Progress
 from keras_transformer.budget import TimeBudget
-from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule
+from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule, trained_steps
 from keras_transformer.tokenizer import SubwordTokenizer
 from keras_transformer.translation import Translator
 
@@ -103,7 +97,7 @@ class CheckpointCallback(keras.callbacks.Callback):
         self.diverged_at = None
 
     def _step(self) -> int:
-        return int(self.model.optimizer.iterations.numpy())
+        return trained_steps(self.model)
 
     def on_train_begin(self, logs=None):
         self._saved_step = self._step()  # already on disk (a resumed run) or the initial state
@@ -187,7 +181,7 @@ def train(
     dtype = mixed_precision_policy(strategy) if training.mixed_precision else None
     with strategy.scope():
         schedule = learning_rate_schedule(config.d_model, training)
-        model = compile_model(DistributedTransformer(config, dtype=dtype), training, schedule)
+        model = compile_model(Transformer(config, dtype=dtype), training, schedule)
         model.build()
         model.optimizer.build(model.trainable_variables)
     fitted = schedule if isinstance(schedule, StepBudgetSchedule) else None
@@ -197,8 +191,8 @@ def train(
     latest = manager.latest_checkpoint or directory.latest_checkpoint()  # a worker > 0 resumes as the chief
     if latest:
         restore(checkpoint, latest)
-        log(f"resumed from step {int(model.optimizer.iterations.numpy())}")
-    step = int(model.optimizer.iterations.numpy())
+        log(f"resumed from step {trained_steps(model)}")
+    step = trained_steps(model)
     if step >= training.max_steps:
         log(f"already trained for {step} steps (--max-steps {training.max_steps}): nothing to do")
         return model
@@ -254,5 +248,5 @@ def train(
             f"the training loss became NaN or infinite at step {saver.diverged_at}; stopped without saving "
             f"(last good checkpoint: {manager.latest_checkpoint or 'none'}); try a lower --learning-rate-scale"
         )
-    log(f"trained to step {int(model.optimizer.iterations.numpy())}; checkpoint {manager.latest_checkpoint}")
+    log(f"trained to step {trained_steps(model)}; checkpoint {manager.latest_checkpoint}")
     return model

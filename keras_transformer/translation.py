@@ -52,18 +52,14 @@ class Translator:
         return cls(model, tokenizer, **settings)
 
     def source_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Token ids of each text, truncated to max_length - 1, then EOS."""
-        config = self.model.config
-        ragged = self.tokenizer.tokenize(list(texts))
+        """Token ids of each text, truncated to max_length - 1, then EOS (`SubwordTokenizer.source_ids`)."""
+        keep = self.model.config.max_length - 1
+        ids, counts = self.tokenizer.source_ids(list(texts), keep + 1)  # [B, S], [B]
         rows = []
-        for text, ids in zip(texts, ragged.numpy()):
-            if len(ids) > config.max_length - 1:
-                print(
-                    f"warning: source of {len(ids)} tokens truncated to {config.max_length - 1}: {text[:40]!r}...",
-                    file=sys.stderr,
-                )
-                ids = ids[: config.max_length - 1]
-            rows.append(np.append(ids, config.eos_id).astype(np.int32))
+        for text, row, count in zip(texts, ids.numpy(), counts.numpy()):
+            if count > keep:
+                print(f"warning: source of {count} tokens truncated to {keep}: {text[:40]!r}...", file=sys.stderr)
+            rows.append(row[: min(count, keep) + 1])  # [tokens + EOS]
         return rows
 
     def decode(self, source_ids):

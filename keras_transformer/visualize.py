@@ -15,13 +15,14 @@ import os
 
 import numpy as np
 
+from keras_transformer.special_tokens import PIECES
+
 KINDS = ("encoder", "decoder_self", "decoder_cross")
 KIND_TITLES = {
     "encoder": "encoder self-attention",
     "decoder_self": "decoder masked self-attention",
     "decoder_cross": "decoder-encoder (cross) attention",
 }
-SPECIAL_PIECES = {0: "<pad>", 1: "<s>", 2: "</s>", 3: "<unk>"}
 
 
 def token_pieces(tokenizer, ids) -> list[str]:
@@ -29,7 +30,7 @@ def token_pieces(tokenizer, ids) -> list[str]:
     import sentencepiece
 
     processor = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
-    return [SPECIAL_PIECES.get(int(i), None) or processor.id_to_piece(int(i)) for i in ids]
+    return [PIECES.get(int(i), None) or processor.id_to_piece(int(i)) for i in ids]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +67,7 @@ def attention_maps(model, tokenizer, source: str, target: str | None = None) -> 
     from keras_transformer.decoding import greedy_search
 
     config = model.config
-    source_ids = np.append(tokenizer.tokenize([source]).numpy()[0], config.eos_id).astype(np.int32)  # [S]
-    source_ids = source_ids[-config.max_length :]
+    source_ids = tokenizer.source_ids([source], config.max_length)[0].numpy()[0]  # [S]: one text, no padding
     if target is None:
         hypothesis = greedy_search(model, source_ids[None]).ids.numpy()[0, 0]  # [L], EOS then pad
         ends = np.flatnonzero(hypothesis == config.eos_id)

@@ -29,9 +29,9 @@ def run_main(module_name, argv, capsys):
 def test_model_flops_match_the_issue_figures():
     from common import WORKLOADS, model_flops_per_step
 
-    small = WORKLOADS["small"]
+    medium = WORKLOADS["medium"]
     # 6 x 7,553,024 weights x 2048 tokens + 12 x 3 x 64 x 256 x 3 x 32^2 attention FLOPs
-    assert model_flops_per_step(small.config, 64, 32, 32) == 6 * 7_553_024 * 2048 + 12 * 3 * 64 * 256 * 3 * 32**2
+    assert model_flops_per_step(medium.config, 64, 32, 32) == 6 * 7_553_024 * 2048 + 12 * 3 * 64 * 256 * 3 * 32**2
 
 
 def test_train_throughput(capsys):

@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 from keras_transformer import TrainingConfig
-from keras_transformer.budget import TimeBudget, parse_duration
+from keras_transformer.budget import TimeBudget
 from keras_transformer.cli import main
+from keras_transformer.flags import parse_duration
 from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule
 
 

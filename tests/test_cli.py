@@ -239,3 +239,15 @@ def test_train_takes_the_presets_model_and_training_settings_and_flags_override_
     assert calls[-1][0] == TransformerConfig.small(num_layers=2, d_model=96, d_ff=384, num_heads=3)
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "base"])
     assert calls[-1] == (TransformerConfig.base(), TrainingConfig())  # the paper's Eq. 3, warmup_steps 4000
+
+
+def test_train_keeps_a_presets_steps_seed_checkpoints_and_accumulation(monkeypatch, tmp_path):
+    from keras_transformer import TrainingConfig, config
+
+    recipe = dict(max_steps=70, seed=5, checkpoint_every=3, grad_accumulation=2)
+    monkeypatch.setitem(config.PRESETS, "custom", config.Preset(model=dict(vocab_size=500), training=recipe))
+    calls = []
+    fake_train = lambda _dir, _config, training, *_, **__: calls.append(training)  # noqa: E731
+    monkeypatch.setattr("keras_transformer.training.train", fake_train)
+    main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "custom"])
+    assert calls == [TrainingConfig(**recipe)]

@@ -1,4 +1,5 @@
 import dataclasses
+import re
 
 import pytest
 
@@ -26,8 +27,9 @@ def test_overrides_and_named_presets():
     [
         ({"d_model": 100, "num_heads": 8}, "divisible by num_heads"),
         ({"dropout": 1.0}, "dropout"),
-        ({"vocab_size": 3}, "vocab_size"),
-        ({"eos_id": 0}, "must differ"),
+        ({"vocab_size": 4}, re.escape("vocab_size must exceed the 4 reserved ids (pad, start, EOS, unknown), got 4")),
+        ({"eos_id": 0}, re.escape("must be the tokenizer's reserved ids (0, 1, 2), got (0, 1, 0)")),
+        ({"pad_id": 3}, re.escape("(pad_id, start_id, eos_id) must be the tokenizer's reserved ids (0, 1, 2), got (3, 1, 2)")),
         ({"max_length": 1}, "max_length"),
     ],
 )

@@ -5,23 +5,9 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
-from keras_transformer.serving import TranslationModule, source_ids_from_text, truncate_source_ids
+from keras_transformer.serving import TranslationModule, truncate_source_ids
 from keras_transformer.serving_check import check_saved_model
 from keras_transformer.translation import Translator
-
-
-def test_source_ids_truncate_append_eos_and_flag_empty_texts(tokenizer):
-    texts = tf.constant(["In the beginning God created the heavens and the earth.", "", "Jesus wept."])
-    ids, empty = source_ids_from_text(tokenizer, texts, max_length=6, eos_id=2, pad_id=0)
-    full = tokenizer.tokenize(texts)
-    np.testing.assert_array_equal(empty.numpy(), [False, True, False])
-    ids = ids.numpy()
-    assert ids.shape[1] == 6  # 5 tokens (max_length - 1), then EOS
-    np.testing.assert_array_equal(ids[0], [*full[0][:5].numpy(), 2])
-    np.testing.assert_array_equal(ids[1], [2, 0, 0, 0, 0, 0])
-    n = len(full[2])
-    np.testing.assert_array_equal(ids[2, : n + 1], [*full[2].numpy(), 2])
-    assert not ids[2, n + 1 :].any()
 
 
 def test_too_long_source_ids_keep_max_length_minus_one_then_eos():

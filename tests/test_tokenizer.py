@@ -2,7 +2,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.tokenizer import EOS_ID, PAD_ID, START_ID, UNK_ID, SubwordTokenizer, TokenizerError
+from keras_transformer import Transformer, TransformerConfig
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.tokenizer import SubwordTokenizer, TokenizerError
+from keras_transformer.translation import Translator
+from keras_transformer.visualize import attention_maps, token_pieces
+
+LONG = "In the beginning God created the heavens and the earth."
 
 
 def test_round_trip_on_corpus_text(tokenizer, fixture_pairs):
@@ -56,3 +62,25 @@ def test_tokenizer_runs_inside_a_graph(tokenizer):
         return tokenizer.detokenize(tokenizer.tokenize(texts).to_tensor())
 
     assert round_trip(tf.constant(["Jesus wept."])).numpy()[0] == b"Jesus wept."
+
+
+def test_source_ids_keep_the_first_max_length_minus_1_tokens_then_eos(tokenizer):
+    texts = tf.constant([LONG, "", "Jesus wept."])
+    ids, counts = tokenizer.source_ids(texts, max_length=6)
+    full = tokenizer.tokenize(texts)
+    np.testing.assert_array_equal(counts.numpy(), full.row_lengths().numpy())  # before the cut; 0: empty
+    ids = ids.numpy()
+    assert ids.shape[1] == 6  # 5 tokens (max_length - 1), then EOS
+    np.testing.assert_array_equal(ids[0], [*full[0][:5].numpy(), EOS_ID])
+    np.testing.assert_array_equal(ids[1], [EOS_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID, PAD_ID])
+    n = len(full[2])
+    np.testing.assert_array_equal(ids[2, : n + 1], [*full[2].numpy(), EOS_ID])
+    assert not ids[2, n + 1 :].any()
+
+
+def test_translator_and_attention_maps_cut_a_long_source_alike(tokenizer):
+    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, max_length=6))
+    model.build()
+    first = [*tokenizer.tokenize([LONG])[0][:5].numpy(), EOS_ID]  # the first max_length - 1 tokens, then EOS
+    assert Translator(model, tokenizer).source_ids([LONG])[0].tolist() == first
+    assert attention_maps(model, tokenizer, LONG, target="Am Anfang").source_tokens == token_pieces(tokenizer, first)

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from conftest import FIXTURE
 from keras_transformer.config import TrainingConfig, TransformerConfig
-from keras_transformer.distribute import DistributedTransformer
+from keras_transformer.model import Transformer
 from keras_transformer.training import TrainingDiverged, compile_model, train
 
 CONFIG = TransformerConfig.tiny(vocab_size=60, dropout=0.0)
@@ -17,7 +17,7 @@ TARGET_OUT[:, 6:] = CONFIG.pad_id
 
 
 def compiled(training, dtype=None, weights=None):
-    model = compile_model(DistributedTransformer(CONFIG, dtype=dtype), training)
+    model = compile_model(Transformer(CONFIG, dtype=dtype), training)
     model.build()
     if weights is not None:
         model.set_weights(weights)

@@ -1,0 +1,90 @@
+"""Command-line flags generated from the config dataclasses, for `keras-transformer train` and bench/.
+
+Every field gets a flag named after it (`--d-model` for `d_model`), whose help is the comment
+on the field's line and whose default is unset, so that the preset's value stands unless the
+flag is given. A boolean field gives a pair (`--norm-first` / `--no-norm-first`); a field in
+seconds (`time_budget_s`) drops the suffix and takes a duration (`--time-budget 30m`). A new
+field gets its flag with no edit here.
+
+No TensorFlow here: the command line's help and argument errors come before TensorFlow starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import re
+import typing
+
+from keras_transformer.config import TrainingConfig, TransformerConfig
+
+SECONDS = "_s"  # the suffix of fields in seconds
+METAVARS = {int: "N", float: "X", str: "TEXT"}
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+_COMMENTED_FIELD = re.compile(r"^\s+(\w+):[^#]*#\s*(.+)$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in "90", "90s", "30m", "2h" or "1h30m"."""
+    match = _DURATION.match(text.strip().lower())
+    if not text.strip() or not match or not any(match.groups()):
+        raise ValueError(f"invalid duration {text!r}; use e.g. 90s, 30m, 2h or 1h30m")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise ValueError(f"duration must be positive, got {text!r}")
+    return total
+
+
+def flag_name(field: str) -> str:
+    """`d_model` -> `--d-model`; `time_budget_s` -> `--time-budget`."""
+    return "--" + field.removesuffix(SECONDS).replace("_", "-")
+
+
+def _comments(config_class) -> dict[str, str]:
+    """The comment on each field's line of the class's source, by field name."""
+    lines = inspect.getsource(config_class).splitlines()
+    return {match[1]: match[2] for match in map(_COMMENTED_FIELD.match, lines) if match}
+
+
+def add_config_flags(parser: argparse.ArgumentParser, config_class, title: str) -> None:
+    """One flag per field of the dataclass `config_class`, in an argument group called `title`."""
+    group = parser.add_argument_group(title)
+    hints = typing.get_type_hints(config_class)
+    comments = _comments(config_class)
+    for field in dataclasses.fields(config_class):
+        value_type = next(t for t in (*typing.get_args(hints[field.name]), hints[field.name]) if t is not type(None))
+        help_text = comments.get(field.name, field.name.replace("_", " ")).replace("%", "%%")
+        options = {"dest": field.name, "default": None}
+        if field.name.endswith(SECONDS):
+            options.update(metavar="DURATION", help=f"{help_text}; e.g. 90s, 30m, 2h")
+        elif value_type is bool:
+            options.update(action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            options.update(type=value_type, metavar=METAVARS.get(value_type), help=help_text)
+        group.add_argument(flag_name(field.name), **options)
+
+
+def overrides(args: argparse.Namespace, config_class) -> dict[str, typing.Any]:
+    """The fields of `config_class` that the parsed `args` set (durations in seconds)."""
+    values = {}
+    for field in dataclasses.fields(config_class):
+        value = getattr(args, field.name, None)
+        if value is not None:
+            values[field.name] = parse_duration(value) if field.name.endswith(SECONDS) else value
+    return values
+
+
+def add_train_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of every field of the model and training configs."""
+    add_config_flags(parser, TransformerConfig, "model (TransformerConfig; default: the preset's)")
+    add_config_flags(parser, TrainingConfig, "training (TrainingConfig; default: the preset's)")
+
+
+def configs(args: argparse.Namespace, preset: str) -> tuple[TransformerConfig, TrainingConfig]:
+    """The model and training settings of `preset`, overridden by the flags given in `args`."""
+    return (
+        TransformerConfig.preset(preset, **overrides(args, TransformerConfig)),
+        TrainingConfig.preset(preset, **overrides(args, TrainingConfig)),
+    )

@@ -1,0 +1,95 @@
+"""The train flags come from the config dataclasses: one per field, today's names, unset by
+default so that a preset's value stands, and no TensorFlow needed to parse them."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+from keras_transformer import config as config_module
+from keras_transformer.config import Preset, TrainingConfig, TransformerConfig
+from keras_transformer.flags import add_config_flags, add_train_flags, configs, flag_name, overrides
+
+OLD_FLAGS = [
+    "--max-steps", "7", "--steps-per-epoch", "5", "--batch-tokens", "512", "--warmup-steps", "10",
+    "--learning-rate-scale", "3", "--time-budget", "1h30m", "--warmup-fraction", "0.2", "--cooldown-fraction", "0.3",
+    "--seed", "9", "--num-layers", "2", "--d-model", "96", "--d-ff", "384", "--num-heads", "3", "--vocab-size", "500",
+    "--max-length", "64", "--dropout", "0.2", "--label-smoothing", "0.05", "--no-norm-first", "--checkpoint-every", "4",
+    "--grad-accumulation", "2", "--mixed-precision", "--jit-compile", "--bleu-every-epochs", "3",
+]  # fmt: skip
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--preset", default="small")
+    add_train_flags(parser)
+    args = parser.parse_args(argv)
+    return configs(args, args.preset)
+
+
+def test_every_config_field_has_a_flag():
+    parser = argparse.ArgumentParser()
+    add_train_flags(parser)
+    flags = {option: action.dest for action in parser._actions for option in action.option_strings}
+    for config_class in (TransformerConfig, TrainingConfig):
+        for field in dataclasses.fields(config_class):
+            assert flags[flag_name(field.name)] == field.name
+
+
+def test_todays_flag_names_parse_and_override_the_preset():
+    model, training = parse(*OLD_FLAGS)
+    assert model == TransformerConfig.small(
+        num_layers=2, d_model=96, d_ff=384, num_heads=3, vocab_size=500, max_length=64, dropout=0.2,
+        label_smoothing=0.05, norm_first=False,
+    )  # fmt: skip
+    assert training == TrainingConfig.preset(
+        "small", max_steps=7, steps_per_epoch=5, batch_tokens=512, warmup_steps=10, learning_rate_scale=3.0,
+        time_budget_s=5400.0, warmup_fraction=0.2, cooldown_fraction=0.3, seed=9, checkpoint_every=4,
+        grad_accumulation=2, mixed_precision=True, jit_compile=True, bleu_every_epochs=3,
+    )  # fmt: skip
+
+
+def test_a_presets_value_stands_when_its_flag_is_not_given(monkeypatch):
+    # The four flags that had defaults of their own (and so overrode every preset) included.
+    recipe = dict(max_steps=70, seed=5, checkpoint_every=3, grad_accumulation=2, batch_tokens=256)
+    monkeypatch.setitem(config_module.PRESETS, "custom", Preset(model=dict(d_model=32, num_heads=2), training=recipe))
+    model, training = parse("--preset", "custom")
+    assert model == TransformerConfig(d_model=32, num_heads=2) and training == TrainingConfig(**recipe)
+    model, training = parse("--preset", "custom", "--seed", "6", "--d-model", "64")
+    assert model.d_model == 64 and training == TrainingConfig(**{**recipe, "seed": 6})
+    assert parse("--preset", "small") == (TransformerConfig.small(), TrainingConfig.preset("small"))
+
+
+def test_a_new_field_gets_its_flag_with_no_edit():
+    @dataclasses.dataclass(frozen=True)
+    class Extra:
+        valid_data: str | None = None  # validation pairs
+        valid_pairs: int = 3000  # pairs scored, at most
+        wait_s: float = 1.0  # how long to wait
+
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, Extra, "extra")
+    assert "validation pairs" in parser.format_help()
+    args = parser.parse_args(["--valid-data", "valid.tsv", "--wait", "2m"])
+    assert overrides(args, Extra) == {"valid_data": "valid.tsv", "wait_s": 120.0}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--valid-pairs", "many"])
+
+
+def test_the_flags_need_no_tensorflow():
+    package = os.path.join(os.path.dirname(__file__), "..", "keras_transformer")
+    code = (
+        "import sys, types\n"
+        # the package without its __init__, which imports the model
+        f"package = types.ModuleType('keras_transformer'); package.__path__ = [{package!r}]\n"
+        "sys.modules['keras_transformer'] = package\n"
+        "import keras_transformer.flags\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')], 'imports TensorFlow'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,49 @@
+"""The Keras 3.15 fixes every `Transformer` carries (their training parity under MirroredStrategy
+is in test_distribute.py), and `.keras` files saved under the model class's earlier name."""
+
+import json
+import warnings
+import zipfile
+
+import keras
+import numpy as np
+
+from keras_transformer import TrainingConfig, Transformer, TransformerConfig
+from keras_transformer.keras_compat import ReplicaShareMean
+from keras_transformer.training import compile_model
+
+SOURCE = np.array([[5, 6, 7, 2], [9, 10, 2, 0]], np.int32)
+TARGET_IN = np.array([[1, 11, 12], [1, 14, 0]], np.int32)
+
+
+def test_a_compiled_transformer_logs_the_loss_per_step():
+    model = compile_model(Transformer(TransformerConfig.tiny(vocab_size=50)), TrainingConfig())
+    assert isinstance(model.metrics[0], ReplicaShareMean) and model.metrics[0].name == "loss"
+
+
+def test_a_keras_file_of_the_distributed_transformer_loads_as_a_transformer(tmp_path):
+    model = compile_model(Transformer(TransformerConfig.tiny(vocab_size=50, dropout=0.0)), TrainingConfig())
+    model.build()
+    model.optimizer.build(model.trainable_variables)  # as after training
+    model.save(tmp_path / "model.keras")
+    # The file as 0.1.0 wrote it for the model that `training.train` built.
+    with zipfile.ZipFile(tmp_path / "model.keras") as saved, zipfile.ZipFile(tmp_path / "old.keras", "w") as old:
+        for item in saved.infolist():
+            data = saved.read(item)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                assert config["registered_name"] == "keras_transformer>Transformer"
+                config.update(
+                    module="keras_transformer.distribute",
+                    class_name="DistributedTransformer",
+                    registered_name="keras_transformer>DistributedTransformer",
+                )
+                data = json.dumps(config).encode()
+            old.writestr(item, data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. "`compile()` was not called as part of model loading"
+        reloaded = keras.saving.load_model(tmp_path / "old.keras")
+    assert type(reloaded) is Transformer and reloaded.config == model.config
+    assert reloaded.compiled and isinstance(reloaded.metrics[0], ReplicaShareMean)
+    np.testing.assert_array_equal(reloaded.optimizer.variables[0], model.optimizer.variables[0])
+    np.testing.assert_array_equal(reloaded((SOURCE, TARGET_IN)), model((SOURCE, TARGET_IN)))
