@@ -69,3 +69,31 @@ def test_a_model_never_called_builds_itself_to_decode():
     result = greedy_search(fresh, SOURCE, b=3)
     assert fresh.built and result.ids.shape == (2, 1, 7)  # |source| + 3
     np.testing.assert_array_equal(greedy_search(fresh, SOURCE, b=3).ids, result.ids)  # the same weights both times
+
+
+def test_xla_on_bucket_shapes_gives_the_graphs_beams(model):
+    """Batches padded to their bucket shape (extra rows and columns of pad) decode as the
+    TensorFlow graph decodes them unpadded, and come back cut to the same shape."""
+    from keras_transformer import beam_search
+
+    sources = [SOURCE, SOURCE[:1, :2], np.array([[9, 8, 7, 6, 5, 2], [3, 2, 0, 0, 0, 0], [4, 4, 2, 0, 0, 0]], np.int32)]
+    for source in sources:
+        expected = beam_search(model, source, beam_size=3, alpha=0.6, b=6)
+        result = beam_search(model, source, beam_size=3, alpha=0.6, b=6, jit_compile=True)
+        np.testing.assert_array_equal(result.ids, expected.ids)
+        np.testing.assert_allclose(result.scores, expected.scores, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "shape, bucket", [((1, 1), (1, 16)), ((3, 16), (4, 16)), ((32, 17), (32, 20)), ((200, 7), (200, 16))]
+)
+def test_bucket_shapes(shape, bucket):
+    from keras_transformer.decoding import bucket_shape
+
+    assert tuple(int(n) for n in bucket_shape(*shape, max_length=20)) == bucket
+
+
+def test_an_empty_source_ends_at_once(model):
+    source = np.array([[5, 6, 7, 2], [0, 0, 0, 0]], np.int32)
+    result = greedy_search(model, source, b=5)
+    assert result.ids.shape == (2, 1, 9) and np.count_nonzero(result.ids.numpy()[1]) == 1
