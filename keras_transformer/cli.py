@@ -22,6 +22,7 @@ from keras_transformer.flags import add_train_flags, configs
 from keras_transformer.quiet import filter_native_logs, quiet_python_logs
 
 EXIT_USAGE = 2
+JIT_HELP = "decode with XLA: a few seconds to compile each bucket shape, then faster, most at small batches"
 
 
 def _add_train(subparsers):
@@ -42,6 +43,7 @@ def _add_decoding(p):
     p.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha (default 0.6, the paper's)")
     p.add_argument("--checkpoint", default="latest", help="latest (default), averaged, best, or a checkpoint path")
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--jit-compile", action="store_true", help=JIT_HELP)
 
 
 def _add_translate(subparsers):
@@ -75,6 +77,10 @@ def _add_export(subparsers):
     p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
     p.add_argument("--beam-size", type=int, default=4, help="the exported search's beam size K (default 4)")
     p.add_argument("--alpha", type=float, default=0.6, help="the exported search's length penalty alpha (default 0.6)")
+    p.add_argument(
+        "--jit-compile", action="store_true",
+        help="the SavedModels decode with XLA (TF Serving: --xla_cpu_compilation_enabled; export/README.md)",
+    )
     p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
 
 
@@ -121,6 +127,7 @@ def _translator(args):
     from keras_transformer.translation import Translator
 
     settings = {"batch_size": args.batch_size, "beam_size": args.beam_size, "alpha": args.alpha}
+    settings["jit_compile"] = args.jit_compile
     return Translator.from_model_dir(args.model_dir, args.checkpoint, **settings)
 
 
@@ -179,7 +186,9 @@ def _export(args):
     else:
         from keras_transformer.export import export
 
-        paths = export(model, tokenizer, args.out, args.name, args.beam_size, args.alpha, log=_log)
+        paths = export(
+            model, tokenizer, args.out, args.name, args.beam_size, args.alpha, jit_compile=args.jit_compile, log=_log
+        )
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")
 

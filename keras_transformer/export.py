@@ -153,13 +153,25 @@ def _save_version(module: TranslationModule, path: str, warmup: dict | None = No
 
 
 def export(
-    model, tokenizer, out: str, name: str = "translator", beam_size: int = 4, alpha: float = 0.6, log=print
+    model,
+    tokenizer,
+    out: str,
+    name: str = "translator",
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    jit_compile: bool = False,
+    log=print,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding by beam search (§6.1:
-    beam size 4, length penalty alpha 0.6 by default); returns {artifact: path}."""
+    beam size 4, length penalty alpha 0.6 by default); returns {artifact: path}.
+
+    `jit_compile`: the SavedModels' search runs compiled by XLA (`beam_search(jit_compile=True)`),
+    which TF Serving runs on CPU only with `--xla_cpu_compilation_enabled`; the TFLite models
+    never use XLA."""
     if beam_size < 1 or alpha < 0:
         raise ValueError(f"export needs beam_size >= 1 and alpha >= 0, got {beam_size} and {alpha}")
     decode = functools.partial(beam_search, beam_size=beam_size, alpha=alpha)
+    served = functools.partial(decode, jit_compile=jit_compile)
     version = next_version(out, name)
     paths = {
         "saved_model": saved_model_dir(out, name, version),
@@ -174,12 +186,11 @@ def export(
     log(f"writing the SavedModel {paths['saved_model']}")
     texts = np.array(WARMUP_TEXTS, dtype=object)
     warmup = {"model_name": name, "signature": "serving_default", "inputs": {"text": texts}}
-    _save_version(TranslationModule(model, tokenizer, decode), paths["saved_model"], warmup)
+    _save_version(TranslationModule(model, tokenizer, served), paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
-    ids_only = TranslationModule(model, decode=decode)
-    _save_version(ids_only, paths["saved_model_ids"])
+    _save_version(TranslationModule(model, decode=served), paths["saved_model_ids"])
     log("converting to TFLite (builtin ops only) and int8")
-    ids_models = tflite_models(ids_only.translate_ids, IDS_SPEC, quantize=(False, True))
+    ids_models = tflite_models(TranslationModule(model, decode=decode).translate_ids, IDS_SPEC, quantize=(False, True))
     log("converting the text TFLite model (tensorflow-text tokenizer op)")
     lite_text = TranslationModule(model, tokenizer, decode, lite_text=True)
     text_model = tflite_models(lite_text.translate_text_to_ids, TEXT_SPEC, custom_ops=True)[0]

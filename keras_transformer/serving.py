@@ -25,6 +25,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from keras_transformer.decoding import DecodeResult, paper_beam_search
+from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
@@ -32,14 +33,14 @@ IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 Decode = Callable[..., DecodeResult]
 
 
-def truncate_source_ids(source_ids, max_length: int, eos_id: int, pad_id: int):
+def truncate_source_ids(source_ids, max_length: int):
     """source_ids [B, S] -> [B, min(S, max_length)]: a row of more than max_length ids keeps its
     first max_length - 1, then EOS, as a text source is truncated. TFLite builtin ops only."""
-    lengths = tf.reduce_sum(tf.cast(source_ids != pad_id, tf.int32), axis=1)  # [B]
+    lengths = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # [B]
     kept = source_ids[:, :max_length]  # [B, S']
     last = tf.one_hot(max_length - 1, tf.shape(kept)[1], on_value=True, off_value=False, dtype=tf.bool)  # [S']
     cut = tf.expand_dims(lengths > max_length, 1)  # [B, 1]
-    return tf.where(cut & last, eos_id, kept)  # [B, S']
+    return tf.where(cut & last, EOS_ID, kept)  # [B, S']
 
 
 class TranslationModule(tf.Module):
@@ -70,7 +71,7 @@ class TranslationModule(tf.Module):
             self.translate_nbest = tf.function(self._translate_nbest, input_signature=[TEXT_SPEC])
 
     def _translate_ids(self, source_ids):
-        result = self._decode(self.model, truncate_source_ids(source_ids, **self._truncate))
+        result = self._decode(self.model, truncate_source_ids(source_ids, self.model.config.max_length))
         return {"ids": result.ids, "scores": result.scores}  # [B, beam, L], [B, beam]
 
     def _search_text(self, text):

@@ -30,7 +30,9 @@ class Translator:
     ((5 + |y|) / 6)^alpha (Wu et al., 2016).
     """
 
-    def __init__(self, model, tokenizer, batch_size: int = 32, beam_size: int = 4, alpha: float = 0.6):
+    def __init__(
+        self, model, tokenizer, batch_size: int = 32, beam_size: int = 4, alpha: float = 0.6, jit_compile: bool = False
+    ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if beam_size < 1:
@@ -40,12 +42,13 @@ class Translator:
         self.batch_size = batch_size
         self.beam_size = beam_size
         self.alpha = alpha
+        self.jit_compile = jit_compile  # decode with XLA (`beam_search`): compiles per bucket shape first
 
     @classmethod
     def from_model_dir(cls, path: str, checkpoint: str = "latest", **settings) -> Translator:
         """The translator of a model directory (`keras-transformer train --model-dir PATH`), with the
         weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path.
-        `settings`: `batch_size`, `beam_size`, `alpha`."""
+        `settings`: `batch_size`, `beam_size`, `alpha`, `jit_compile`."""
         from keras_transformer.model_dir import load_model
 
         model, tokenizer, _ = load_model(path, checkpoint)
@@ -64,7 +67,9 @@ class Translator:
 
     def decode(self, source_ids):
         """[B, S] ids -> (hypothesis ids [B, beam, L], scores [B, beam]), best first."""
-        result = beam_search(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha)
+        result = beam_search(
+            self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha, jit_compile=self.jit_compile
+        )
         return result.ids, result.scores
 
     @overload

@@ -13,10 +13,10 @@ from keras_transformer.translation import Translator
 def test_too_long_source_ids_keep_max_length_minus_one_then_eos():
     ids = tf.constant([[5, 6, 7, 8, 9, 2, 0], [5, 6, 2, 0, 0, 0, 0], [5, 6, 7, 8, 2, 0, 0]])
     np.testing.assert_array_equal(
-        truncate_source_ids(ids, max_length=4, eos_id=2, pad_id=0).numpy(), [[5, 6, 7, 2], [5, 6, 2, 0], [5, 6, 7, 2]]
+        truncate_source_ids(ids, max_length=4).numpy(), [[5, 6, 7, 2], [5, 6, 2, 0], [5, 6, 7, 2]]
     )
     fits = tf.constant([[5, 6, 2]])
-    np.testing.assert_array_equal(truncate_source_ids(fits, max_length=4, eos_id=2, pad_id=0).numpy(), fits.numpy())
+    np.testing.assert_array_equal(truncate_source_ids(fits, max_length=4).numpy(), fits.numpy())
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +67,21 @@ def test_export_command_needs_a_model_dir_and_an_output(capsys, tmp_path):
     assert "export needs --model-dir and --out (or --check OUT)" in capsys.readouterr().err
     assert main(["export", "--check", str(tmp_path)]) == 1
     assert "no SavedModel under saved_model/<name>/<version>/" in capsys.readouterr().err
+
+
+def test_a_savedmodel_decoding_with_xla_gives_the_graphs_translations(served, tmp_path):
+    """`export --jit-compile`: the signatures' search compiled by XLA, saved and loaded in a
+    fresh object (as TF Serving loads it), translates as the TensorFlow graph does."""
+    import functools
+
+    from keras_transformer.decoding import beam_search
+
+    module, python = served
+    xla = TranslationModule(module.model, module.tokenizer, functools.partial(beam_search, jit_compile=True))
+    tf.saved_model.save(xla, str(tmp_path / "1"), signatures=xla.signatures())
+    loaded = tf.saved_model.load(str(tmp_path / "1")).signatures["serving_default"]
+    texts = ["And God said,", "", "Jesus wept."]
+    assert [t.decode() for t in loaded(text=tf.constant(texts))["translation"].numpy()] == python.translate(texts)
+    python.jit_compile = True
+    assert python.translate(texts) == module.translate(tf.constant(texts))["translation"].numpy().astype(str).tolist()
+    python.jit_compile = False
