@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "PRESETS": "keras_transformer.config",
+    "DataConfig": "keras_transformer.config",
     "TrainingConfig": "keras_transformer.config",
     "TransformerConfig": "keras_transformer.config",
     "DecodeResult": "keras_transformer.decoding",
@@ -28,6 +29,7 @@ _EXPORTS = {
 }
 __all__ = [
     "PRESETS",
+    "DataConfig",
     "DecodeResult",
     "TrainingConfig",
     "Transformer",
@@ -39,7 +41,7 @@ __all__ = [
 ]
 
 if typing.TYPE_CHECKING:
-    from keras_transformer.config import PRESETS, TrainingConfig, TransformerConfig
+    from keras_transformer.config import PRESETS, DataConfig, TrainingConfig, TransformerConfig
     from keras_transformer.decoding import DecodeResult, beam_search, greedy_search
     from keras_transformer.model import Transformer
     from keras_transformer.model_dir import load_model

@@ -12,13 +12,14 @@ command imports what it needs), so `--help` and `--version` answer at once.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 
 from keras_transformer import __version__
-from keras_transformer.config import BIBLE_EN_DE, PRESETS, STRATEGIES
-from keras_transformer.flags import add_train_flags, configs
+from keras_transformer.config import BIBLE_EN_DE, PRESETS, STRATEGIES, DataConfig
+from keras_transformer.flags import add_config_flags, add_train_flags, configs, overrides
 from keras_transformer.quiet import filter_native_logs, quiet_python_logs
 
 EXIT_USAGE = 2
@@ -27,8 +28,6 @@ JIT_HELP = "decode with XLA: a few seconds to compile each bucket shape, then fa
 
 def _add_train(subparsers):
     p = subparsers.add_parser("train", help="train (or resume) a model in --model-dir")
-    p.add_argument("--data", default=BIBLE_EN_DE, help=f"TSV path, tfds:NAME or {BIBLE_EN_DE} (default)")
-    p.add_argument("--reverse", action="store_true", help="swap source and target columns")
     p.add_argument("--preset", default="small", help=f"model and training preset: {', '.join(PRESETS)} (default small)")
     p.add_argument("--model-dir", required=True)
     d = p.add_argument_group("distribution")
@@ -36,6 +35,7 @@ def _add_train(subparsers):
     d.add_argument("--cpu-devices", type=int, help="split the CPU into N logical devices (try mirrored without GPUs)")
     d.add_argument("--collective-timeout", type=float, default=600.0, help="seconds before a multi-worker collective fails")
     add_train_flags(p)
+    add_config_flags(p, DataConfig, "data (DataConfig; the README's Data)")
 
 
 def _add_decoding(p):
@@ -57,9 +57,14 @@ def _add_translate(subparsers):
 def _add_evaluate(subparsers):
     p = subparsers.add_parser("evaluate", help="sacreBLEU BLEU and chrF on a held-out split")
     p.add_argument("--model-dir", required=True)
-    p.add_argument("--data", help="data source (default: the one the model was trained on)")
-    p.add_argument("--reverse", action="store_true")
+    p.add_argument(
+        "--data",
+        help="pairs to score: a TSV file (all of it), or the --split of tfds:NAME or of a Bible-layout source "
+        "(default: the --split of the model's training data)",
+    )
+    p.add_argument("--reverse", action="store_true", help="swap the columns of --data (default: the model's direction)")
     p.add_argument("--split", default="test", choices=("validation", "test"))
+    p.add_argument("--tfds-data-dir", help="TFDS data directory (default: the training run's, $TFDS_DATA_DIR)")
     p.add_argument("--limit", type=int, help="only the first N pairs")
     _add_decoding(p)
     p.add_argument("--show", type=int, default=3, help="print N example translations")
@@ -120,7 +125,7 @@ def _train(args):
         use_cpu_devices(args.cpu_devices)
     config, training = configs(args, args.preset)
     strategy = resolve_strategy(args.strategy, args.collective_timeout)
-    train(args.model_dir, config, training, args.data, reverse=args.reverse, strategy=strategy, log=_log)
+    train(args.model_dir, config, training, DataConfig(**overrides(args, DataConfig)), strategy=strategy, log=_log)
 
 
 def _translator(args):
@@ -140,14 +145,23 @@ def _translate(args):
 
 
 def _evaluate(args):
-    from keras_transformer.data import read_pairs
+    from keras_transformer.data import WHOLE, DataError, has_own_splits, read_pairs, split_source
     from keras_transformer.metrics import corpus_scores
 
     from keras_transformer.model_dir import ModelDir
 
     translator = _translator(args)
-    data = args.data or ModelDir(args.model_dir).read()["data"]
-    sources, references = read_pairs(data, args.split, args.reverse, args.limit)
+    trained_on = ModelDir(args.model_dir).read()["data_config"]
+    tfds_data_dir = args.tfds_data_dir or trained_on.tfds_data_dir
+    if args.data:
+        source = args.data, args.split if has_own_splits(args.data) else WHOLE
+        reverse = args.reverse
+    else:
+        source = split_source(trained_on, args.split)
+        reverse = trained_on.reverse or args.reverse  # the direction the model was trained in
+        if source is None:
+            raise DataError(f"{trained_on.data} was trained with --valid-data, without --test-data: pass --data")
+    sources, references = read_pairs(*source, reverse, args.limit, tfds_data_dir=tfds_data_dir)
     hypotheses = translator.translate(sources)
     for source, reference, hypothesis in list(zip(sources, references, hypotheses))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
@@ -207,6 +221,7 @@ def main(argv=None) -> int:
             filter_native_logs()
     from keras_transformer.data import DataError
     from keras_transformer.model_dir import ModelDirError
+    from keras_transformer.budget import Interrupted
     from keras_transformer.tokenizer import TokenizerError
 
     command = {"train": _train, "translate": _translate, "evaluate": _evaluate, "average": _average, "export": _export}[
@@ -219,6 +234,8 @@ def main(argv=None) -> int:
             raise
         _log(f"error: {error}")
         return EXIT_USAGE
+    except Interrupted as interrupted:  # the checkpoint is written: the same command resumes
+        return 128 + interrupted.signal_number
     except KeyboardInterrupt:
         _log("interrupted")
         return 130

@@ -1,4 +1,4 @@
-"""Configuration: model presets (Vaswani et al., 2017, Table 3), training and decoding settings.
+"""Configuration: model presets (Vaswani et al., 2017, Table 3), data, training and decoding settings.
 
 One frozen dataclass per concern. A preset names a model and the training settings that go
 with it, both in `PRESETS`; `TransformerConfig.preset` and `TrainingConfig.preset` apply
@@ -153,6 +153,28 @@ class TransformerConfig:
         if unknown:
             raise ValueError(f"unknown TransformerConfig fields: {', '.join(unknown)}")
         return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text comes from, how it is split and sampled, and which pairs are skipped
+    (`keras_transformer.data`; the README's "Data"). Field names are the `train` flags' names."""
+
+    data: str = BIBLE_EN_DE  # training pairs: bible-en-de, TSV path(s) (a glob, or comma-separated), or tfds:NAME
+    valid_data: str | None = None  # validation pairs (a file, used whole, or tfds:NAME's validation split)
+    test_data: str | None = None  # test pairs for `evaluate` (a file, used whole, or tfds:NAME's test split)
+    reverse: bool = False  # swap source and target
+    valid_pairs: int = 3000  # validation pairs scored at every epoch end, at most
+    tokenizer_sample: int = 50_000  # pairs drawn uniformly from the training split to learn the vocabulary from
+    tokenizer_model: str | None = None  # an existing SentencePiece model to use instead of learning one
+    max_length_ratio: float = 9.0  # skip training pairs whose longer side has more than this many times the tokens
+    tfds_data_dir: str | None = None  # TFDS data directory (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets)
+
+    def __post_init__(self):
+        _check(bool(self.data), "data must name a data source")
+        _check(self.valid_pairs >= 1, f"valid_pairs must be >= 1, got {self.valid_pairs}")
+        _check(self.tokenizer_sample >= 1, f"tokenizer_sample must be >= 1, got {self.tokenizer_sample}")
+        _check(self.max_length_ratio >= 1.0, f"max_length_ratio must be >= 1, got {self.max_length_ratio}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ import os
 
 import tensorflow as tf
 
-from keras_transformer.config import TrainingConfig, TransformerConfig
+from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
 from keras_transformer.tokenizer import SubwordTokenizer
 
 
@@ -65,12 +65,24 @@ class ModelDir:
         return os.path.isfile(self.config_path)
 
     def write(
-        self, model: TransformerConfig, training: TrainingConfig, data: str, tokenizer: SubwordTokenizer, requested_vocab_size: int | None = None
+        self,
+        model: TransformerConfig,
+        training: TrainingConfig,
+        data: DataConfig | str,
+        tokenizer: SubwordTokenizer,
+        requested_vocab_size: int | None = None,
     ) -> None:
-        """`requested_vocab_size`: the vocab_size the tokenizer was asked for (it may learn fewer)."""
+        """`data`: the data settings, or the data source's name; `requested_vocab_size`: the
+        vocab_size the tokenizer was asked for (it may learn fewer)."""
+        data = DataConfig(data=data) if isinstance(data, str) else data
         os.makedirs(self.path, exist_ok=True)
         tokenizer.save(self.tokenizer_path)
-        values = {"model": model.to_dict(), "training": dataclasses.asdict(training), "data": data}
+        values = {
+            "model": model.to_dict(),
+            "training": dataclasses.asdict(training),
+            "data": data.data,
+            "data_config": dataclasses.asdict(data),
+        }
         if requested_vocab_size is not None:
             values["requested_vocab_size"] = requested_vocab_size
         temporary = self.config_path + ".tmp"
@@ -80,7 +92,8 @@ class ModelDir:
         os.replace(temporary, self.config_path)  # atomic: never a half-written config
 
     def read(self) -> dict:
-        """{"model": TransformerConfig, "training": dict, "data": str, "requested_vocab_size": int (newer dirs)}."""
+        """{"model": TransformerConfig, "training": dict, "data": str, "data_config": DataConfig,
+        "requested_vocab_size": int} (the last two: newer dirs; `data_config` then made from "data")."""
         if not os.path.isdir(self.path):
             raise ModelDirError(f"no such model directory: {self.path}")
         if not self.exists():
@@ -89,6 +102,7 @@ class ModelDir:
             with open(self.config_path, encoding="utf-8") as f:
                 values = json.load(f)
             values["model"] = TransformerConfig.from_dict(values["model"])
+            values["data_config"] = DataConfig(**values.get("data_config", {"data": values["data"]}))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
             raise ModelDirError(f"{self.config_path} is corrupt: {error}") from None
         return values

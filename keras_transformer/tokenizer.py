@@ -1,7 +1,8 @@
 """A shared source/target subword vocabulary (§5.1: byte-pair encoding, 37000 tokens, shared).
 
-The vocabulary is a SentencePiece unigram model (Kudo & Richardson, 2018) learned from the
-training text with `sentencepiece`; encoding and decoding run as TensorFlow ops through
+The vocabulary is a SentencePiece unigram model (Kudo & Richardson, 2018) learned with
+`sentencepiece` from a uniform sample of the training text (or an existing model brought by
+the user, `load`, if it reserves the ids below); encoding and decoding run as TensorFlow ops through
 tensorflow-text's `FastSentencepieceTokenizer`, so the tokenizer can live inside a graph, a
 SavedModel and a TFLite model. Decoding restores spaces and punctuation exactly
 (SentencePiece is lossless up to its NFKC normalisation), which sacreBLEU needs.
@@ -41,12 +42,29 @@ class SubwordTokenizer(tf.Module):
         self._tokenizer = tf_text.FastSentencepieceTokenizer(model_proto)
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int, max_sentences: int = 2_000_000) -> "SubwordTokenizer":
-        """Learn a unigram vocabulary of at most `vocab_size` pieces from `texts` (source and target)."""
+    def train(
+        cls, texts: Iterable[str], vocab_size: int, sample_sentences: int = 400_000, seed: int = 0
+    ) -> "SubwordTokenizer":
+        """Learn a unigram vocabulary of at most `vocab_size` pieces from `texts` (source and target).
+
+        `texts` may stream a whole corpus: SentencePiece keeps a uniform random sample of
+        `sample_sentences` of them (reservoir sampling, drawn with `seed`), so memory is bounded
+        by the sample, not the corpus. An error raised by `texts` is raised as it is.
+        """
         model = io.BytesIO()
+        failures = []
+
+        def guarded():
+            try:
+                yield from texts
+            except Exception as error:  # SentencePiece would turn it into a RuntimeError
+                failures.append(error)
+                raise
+
+        sentencepiece.set_random_generator_seed(seed)
         try:
             sentencepiece.SentencePieceTrainer.train(
-                sentence_iterator=iter(texts),
+                sentence_iterator=guarded(),
                 model_writer=model,
                 vocab_size=vocab_size,
                 model_type="unigram",
@@ -56,12 +74,14 @@ class SubwordTokenizer(tf.Module):
                 eos_id=EOS_ID,
                 unk_id=UNK_ID,
                 hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary, not an error
-                input_sentence_size=max_sentences,
+                input_sentence_size=sample_sentences,
                 shuffle_input_sentence=True,
                 num_threads=os.cpu_count() or 1,
                 minloglevel=2,
             )
         except RuntimeError as error:
+            if failures:
+                raise failures[0] from None
             raise TokenizerError(f"could not learn a subword vocabulary: {error}") from None
         return cls(model.getvalue())
 

@@ -1,6 +1,7 @@
 """Training with `model.fit` (Vaswani et al., 2017, §5): Adam with the Eq. 3 schedule,
 label-smoothed cross-entropy, on any `tf.distribute` strategy (`distribute.py`), checkpoints
-every epoch (and every `checkpoint_every` steps), resume from the model directory.
+every epoch (and every `checkpoint_every` steps), resume from the model directory. SIGTERM and
+SIGINT end a run after the step in flight, with a checkpoint (`budget.StopOnSignal`).
 
 An "epoch" here is `TrainingConfig.steps_per_epoch` steps of a repeated, shuffled stream: the
 unit of logging, validation and checkpointing. Training stops at `max_steps` optimizer steps,
@@ -12,27 +13,32 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import keras
 import tensorflow as tf
 
 from keras_transformer.callbacks import BleuCallback
-from keras_transformer.config import TrainingConfig, TransformerConfig
-from keras_transformer.data import make_batches, pairs_dataset, read_pairs
+from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
+from keras_transformer.data import (
+    SkippedPairs,
+    data_errors,
+    make_batches,
+    pairs_dataset,
+    read_pairs,
+    sentences,
+    split_source,
+)
 from keras_transformer.distribute import check_jit_compile, mixed_precision_policy, resolve_strategy, worker_id
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.model_dir import ModelDir, ModelDirError, restore
 from keras_transformer.progress import Progress
-from keras_transformer.budget import TimeBudget
+from keras_transformer.budget import Interrupted, StopOnSignal, TimeBudget
 from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule, trained_steps
 from keras_transformer.tokenizer import SubwordTokenizer
 from keras_transformer.translation import Translator
-
-TOKENIZER_SENTENCES = 200_000  # sentences per side sampled to learn the vocabulary
-
 
 def learning_rate_schedule(d_model: int, training: TrainingConfig):
     """Eq. 3 with `warmup_steps` (the paper's), or fitted to the step budget (`warmup_fraction`)."""
@@ -102,7 +108,8 @@ class CheckpointCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self._saved_step = self._step()  # already on disk (a resumed run) or the initial state
 
-    def _save(self):
+    def save(self):
+        """Checkpoint the current step, unless it is on disk already or the loss diverged."""
         step = self._step()
         if step != self._saved_step and self.diverged_at is None:
             self.manager.save(checkpoint_number=step)
@@ -117,20 +124,21 @@ class CheckpointCallback(keras.callbacks.Callback):
         if step >= self.max_steps:
             self.model.stop_training = True
         if self.every and step % self.every == 0:
-            self._save()
+            self.save()
 
     def on_epoch_end(self, epoch, logs=None):
-        self._save()
+        self.save()
 
     def on_train_end(self, logs=None):
-        self._save()
+        self.save()
 
 
 def prepare_model_dir(
-    model_dir: ModelDir, config: TransformerConfig, training: TrainingConfig, data: str, reverse: bool, log: Callable
+    model_dir: ModelDir, config: TransformerConfig, training: TrainingConfig, data: DataConfig, log: Callable
 ) -> tuple[TransformerConfig, SubwordTokenizer]:
-    """Learn and store the tokenizer and config on a new model dir; on an existing one, check that
-    the requested config matches and return the stored one."""
+    """Store the tokenizer (`data.tokenizer_model`, or one learned from a uniform sample of the
+    training split) and config on a new model dir; on an existing one, check that the requested
+    config matches and return the stored one."""
     if model_dir.exists():
         values = model_dir.read()
         stored, tokenizer = values["model"], model_dir.tokenizer()
@@ -145,9 +153,18 @@ def prepare_model_dir(
                 f"{asked}, not {config.vocab_size}; use a new --model-dir"
             )
         return stored, tokenizer
-    sources, targets = read_pairs(data, "train", reverse, limit=TOKENIZER_SENTENCES)
-    log(f"learning a {config.vocab_size}-token subword vocabulary from {len(sources)} sentence pairs")
-    tokenizer = SubwordTokenizer.train(sources + targets, config.vocab_size)
+    if data.tokenizer_model:
+        tokenizer = SubwordTokenizer.load(data.tokenizer_model)
+        log(f"using the {tokenizer.vocab_size}-token SentencePiece model {data.tokenizer_model}")
+    else:
+        spec, split = split_source(data, "train")
+        pairs = pairs_dataset(spec, split, data.reverse, tfds_data_dir=data.tfds_data_dir)
+        sample = 2 * data.tokenizer_sample  # sentences: source and target
+        tokenizer = SubwordTokenizer.train(sentences(pairs), config.vocab_size, sample, seed=training.seed)
+        log(
+            f"learned a {tokenizer.vocab_size}-token subword vocabulary from {spec} "
+            f"(a uniform sample of up to {data.tokenizer_sample} pairs)"
+        )
     requested_vocab_size = config.vocab_size
     config = dataclasses.replace(config, vocab_size=tokenizer.vocab_size)
     model_dir.write(config, training, data, tokenizer, requested_vocab_size=requested_vocab_size)
@@ -158,26 +175,47 @@ def train(
     model_dir: str,
     config: TransformerConfig,
     training: TrainingConfig = TrainingConfig(),
-    data: str = "bible-en-de",
+    data: str | DataConfig = "bible-en-de",
     *,
     reverse: bool = False,
     strategy: tf.distribute.Strategy | str | None = None,
     verbose: int | str = "auto",
+    callbacks: Sequence[keras.callbacks.Callback] = (),
     log: Callable[[str], None] = print,
 ) -> Transformer:
     """Train (or resume training) the model in `model_dir` up to `training.max_steps` steps.
 
+    `data`: a `DataConfig`, or a data source's name (`reverse` swaps its sides).
     `strategy`: a `tf.distribute.Strategy`, or a name from `distribute.STRATEGIES` (default
     "auto"). Batches hold `training.batch_tokens` tokens per side in all, split across replicas.
-    Raises `TrainingDiverged` at a NaN or infinite loss, after keeping the last good checkpoint.
+    `callbacks`: more Keras callbacks for `fit`.
+    Raises `TrainingDiverged` at a NaN or infinite loss, after keeping the last good checkpoint,
+    and `budget.Interrupted` after SIGTERM or SIGINT, once the step in flight is checkpointed.
     """
+    if isinstance(data, str):
+        data = DataConfig(data=data, reverse=reverse)
+    with StopOnSignal() as stop_on_signal:  # from here on, a signal ends the run cleanly
+        return _train(model_dir, config, training, data, strategy, verbose, list(callbacks), log, stop_on_signal)
+
+
+def _train(
+    model_dir: str,
+    config: TransformerConfig,
+    training: TrainingConfig,
+    data: DataConfig,
+    strategy: tf.distribute.Strategy | str | None,
+    verbose: int | str,
+    callbacks: list[keras.callbacks.Callback],
+    log: Callable[[str], None],
+    stop_on_signal: StopOnSignal,
+) -> Transformer:
     keras.utils.set_random_seed(training.seed)
     if strategy is None or isinstance(strategy, str):
         strategy = resolve_strategy(strategy or "auto")
     if training.jit_compile:
         check_jit_compile(strategy)
     directory = ModelDir(model_dir)
-    config, tokenizer = prepare_model_dir(directory, config, training, data, reverse, log)
+    config, tokenizer = prepare_model_dir(directory, config, training, data, log)
     dtype = mixed_precision_policy(strategy) if training.mixed_precision else None
     with strategy.scope():
         schedule = learning_rate_schedule(config.d_model, training)
@@ -196,53 +234,77 @@ def train(
     if step >= training.max_steps:
         log(f"already trained for {step} steps (--max-steps {training.max_steps}): nothing to do")
         return model
+    try:
+        stop_on_signal.check()  # a signal before any step: the model dir is ready, nothing more to save
+    except Interrupted as interrupted:
+        log(f"{interrupted} before the first step")
+        raise
     log(f"training on {strategy.num_replicas_in_sync} replica(s) with {type(strategy).__name__}")
 
     batching = dict(
         max_length=config.max_length,
         batch_tokens=training.batch_tokens,
         batch_multiple=strategy.num_replicas_in_sync,
+        max_length_ratio=data.max_length_ratio,
         start_id=config.start_id,
         eos_id=config.eos_id,
         pad_id=config.pad_id,
     )
+    reading = dict(reverse=data.reverse, tfds_data_dir=data.tfds_data_dir)
+    seed = training.seed + step  # a restart does not replay the same order
+    skipped = SkippedPairs()
     train_batches = make_batches(
-        pairs_dataset(data, "train", reverse),
+        pairs_dataset(*split_source(data, "train"), shuffle_seed=seed, **reading),
         tokenizer,
         training=True,
         shuffle_buffer=training.shuffle_buffer,
-        seed=training.seed + step,  # a restart does not replay the same order
+        seed=seed,
+        skipped=skipped,
         **batching,
     )
-    validation_batches = make_batches(pairs_dataset(data, "validation", reverse), tokenizer, training=False, **batching)
+    validation = split_source(data, "validation")
+    validation_pairs = pairs_dataset(*validation, **reading).take(data.valid_pairs).cache()  # at most valid_pairs
+    validation_batches = make_batches(validation_pairs, tokenizer, training=False, **batching)
     # Every worker builds the same batches; each takes its replicas' share of every global batch.
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     train_batches, validation_batches = train_batches.with_options(options), validation_batches.with_options(options)
     steps_per_epoch = min(training.steps_per_epoch, training.max_steps)
     saver = CheckpointCallback(manager, training.max_steps, training.checkpoint_every)
-    callbacks = [saver, Progress(training.max_steps, training.time_budget_s)]  # in place of Keras' bars
-    if training.time_budget_s:
-        callbacks.insert(0, TimeBudget(training.time_budget_s, fitted, log=log))
+    all_callbacks = [saver, Progress(training.max_steps, training.time_budget_s)]  # in place of Keras' bars
     if worker_id(strategy) == 0:
-        callbacks.append(keras.callbacks.TensorBoard(directory.log_dir))
+        all_callbacks.append(keras.callbacks.TensorBoard(directory.log_dir))
     if training.bleu_every_epochs:
-        sources, references = read_pairs(data, "validation", reverse, training.bleu_sentences)
+        sources, references = read_pairs(*validation, limit=min(training.bleu_sentences, data.valid_pairs), **reading)
         best_dir = directory.weights_dir("best")
-        callbacks.append(BleuCallback(Translator(model, tokenizer), sources, references, best_dir, training.bleu_every_epochs, log))
-    with warnings.catch_warnings():
+        translator = Translator(model, tokenizer)
+        all_callbacks.append(BleuCallback(translator, sources, references, best_dir, training.bleu_every_epochs, log))
+    all_callbacks += callbacks
+    if training.time_budget_s:  # after the others: it measures their epoch-end work
+        all_callbacks.append(TimeBudget(training.time_budget_s, fitted, log=log))
+    all_callbacks.append(stop_on_signal)  # last: a stop after the step's checkpoint and divergence checks
+    with warnings.catch_warnings(), data_errors():
         # Keras warns when the (finite, unsized) validation set ends: that is how it should end.
         warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
-        model.fit(
-            train_batches,
-            validation_data=validation_batches,
-            epochs=math.ceil(training.max_steps / steps_per_epoch),
-            initial_epoch=step // steps_per_epoch,
-            steps_per_epoch=steps_per_epoch * training.grad_accumulation,  # micro-batches
-            shuffle=False,  # the dataset shuffles itself
-            callbacks=callbacks,
-            verbose=verbose,
-        )
+        try:
+            model.fit(
+                train_batches,
+                validation_data=validation_batches,
+                epochs=math.ceil(training.max_steps / steps_per_epoch),
+                initial_epoch=step // steps_per_epoch,
+                steps_per_epoch=steps_per_epoch * training.grad_accumulation,  # micro-batches
+                shuffle=False,  # the dataset shuffles itself
+                callbacks=all_callbacks,
+                verbose=verbose,
+            )
+        except Interrupted as interrupted:
+            for callback in all_callbacks:  # end as fit ends, without its validation: checkpoint, logs
+                callback.on_train_end()
+            stopped_at = trained_steps(model)
+            log(f"{interrupted}: stopped at step {stopped_at}; checkpoint {manager.latest_checkpoint}")
+            raise
+        finally:
+            log(f"training data: {skipped.summary(config.max_length, data.max_length_ratio)}")
     if saver.diverged_at is not None:
         raise TrainingDiverged(
             f"the training loss became NaN or infinite at step {saver.diverged_at}; stopped without saving "

@@ -107,3 +107,23 @@ def test_seed_parallelism(capsys, tmp_path):
     argv = ["--workload", "tiny", "--lengths", "4", "--tokens", "8", "--steps", "1", "--warmup", "1", "--lstm-units", "8"]
     line = run_main("seed_parallelism", argv + ["--plot", str(png)], capsys)
     assert [row["length"] for row in line["rows"]] == [4] and png.stat().st_size > 0
+
+
+def test_input_pipeline(capsys):
+    from conftest import FIXTURE
+
+    argv = ["--data", str(FIXTURE), "--batches", "2", "--warmup", "1", "--tokenizer-sample", "400"]
+    line = run_main("input_pipeline", argv, capsys)
+    assert line["tgt_tokens_per_s"] > 0 and line["cores_for_1m_tgt_tokens_per_s"] > 0 and line["max_length"] == 256
+
+
+def test_data_memory(capsys, tmp_path):
+    from conftest import FIXTURE
+
+    import data_memory
+
+    data_memory.main(["--make-tsv", str(tmp_path / "big.tsv"), "--lines", "3"])
+    assert (tmp_path / "big.tsv").read_text(encoding="utf-8").splitlines()[2].endswith(" #2")
+    line = run_main("data_memory", ["--data", str(FIXTURE), "--steps", "1"], capsys)
+    run = line["runs"][str(FIXTURE)]
+    assert run["peak_rss_mb"] > 100 and 0 < run["first_step_s"] < run["total_s"]

@@ -1,9 +1,12 @@
+import os
+import signal
+
 import keras
 import numpy as np
 import pytest
 
 from keras_transformer import TrainingConfig
-from keras_transformer.budget import TimeBudget
+from keras_transformer.budget import Interrupted, StopOnSignal, TimeBudget
 from keras_transformer.cli import main
 from keras_transformer.flags import parse_duration
 from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule
@@ -73,3 +76,61 @@ def test_budget_settings_are_validated(capsys):
         TrainingConfig(warmup_fraction=1.5)
     assert main(["train", "--model-dir", "unused", "--time-budget", "soon"]) == 2
     assert "invalid duration 'soon'" in capsys.readouterr().err
+
+
+class FakeTime(keras.callbacks.Callback):
+    """A clock that a training step advances by 1 s, the work at an epoch's end by `epoch_end_s`,
+    and each validation batch by 0.5 s."""
+
+    def __init__(self, epoch_end_s):
+        super().__init__()
+        self.now, self.epoch_end_s, self.validation_batches = 0.0, epoch_end_s, []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.now += 1.0
+
+    def on_test_begin(self, logs=None):
+        self.validation_batches.append(0)
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.now += 0.5
+        self.validation_batches[-1] += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.now += self.epoch_end_s
+
+
+def test_the_time_budget_keeps_time_for_the_end_of_the_run():
+    """10-step epochs, 1 s a step, 5 s of epoch-end work plus 5 s of validation (10 batches):
+    the first epoch ends at 20 s; a 32 s budget stops after step 12, at 22 s, keeping the 10 s
+    that the first epoch's end took;
+    Keras' end-of-run validation is cut to one batch."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.01), "mse")
+    messages, fake = [], FakeTime(epoch_end_s=5.0)
+    budget = TimeBudget(32, log=messages.append, clock=lambda: fake.now)
+    x = np.ones((10, 2), "float32")
+    validation = dict(validation_data=(x, x[:, :1]), validation_batch_size=1)
+    model.fit(x, x[:, :1], batch_size=1, epochs=100, verbose=0, callbacks=[fake, budget], **validation)
+    assert int(model.optimizer.iterations.numpy()) == 12
+    assert messages == ["time budget of 32s used up at step 12, keeping 10s for the run's end"]
+    assert fake.validation_batches == [10, 1]
+    assert fake.now == 22 + 0.5 + 5  # within the budget (without the reserve and the cut: 32 + 5 + 5)
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_fit_after_the_step_in_flight(number):
+    class SignalAtStep3(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 2:
+                os.kill(os.getpid(), number)  # arrives during the third step
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.01), "mse")
+    x = np.ones((10, 2), "float32")
+    before = signal.getsignal(number)
+    with pytest.raises(Interrupted, match=f"^interrupted by {number.name}$") as interrupted, StopOnSignal() as stop:
+        model.fit(x, x[:, :1], batch_size=1, epochs=3, verbose=0, callbacks=[SignalAtStep3(), stop])
+    assert interrupted.value.signal_number == number
+    assert int(model.optimizer.iterations.numpy()) == 3
+    assert signal.getsignal(number) is before  # restored

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,7 +93,7 @@ def test_train_writes_a_complete_model_dir(trained):
     epoch_ends = [line.split(" | ")[0] for line in result.stdout.splitlines() if "val_loss" in line]
     assert epoch_ends == ["step 15/30", "step 30/30"]
     assert "Epoch" not in result.stdout and "\x1b" not in result.stdout and "\b" not in result.stdout
-    assert result.stderr.startswith("keras-transformer: learning a 300-token subword vocabulary")  # no TensorFlow lines
+    assert result.stderr.startswith("keras-transformer: learned a 300-token subword vocabulary")  # no TensorFlow lines
 
 
 @pytest.mark.slow
@@ -251,3 +252,45 @@ def test_train_keeps_a_presets_steps_seed_checkpoints_and_accumulation(monkeypat
     monkeypatch.setattr("keras_transformer.training.train", fake_train)
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "custom"])
     assert calls == [TrainingConfig(**recipe)]
+
+
+def test_data_flags_make_the_data_config(monkeypatch, tmp_path):
+    from keras_transformer import DataConfig
+
+    calls = []
+    record = lambda model_dir, config, training, data, **_: calls.append((training, data))  # noqa: E731
+    monkeypatch.setattr("keras_transformer.training.train", record)
+    main(["train", "--model-dir", str(tmp_path / "m")])
+    assert calls[-1][1] == DataConfig()
+    flags = ["--data", "a.tsv,b.tsv", "--valid-data", "v.tsv", "--test-data", "tfds:x", "--reverse", "--valid-pairs", "7"]
+    flags += ["--tokenizer-sample", "9", "--tokenizer-model", "m.model", "--max-length-ratio", "3", "--tfds-data-dir", "d"]
+    main(["train", "--model-dir", str(tmp_path / "m"), *flags, "--bleu-sentences", "5"])
+    training, data = calls[-1]
+    assert data == DataConfig("a.tsv,b.tsv", "v.tsv", "tfds:x", True, 7, 9, "m.model", 3.0, "d") and training.bleu_sentences == 5
+
+
+@pytest.mark.slow
+def test_evaluate_data_scores_the_whole_file(trained):
+    result = run("evaluate", "--model-dir", trained[0], "--data", str(FIXTURE), "--beam-size", "1", "--show", "0")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["sentences"] == 400  # not the last 2% (8)
+
+
+@pytest.mark.slow
+def test_explicit_validation_and_test_files(tmp_path):
+    lines = FIXTURE.read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "train.tsv").write_text("".join(lines[:300]) + "\tan empty source\n", encoding="utf-8")
+    (tmp_path / "valid.tsv").write_text("".join(lines[300:350]), encoding="utf-8")
+    (tmp_path / "test.tsv").write_text("".join(lines[350:]), encoding="utf-8")
+    model_dir = str(tmp_path / "model")
+    data = ["--data", str(tmp_path / "train.tsv"), "--valid-data", str(tmp_path / "valid.tsv")]
+    data += ["--test-data", str(tmp_path / "test.tsv")]
+    result = run("train", *data, "--valid-pairs", "20", "--model-dir", model_dir, "--max-steps", "30", *TINY)
+    assert result.returncode == 0, result.stderr
+    read, skipped = map(int, re.search(r"training data: read (\d+) pairs, skipped (\d+): \2 with an empty side", result.stderr).groups())
+    assert read == skipped * 301  # one in every pass over the file
+    stored = json.load(open(os.path.join(model_dir, "config.json")))["data_config"]
+    assert (stored["valid_data"], stored["test_data"], stored["valid_pairs"]) == (data[3], data[5], 20)
+    result = run("evaluate", "--model-dir", model_dir, "--beam-size", "1", "--show", "0")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["sentences"] == 50  # all of test.tsv

@@ -1,18 +1,24 @@
 import gzip
+import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from conftest import FIXTURE
+from keras_transformer.config import DataConfig
 from keras_transformer.data import (
     BIBLE_EN_DE,
+    WHOLE,
     DataError,
+    SkippedPairs,
     bucket_batch_sizes,
     bucket_lengths,
+    data_errors,
     make_batches,
     pairs_dataset,
     read_pairs,
+    split_source,
 )
 
 
@@ -128,3 +134,106 @@ def test_tfds_source_with_mock_data():
 def test_unknown_tfds_name_is_a_data_error():
     with pytest.raises(DataError, match="cannot load tfds:no_such_dataset_xyz"):
         pairs_dataset("tfds:no_such_dataset_xyz", "train")
+
+
+def write_tsv(path, pairs, header=None):
+    text = "".join(f"{line}\n" for line in ([header] if header else []) + [f"{s}\t{t}" for s, t in pairs])
+    if str(path).endswith(".gz"):
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_several_files_globs_and_gzip_stream_in_order(tmp_path):
+    first = write_tsv(tmp_path / "part-0.tsv", [("a", "A"), ("b", "B")])
+    write_tsv(tmp_path / "part-1.tsv.gz", [("c", "C")])
+    write_tsv(tmp_path / "part-2.tsv", [("d", "D")])
+    assert read_pairs(str(tmp_path / "part-*"), WHOLE) == (["a", "b", "c", "d"], ["A", "B", "C", "D"])
+    assert read_pairs(f"{tmp_path}/part-2.tsv, {first}", WHOLE) == (["d", "a", "b"], ["D", "A", "B"])
+    shuffled = pairs_dataset(str(tmp_path / "part-*"), WHOLE, shuffle_seed=3)
+    passes = [sorted(s.decode() for s, _ in shuffled.as_numpy_iterator()) for _ in range(2)]
+    assert passes == [["a", "b", "c", "d"]] * 2  # every pair once per pass, whatever the order of the files
+    with pytest.raises(DataError, match=r"no data files match .*/nothing-\*"):
+        read_pairs(str(tmp_path / "nothing-*"), WHOLE)
+    message = f"{tmp_path}/part-*: several plain TSV files have no implicit train split; "
+    message += "name the validation and test data (--valid-data, --test-data)"
+    with pytest.raises(DataError, match=re.escape(message)):
+        pairs_dataset(str(tmp_path / "part-*"), "train")
+
+
+def test_the_stream_does_not_hold_the_corpus(tmp_path):
+    """The dataset's graph reads the file: it does not embed its lines (as from_tensor_slices did)."""
+    small = write_tsv(tmp_path / "small.tsv", [("a", "b")] * 10)
+    large = write_tsv(tmp_path / "large.tsv", [(f"source sentence {i}", f"target sentence {i}") for i in range(50_000)])
+
+    def graph_bytes(spec):
+        return len(pairs_dataset(spec, "train")._as_serialized_graph().numpy())
+
+    assert graph_bytes(small) < 50_000 and abs(graph_bytes(large) - graph_bytes(small)) < 16  # the line counts' digits
+    assert len(read_pairs(large, "train")[0]) == 48_000
+
+
+def test_invalid_utf8_names_the_file_and_line(tmp_path):
+    path = tmp_path / "latin1.tsv"
+    path.write_bytes(b"a\tb\n" * 2000 + "caf\u00e9\tCaf\u00e9\n".encode("latin-1") + b"c\td\n")
+    with pytest.raises(DataError) as error:
+        read_pairs(str(path), WHOLE)
+    assert str(error.value) == f"{path}:2001: not UTF-8 text"
+    with pytest.raises(DataError, match=re.escape(f"{path}:2001: not UTF-8 text")), data_errors():
+        list(pairs_dataset(str(path), WHOLE).as_numpy_iterator())  # as model.fit reads it
+
+
+def test_blank_lines_are_skipped_and_windows_line_ends_stripped(tmp_path):
+    path = tmp_path / "crlf.tsv"
+    path.write_bytes(b"a\tb\r\n\r\n  \nc\td\r\n")
+    assert read_pairs(str(path), WHOLE) == (["a", "c"], ["b", "d"])
+
+
+def test_hygiene_skips_and_counts_empty_long_and_lopsided_pairs(tokenizer):
+    pairs = [
+        ("And God said", "Und Gott sprach"),
+        ("", "leer"),  # empty source
+        ("empty target", ""),
+        ("God " * 40, "Gott " * 40),  # too long for max_length 32
+        ("Amen", "Und es geschah in jenen Tagen, dass Gott zu Mose redete"),  # one side many times the other
+        ("Jesus wept.", "Jesus weinte."),
+    ]
+    skipped = SkippedPairs()
+    dataset = tf.data.Dataset.from_tensor_slices(tuple(map(list, zip(*pairs))))
+    batches = make_batches(
+        dataset, tokenizer, max_length=32, batch_tokens=256, training=False, max_length_ratio=4.0, skipped=skipped
+    )
+    kept = sorted(tokenizer.detokenize(source).numpy()[0].decode() for (source, _), _ in batches.unbatch().batch(1))
+    assert kept == ["And God said", "Jesus wept."]
+    summary = "read 6 pairs, skipped 4: 2 with an empty side, 1 longer than 32 tokens, 1 with a length ratio above 4"
+    assert skipped.summary(32, 4.0) == summary
+
+
+def test_explicit_and_implicit_splits(tmp_path):
+    plain = write_tsv(tmp_path / "plain.tsv", [("a", "b")])
+    newstest = write_tsv(tmp_path / "newstest.tsv", [("c", "d")])
+    bible = write_tsv(tmp_path / "bible.tsv", [("1\t1\t1\tx", "y")], header="book\tchapter\tverse\ten\tde")
+    splits = lambda data: [split_source(data, s) for s in ("train", "validation", "test")]  # noqa: E731
+    assert splits(DataConfig(plain)) == [(plain, "train"), (plain, "validation"), (plain, "test")]  # 96/2/2 blocks
+    assert splits(DataConfig(plain, valid_data=newstest)) == [(plain, WHOLE), (newstest, WHOLE), None]
+    assert splits(DataConfig(plain, valid_data=newstest, test_data=newstest))[2] == (newstest, WHOLE)
+    assert splits(DataConfig(bible, valid_data=newstest)) == [(bible, "train"), (newstest, WHOLE), (bible, "test")]
+    assert splits(DataConfig("tfds:wmt14_translate/de-en", test_data=bible)) == [
+        ("tfds:wmt14_translate/de-en", "train"),
+        ("tfds:wmt14_translate/de-en", "validation"),
+        (bible, "test"),  # a Bible-layout file keeps its books' splits
+    ]
+
+
+def test_partial_evaluation_batches_split_evenly_across_replicas(tokenizer):
+    """Rows of pad fill a partial batch up to a multiple of the replicas (an uneven first batch
+    crashes Keras' symbolic build under tf.distribute)."""
+    sources, targets = ["And God said", "Jesus wept.", "Amen"], ["Und Gott sprach", "Jesus weinte.", "Amen"]
+    pairs = tf.data.Dataset.from_tensor_slices((sources, targets))
+    batches = list(make_batches(pairs, tokenizer, max_length=32, batch_tokens=256, training=False, batch_multiple=4))
+    assert all(source.shape[0] % 4 == 0 for (source, _), _ in batches)
+    rows = np.concatenate([source.numpy() for (source, _), _ in batches])
+    targets = np.concatenate([target_out.numpy() for _, target_out in batches])
+    assert (rows.any(axis=1).sum(), targets.any(axis=1).sum()) == (3, 3)  # the other rows are all pad

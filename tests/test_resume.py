@@ -1,11 +1,13 @@
 """Surviving a crash: a training run killed with SIGKILL resumes, with the same command, from its
-last checkpoint; a half-written checkpoint is never used."""
+last checkpoint; a half-written checkpoint is never used. SIGTERM and SIGINT (preemption, Ctrl-C)
+checkpoint the step in flight before the run ends."""
 
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -52,6 +54,61 @@ def test_kill_9_then_the_same_command_resumes_from_the_last_checkpoint(tmp_path)
     assert f"resumed from step {killed_at}" in second.stderr
     assert "trained to step 40" in second.stderr
     assert latest_step(model_dir) == 40
+
+
+class Training:
+    """A `train` subprocess whose stderr lines are collected as they come."""
+
+    def __init__(self, command):
+        self.process = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.process.stderr), daemon=True)
+        self.reader.start()
+
+    def wait_for(self, text):
+        deadline = time.monotonic() + TIMEOUT_S
+        while not any(text in line for line in self.lines):
+            assert self.process.poll() is None and time.monotonic() < deadline, "".join(self.lines)[-3000:]
+            time.sleep(0.1)
+
+    def stop(self, number):
+        self.process.send_signal(number)
+        self.process.wait(timeout=120)
+        self.reader.join(timeout=10)
+        return self.process.returncode, "".join(self.lines)
+
+
+@pytest.mark.slow
+def test_sigterm_and_sigint_checkpoint_the_step_and_the_same_command_resumes(tmp_path):
+    model_dir = str(tmp_path / "model")
+    command = [
+        sys.executable, "-m", "keras_transformer", "train", "--data", str(FIXTURE), "--model-dir", model_dir,
+        "--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10",
+        "--steps-per-epoch", "100000", "--max-steps", "100000",
+    ]  # fmt: skip: no --checkpoint-every, and no epoch end: only the signal can save
+    first = Training(command)
+    try:
+        first.wait_for("training on")
+        time.sleep(8)  # some steps
+        status, stderr = first.stop(signal.SIGTERM)
+    finally:
+        first.process.kill()
+    stopped = latest_step(model_dir)
+    assert status == 128 + signal.SIGTERM, stderr[-3000:]
+    assert stopped >= 1 and f"interrupted by SIGTERM: stopped at step {stopped}; checkpoint " in stderr
+    assert "Traceback" not in stderr
+
+    second = Training(command)  # the same command
+    try:
+        second.wait_for(f"resumed from step {stopped}")
+        second.wait_for("training on")
+        time.sleep(8)
+        status, stderr = second.stop(signal.SIGINT)
+    finally:
+        second.process.kill()
+    assert status == 128 + signal.SIGINT, stderr[-3000:]
+    assert latest_step(model_dir) > stopped
+    assert f"interrupted by SIGINT: stopped at step {latest_step(model_dir)}; checkpoint " in stderr
 
 
 def test_a_checkpoint_whose_write_was_cut_short_is_not_used(tmp_path):

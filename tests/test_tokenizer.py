@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -84,3 +86,38 @@ def test_translator_and_attention_maps_cut_a_long_source_alike(tokenizer):
     first = [*tokenizer.tokenize([LONG])[0][:5].numpy(), EOS_ID]  # the first max_length - 1 tokens, then EOS
     assert Translator(model, tokenizer).source_ids([LONG])[0].tolist() == first
     assert attention_maps(model, tokenizer, LONG, target="Am Anfang").source_tokens == token_pieces(tokenizer, first)
+
+
+def test_the_vocabulary_is_learned_from_a_uniform_sample_of_the_whole_stream():
+    """A corpus whose head and tail use different letters: a sample of its head alone would never
+    see the tail's, so they would map to the unknown id."""
+    head = [f"alpha beta gamma delta {i}" for i in range(3000)]
+    tail = [f"zulu yankee xray whisky {i}" for i in range(3000)]
+    streamed = iter(head + tail)  # a generator: nothing but the sample is kept
+    tokenizer = SubwordTokenizer.train(streamed, 60, sample_sentences=300, seed=1)
+    assert UNK_ID not in tokenizer.tokenize(["zulu yankee", "alpha beta"]).flat_values.numpy()
+    assert next(streamed, None) is None  # it read the whole stream
+
+
+def test_an_error_of_the_stream_is_raised_as_it_is():
+    def broken():
+        yield "a sentence"
+        raise ValueError("corpus.tsv:2: not UTF-8 text")
+
+    with pytest.raises(ValueError, match="^corpus.tsv:2: not UTF-8 text$"):
+        SubwordTokenizer.train(broken(), 50)
+
+
+def test_an_existing_sentencepiece_model_with_other_reserved_ids_is_refused(tmp_path, fixture_pairs):
+    import io
+
+    import sentencepiece
+
+    model = io.BytesIO()  # SentencePiece's defaults: unk 0, bos 1, eos 2, no pad
+    texts = iter(fixture_pairs[0])
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=texts, model_writer=model, vocab_size=100, minloglevel=2)
+    path = tmp_path / "theirs.model"
+    path.write_bytes(model.getvalue())
+    message = "tokenizer reserves ids (pad, start, eos, unk) = (-1, 1, 2, 0), expected (0, 1, 2, 3)"
+    with pytest.raises(TokenizerError, match=f"^{re.escape(message)}$"):
+        SubwordTokenizer.load(str(path))

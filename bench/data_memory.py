@@ -1,0 +1,110 @@
+"""Peak memory (RSS) and time to the first training step of a short `tiny` training, per data source.
+
+Each source trains in a fresh process (`--steps` steps of the tiny preset, one epoch, the
+validation capped by --valid-pairs), which reports its peak RSS (`ru_maxrss`) and the seconds
+from its start to the end of its first training step (tokenizer, graph tracing included).
+The goal: a large TSV costs at most a few hundred MB more than the embedded Bible.
+
+    python bench/data_memory.py --make-tsv /tmp/big.tsv --lines 2000000   # the Bible repeated, numbered
+    python bench/data_memory.py --data bible-en-de /tmp/big.tsv
+"""
+
+from __future__ import annotations
+
+import time
+
+START = time.monotonic()
+
+import argparse  # noqa: E402
+import gzip  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+
+
+def make_tsv(path: str, lines: int) -> None:
+    """`lines` pairs: the embedded Bible's verses over and over, each side numbered (" #N"), so that
+    no two lines are equal."""
+    from importlib import resources
+
+    bible = resources.files("keras_transformer") / "resources" / "bible.en-de.tsv.gz"
+    with gzip.open(bible, "rt", encoding="utf-8") as f:
+        verses = [line.rstrip("\n").split("\t")[3:5] for line in f][1:]
+    with open(path, "w", encoding="utf-8") as out:
+        for number in range(lines):
+            source, target = verses[number % len(verses)]
+            out.write(f"{source} #{number}\t{target} #{number}\n")
+
+
+def child(data: str, steps: int, valid_pairs: int) -> None:
+    """Train in this process; print {"peak_rss_mb", "first_step_s", "total_s"}."""
+    import keras
+
+    from keras_transformer import DataConfig, TrainingConfig, TransformerConfig
+    from keras_transformer.training import train
+
+    class FirstStep(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if not hasattr(self, "at"):
+                self.at = time.monotonic() - START
+
+    first = FirstStep()
+    config = TransformerConfig.tiny()
+    training = TrainingConfig.preset("tiny", max_steps=steps, steps_per_epoch=steps, batch_tokens=1024)
+    with tempfile.TemporaryDirectory() as model_dir:
+        data_config = DataConfig(data=data, valid_pairs=valid_pairs)
+        train(model_dir, config, training, data_config, verbose=0, callbacks=[first], log=lambda _: None)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    total_s = time.monotonic() - START
+    print(json.dumps({"peak_rss_mb": round(peak_mb), "first_step_s": round(first.at, 1), "total_s": round(total_s, 1)}))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", nargs="+", default=["bible-en-de"], help="data sources, each in a fresh process")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--valid-pairs", type=int, default=3000)
+    parser.add_argument("--make-tsv", metavar="PATH", help="only write a TSV of --lines lines: the Bible repeated")
+    parser.add_argument("--lines", type=int, default=2_000_000)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.make_tsv:
+        make_tsv(args.make_tsv, args.lines)
+        return
+    if args.child:
+        child(args.data[0], args.steps, args.valid_pairs)
+        return
+    from common import emit, load_average, record
+
+    runs = {}
+    for data in args.data:
+        command = [sys.executable, __file__, "--child", "--data", data, "--steps", str(args.steps)]
+        command += ["--valid-pairs", str(args.valid_pairs)]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(sys.path)}
+        result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        if result.returncode:
+            raise SystemExit(f"{data}: {result.stderr[-2000:]}")
+        size = os.path.getsize(data) if os.path.isfile(data) else None
+        runs[data] = {**json.loads(result.stdout.strip().splitlines()[-1]), "file_mb": size and round(size / 2**20)}
+    first = runs[args.data[0]]["peak_rss_mb"]
+    emit(
+        record(
+            benchmark="data_memory",
+            preset="tiny",
+            steps=args.steps,
+            runs=runs,
+            peak_rss_above_first_mb={data: run["peak_rss_mb"] - first for data, run in runs.items()},
+            load_after=load_average(),
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
