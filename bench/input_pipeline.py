@@ -37,7 +37,13 @@ def main(argv=None):
     import tensorflow as tf
 
     from keras_transformer import TrainingConfig, TransformerConfig
-    from keras_transformer.data import WHOLE, has_own_splits, make_batches, pairs_dataset, sentences
+    from keras_transformer.data import (
+        WHOLE,
+        has_own_splits,
+        make_batches,
+        pairs_dataset,
+        sentences,
+    )
     from keras_transformer.tokenizer import SubwordTokenizer
 
     config, training = TransformerConfig.base(), TrainingConfig.preset("base")

@@ -13,6 +13,7 @@ import keras
 
 from keras_transformer.schedules import trained_steps
 
+
 class TimeBudget(keras.callbacks.Callback):
     """Stops `fit` so that it ends about `seconds` of wall-clock time after training began, the
     end-of-run work included.
@@ -106,7 +107,7 @@ class StopOnSignal(keras.callbacks.Callback):
         self.received = None
         self._previous = {}
 
-    def __enter__(self) -> "StopOnSignal":
+    def __enter__(self) -> StopOnSignal:
         if threading.current_thread() is threading.main_thread():
             self._previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS}
         return self

@@ -12,14 +12,18 @@ command imports what it needs), so `--help` and `--version` answer at once.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 
 from keras_transformer import __version__
-from keras_transformer.config import BIBLE_EN_DE, PRESETS, STRATEGIES, DataConfig
-from keras_transformer.flags import add_config_flags, add_train_flags, configs, overrides
+from keras_transformer.config import PRESETS, STRATEGIES, DataConfig
+from keras_transformer.flags import (
+    add_config_flags,
+    add_train_flags,
+    configs,
+    overrides,
+)
 from keras_transformer.quiet import filter_native_logs, quiet_python_logs
 
 EXIT_USAGE = 2
@@ -145,9 +149,14 @@ def _translate(args):
 
 
 def _evaluate(args):
-    from keras_transformer.data import WHOLE, DataError, has_own_splits, read_pairs, split_source
+    from keras_transformer.data import (
+        WHOLE,
+        DataError,
+        has_own_splits,
+        read_pairs,
+        split_source,
+    )
     from keras_transformer.metrics import corpus_scores
-
     from keras_transformer.model_dir import ModelDir
 
     translator = _translator(args)
@@ -219,9 +228,9 @@ def main(argv=None) -> int:
         quiet_python_logs()
         if argv is None:
             filter_native_logs()
+    from keras_transformer.budget import Interrupted
     from keras_transformer.data import DataError
     from keras_transformer.model_dir import ModelDirError
-    from keras_transformer.budget import Interrupted
     from keras_transformer.tokenizer import TokenizerError
 
     command = {"train": _train, "translate": _translate, "evaluate": _evaluate, "average": _average, "export": _export}[

@@ -416,7 +416,7 @@ def make_batches(
             ratio = longer / tf.cast(tf.minimum(source_length, target_length), tf.float32)  # [N]
             lopsided = tf.logical_and(tf.logical_not(empty | too_long), ratio > max_length_ratio)
         if skipped is not None:
-            count = lambda mask: tf.reduce_sum(tf.cast(mask, tf.int64))  # noqa: E731
+            count = lambda mask: tf.reduce_sum(tf.cast(mask, tf.int64))
             skipped.add(tf.size(sources), empty=count(empty), too_long=count(too_long), lopsided=count(lopsided))
         keep = tf.logical_not(empty | too_long | lopsided)  # [N]
         source, target = tf.ragged.boolean_mask(source, keep), tf.ragged.boolean_mask(target, keep)  # [M, (len)]

@@ -44,7 +44,7 @@ class SubwordTokenizer(tf.Module):
     @classmethod
     def train(
         cls, texts: Iterable[str], vocab_size: int, sample_sentences: int = 400_000, seed: int = 0
-    ) -> "SubwordTokenizer":
+    ) -> SubwordTokenizer:
         """Learn a unigram vocabulary of at most `vocab_size` pieces from `texts` (source and target).
 
         `texts` may stream a whole corpus: SentencePiece keeps a uniform random sample of
@@ -86,7 +86,7 @@ class SubwordTokenizer(tf.Module):
         return cls(model.getvalue())
 
     @classmethod
-    def load(cls, path: str) -> "SubwordTokenizer":
+    def load(cls, path: str) -> SubwordTokenizer:
         try:
             with open(path, "rb") as f:
                 proto = f.read()

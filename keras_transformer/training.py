@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import keras
 import tensorflow as tf
 
+from keras_transformer.budget import Interrupted, StopOnSignal, TimeBudget
 from keras_transformer.callbacks import BleuCallback
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
 from keras_transformer.data import (
@@ -29,16 +30,25 @@ from keras_transformer.data import (
     sentences,
     split_source,
 )
-from keras_transformer.distribute import check_jit_compile, mixed_precision_policy, resolve_strategy, worker_id
+from keras_transformer.distribute import (
+    check_jit_compile,
+    mixed_precision_policy,
+    resolve_strategy,
+    worker_id,
+)
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import MaskedAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.model_dir import ModelDir, ModelDirError, restore
 from keras_transformer.progress import Progress
-from keras_transformer.budget import Interrupted, StopOnSignal, TimeBudget
-from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule, trained_steps
+from keras_transformer.schedules import (
+    StepBudgetSchedule,
+    TransformerSchedule,
+    trained_steps,
+)
 from keras_transformer.tokenizer import SubwordTokenizer
 from keras_transformer.translation import Translator
+
 
 def learning_rate_schedule(d_model: int, training: TrainingConfig):
     """Eq. 3 with `warmup_steps` (the paper's), or fitted to the step budget (`warmup_fraction`)."""

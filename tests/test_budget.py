@@ -61,7 +61,7 @@ def test_time_budget_stops_training_and_fits_the_schedule():
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(keras.optimizers.SGD(schedule), "mse")
     messages = []
-    clock = lambda: float(model.optimizer.iterations.numpy())  # noqa: E731  (a fake clock: one second per step)
+    clock = lambda: float(model.optimizer.iterations.numpy())
     budget = TimeBudget(30, schedule, calibration_steps=5, log=messages.append, clock=clock)
     x = np.ones((4, 2), "float32")
     model.fit(x, x[:, :1], batch_size=1, epochs=100, verbose=0, callbacks=[budget])

@@ -4,8 +4,8 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import FIXTURE
+
 from keras_transformer.config import DataConfig
 from keras_transformer.data import (
     BIBLE_EN_DE,
@@ -215,7 +215,7 @@ def test_explicit_and_implicit_splits(tmp_path):
     plain = write_tsv(tmp_path / "plain.tsv", [("a", "b")])
     newstest = write_tsv(tmp_path / "newstest.tsv", [("c", "d")])
     bible = write_tsv(tmp_path / "bible.tsv", [("1\t1\t1\tx", "y")], header="book\tchapter\tverse\ten\tde")
-    splits = lambda data: [split_source(data, s) for s in ("train", "validation", "test")]  # noqa: E731
+    splits = lambda data: [split_source(data, s) for s in ("train", "validation", "test")]
     assert splits(DataConfig(plain)) == [(plain, "train"), (plain, "validation"), (plain, "test")]  # 96/2/2 blocks
     assert splits(DataConfig(plain, valid_data=newstest)) == [(plain, WHOLE), (newstest, WHOLE), None]
     assert splits(DataConfig(plain, valid_data=newstest, test_data=newstest))[2] == (newstest, WHOLE)

@@ -12,7 +12,6 @@ import time
 
 import pytest
 import tensorflow as tf
-
 from conftest import FIXTURE
 
 TIMEOUT_S = 600

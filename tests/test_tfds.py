@@ -9,8 +9,8 @@ import sys
 
 import pytest
 import tensorflow_datasets as tfds
-
 from conftest import FIXTURE
+
 from keras_transformer.data import DataError, pairs_dataset, read_pairs
 
 TINY = ["--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10"]
