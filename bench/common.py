@@ -42,6 +42,8 @@ WORKLOADS = {
     # the peers' comparison (not the `small` preset): d_model 256, 4 heads, d_ff 1024, 3 + 3 layers, vocab 8000,
     # 64 x 32 tokens
     "medium": Workload(TransformerConfig(vocab_size=8000, num_layers=3, d_model=256, d_ff=1024, num_heads=4), 64, 32, 32),
+    # the `small` preset (the CPU recipe: d_model 128, 3 + 3 pre-LN layers), vocab 8000, 64 x 32 tokens
+    "small": Workload(TransformerConfig.small(vocab_size=8000), 64, 32, 32),
     # the paper's base (Table 3), vocab 32000, 64 x 64 tokens
     "base": Workload(TransformerConfig.base(vocab_size=32000), 64, 64, 64),
     # for the smoke test only: seconds, not minutes

@@ -1,7 +1,7 @@
 """Our decoding against CTranslate2 on the same weights, in one process, interleaved A B A B.
 Prints one JSON line:
 
-    python bench/ctranslate2_compare.py verses --model-dir runs/demo [--savedmodel] [--rounds 3]
+    python bench/ctranslate2_compare.py verses --model-dir runs/demo [--savedmodel] [--xla] [--rounds 3]
     python bench/ctranslate2_compare.py forced [decode_compare.py's options]
 
 `verses`: a trained model's held-out verses (the `test` split of the data it was trained on, as
@@ -12,6 +12,9 @@ text to text: our tokenizer, the search, our detokenizer. Systems:
 - `ours_savedmodel` (with `--savedmodel`): the same `Translator` whose search is the package's
   ids-only SavedModel export (`serving.TranslationModule`, the signature TF Serving runs as
   `translate_ids`), loaded in this process;
+- `ours_xla`, `ours_savedmodel_xla` (with `--xla`): the same two with the search compiled by XLA
+  (`beam_search(jit_compile=True)`, `export --jit-compile`); their first round includes one
+  compilation per bucket shape;
 - `ctranslate2`, `ctranslate2_int8`: CTranslate2 on our export (`peers.ctranslate2_translator`),
   float32 and int8, fed the same source tokens in the same length-sorted batches.
 
@@ -73,13 +76,15 @@ class CountingTranslator(Translator):
         return ids, scores  # [B, beam, L], [B, beam]; Translator keeps the n best
 
 
-def ours(model, tokenizer, args, savedmodel: bool = False):
-    """translate(texts) -> (translations, target tokens) by our search, in Python or through the SavedModel."""
+def ours(model, tokenizer, args, savedmodel: bool = False, jit_compile: bool = False):
+    """translate(texts) -> (translations, target tokens) by our search, in Python or through the
+    SavedModel, in the TensorFlow graph or compiled by XLA."""
     settings = dict(beam_size=args.beam_size, alpha=args.alpha)
+    decode = functools.partial(beam_search, **settings, jit_compile=jit_compile)
     if savedmodel:
         with tempfile.TemporaryDirectory() as out:
             path = ids_saved_model_dir(out, "translator")
-            TranslationModule(model, decode=functools.partial(beam_search, **settings)).save(path)
+            TranslationModule(model, decode=decode).save(path)
             signature = tf.saved_model.load(path).signatures["serving_default"]  # variables are read in now
 
         def search(source_ids):
@@ -88,7 +93,7 @@ def ours(model, tokenizer, args, savedmodel: bool = False):
     else:
 
         def search(source_ids):
-            result = beam_search(model, source_ids, **settings)
+            result = decode(model, source_ids)
             return result.ids, result.scores
 
     def translate(texts):
@@ -146,6 +151,10 @@ def verses(args):
     systems = {"ours": ours(model, tokenizer, args)}
     if args.savedmodel:
         systems["ours_savedmodel"] = ours(model, tokenizer, args, savedmodel=True)
+    if args.xla:  # the first round includes the XLA compilations (one per bucket shape): read the median
+        systems["ours_xla"] = ours(model, tokenizer, args, jit_compile=True)
+        if args.savedmodel:
+            systems["ours_savedmodel_xla"] = ours(model, tokenizer, args, savedmodel=True, jit_compile=True)
     systems["ctranslate2"] = ctranslate2_system(model, tokenizer, args, "float32")
     systems["ctranslate2_int8"] = ctranslate2_system(model, tokenizer, args, "int8")
     for translate in systems.values():
@@ -206,6 +215,7 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="A B rounds")
     p.add_argument("--limit", type=int, help="only the first N verses")
     p.add_argument("--savedmodel", action="store_true", help="also our search through the exported SavedModel")
+    p.add_argument("--xla", action="store_true", help="also our search compiled by XLA (beam_search(jit_compile=True))")
     modes.add_parser("forced", help="decode_compare.py's fixed work with the CTranslate2 runners; its options follow")
     args, options = parser.parse_known_args(argv)
     if args.mode == "verses" and options:

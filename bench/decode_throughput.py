@@ -6,7 +6,7 @@ target tokens/s for the batch and the latency of one sentence (both after an unt
 call per shape, so tracing and XLA compilation are not timed):
 
     python bench/decode_throughput.py --search greedy|beam \
-        --runner python|xla|savedmodel|tflite|keras_hub|keras_hub_xla|ctranslate2|ctranslate2_int8
+        --runner python|xla|savedmodel|tflite|tflite_int8|keras_hub|keras_hub_xla|ctranslate2|ctranslate2_int8
 
 Runners (entries of `RUNNERS`), all on the same random weights (keras-hub: its own, same shapes):
 
@@ -21,6 +21,7 @@ Runners (entries of `RUNNERS`), all on the same random weights (keras-hub: its o
   into constants), run by LiteRT's `Interpreter` with as many threads as TensorFlow's intra-op
   pool; its signature runner resizes the input to the batch and re-allocates on every call
   (timed, as a deployment pays it). LiteRT's default delegate (XNNPACK) takes what it can.
+  `tflite_int8`: the same with dynamic-range int8 weights (`export`'s translator_int8.tflite).
 - `ctranslate2`, `ctranslate2_int8`: CTranslate2 4.8's `Translator` on the same weights
   (`peers.ctranslate2_translator`: our CTranslate2 export, float32 or quantized to int8 at load),
   the same source tokens (no EOS appended), its beam search with `length_penalty=alpha`
@@ -108,10 +109,10 @@ def savedmodel_runner(model, settings: dict):
     return lambda ids: signature(source_ids=tf.constant(ids))["ids"]
 
 
-def tflite_runner(model, settings: dict):
+def tflite_runner(model, settings: dict, int8: bool = False):
     from ai_edge_litert.interpreter import Interpreter
 
-    (flatbuffer,) = tflite_models(exported(model, settings).translate_ids, IDS_SPEC)
+    (flatbuffer,) = tflite_models(exported(model, settings).translate_ids, IDS_SPEC, quantize=(int8,))
     threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
     runner = Interpreter(model_content=flatbuffer, num_threads=threads).get_signature_runner()
     return lambda ids: runner(source_ids=ids)["ids"]
@@ -152,6 +153,7 @@ RUNNERS = {
     "xla": xla_runner,
     "savedmodel": savedmodel_runner,
     "tflite": tflite_runner,
+    "tflite_int8": functools.partial(tflite_runner, int8=True),
     "keras_hub": keras_hub_runner,
     "keras_hub_xla": functools.partial(keras_hub_runner, jit_compile=True),
     "ctranslate2": ctranslate2_runner,
@@ -160,6 +162,7 @@ RUNNERS = {
 NO_LENGTH_PENALTY = {"keras_hub", "keras_hub_xla"}  # no alpha: the record says null
 PACKAGES = {
     "tflite": "ai-edge-litert",
+    "tflite_int8": "ai-edge-litert",
     "keras_hub": "keras-hub",
     "keras_hub_xla": "keras-hub",
     "ctranslate2": "ctranslate2",

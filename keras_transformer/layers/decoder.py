@@ -137,31 +137,16 @@ class Decoder(TransformerBlock):
         """The N decoder layers, bottom first."""
         return [getattr(self, f"layer_{i}") for i in range(self.config.num_layers)]
 
-    def call(
-        self,
-        x,
-        memory=None,
-        padding_mask=None,
-        memory_padding_mask=None,
-        cache=None,
-        position=None,
-        training=None,
-        return_attention_scores=False,
-    ):
+    def call(self, x, memory=None, cache=None, position=None, training=None, return_attention_scores=False, **masks):
+        """As `DecoderLayer.call`, layer after layer; `masks` (`padding_mask`, `memory_padding_mask`)
+        go to every layer, as does `memory` unless it is a list of one projected memory per layer."""
         layers = self.blocks
         memories = memory if isinstance(memory, list) else [memory] * len(layers)
         caches = [None] * len(layers) if cache is None else cache
         all_weights, new_cache = [], []
         for layer, layer_memory, layer_cache in zip(layers, memories, caches):
             x, extra = layer(
-                x,
-                layer_memory,
-                padding_mask=padding_mask,
-                memory_padding_mask=memory_padding_mask,
-                cache=layer_cache,
-                position=position,
-                training=training,
-                return_attention_scores=True,
+                x, layer_memory, cache=layer_cache, position=position, training=training, return_attention_scores=True, **masks
             )
             (all_weights if cache is None else new_cache).append(extra)
         x = self.final_layer_norm(x) if self.final_layer_norm else x
