@@ -9,7 +9,7 @@ DEMO_BUDGET ?= 6m
 # cores take ~9 minutes where one takes ~15-17. A file's tests share a process (its fixtures).
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-fast install install-dev clean
+.PHONY: demo test test-fast lint install install-dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,12 @@ demo: install
 		"The Lord is my shepherd; I shall not want."
 	$(BIN)/keras-transformer evaluate --model-dir $(DEMO_DIR) --show 3
 
-test: install-dev
+test: install-dev lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test-fast: install-dev
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"

@@ -41,7 +41,9 @@ class Workload:
 WORKLOADS = {
     # the peers' comparison (not the `small` preset): d_model 256, 4 heads, d_ff 1024, 3 + 3 layers, vocab 8000,
     # 64 x 32 tokens
-    "medium": Workload(TransformerConfig(vocab_size=8000, num_layers=3, d_model=256, d_ff=1024, num_heads=4), 64, 32, 32),
+    "medium": Workload(
+        TransformerConfig(vocab_size=8000, num_layers=3, d_model=256, d_ff=1024, num_heads=4), 64, 32, 32
+    ),
     # the `small` preset (the CPU recipe: d_model 128, 3 + 3 pre-LN layers), vocab 8000, 64 x 32 tokens
     "small": Workload(TransformerConfig.small(vocab_size=8000), 64, 32, 32),
     # the paper's base (Table 3), vocab 32000, 64 x 64 tokens
@@ -60,7 +62,9 @@ def synthetic_batch(workload: Workload, seed: int = 0):
         return rng.integers(FIRST_TOKEN, vocab, size=(workload.batch, length), dtype=np.int32)
 
     target = ids(workload.target_length)
-    target_in = np.concatenate([np.full((workload.batch, 1), workload.config.start_id, np.int32), target[:, :-1]], axis=1)
+    target_in = np.concatenate(
+        [np.full((workload.batch, 1), workload.config.start_id, np.int32), target[:, :-1]], axis=1
+    )
     return (ids(workload.source_length), target_in), target
 
 

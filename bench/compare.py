@@ -35,7 +35,9 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=5, help="A B rounds")
     parser.add_argument("--steps", type=int, default=4, help="timed steps per model per round")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
-    parser.add_argument("--ceiling-size", type=int, default=2048, help="n of the n x n matmul that measures the ceiling")
+    parser.add_argument(
+        "--ceiling-size", type=int, default=2048, help="n of the n x n matmul that measures the ceiling"
+    )
     parser.add_argument("--jit-compile", action="store_true", help="XLA-compile both training steps")
     return parser.parse_args(argv)
 
@@ -48,7 +50,10 @@ def main(argv=None):
     load_before = load_average()
     ceiling = matmul_ceiling_gflops(args.ceiling_size)
     dataset = repeated(synthetic_batch(workload))
-    models = {"ours": build_ours(workload, args.jit_compile), "keras_hub": build_keras_hub(workload.config, args.jit_compile)}
+    models = {
+        "ours": build_ours(workload, args.jit_compile),
+        "keras_hub": build_keras_hub(workload.config, args.jit_compile),
+    }
     for model in models.values():
         fit_steps(model, dataset, args.warmup)
     times = {name: [] for name in models}
@@ -78,7 +83,9 @@ def main(argv=None):
             jit_compile=args.jit_compile,
             rounds=args.rounds,
             steps_per_round=args.steps,
-            speedup_ours_over_keras_hub=round(systems["keras_hub"]["step_s_median"] / systems["ours"]["step_s_median"], 3),
+            speedup_ours_over_keras_hub=round(
+                systems["keras_hub"]["step_s_median"] / systems["ours"]["step_s_median"], 3
+            ),
             speedup_median_of_rounds=round(median(round_ratios), 3),
             systems=systems,
             model_flops_per_step=flops,

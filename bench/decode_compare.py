@@ -21,7 +21,13 @@ from decode_throughput import RUNNERS, add_work_arguments, build_model, measure,
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_work_arguments(parser)
-    parser.add_argument("--runners", nargs="+", choices=sorted(RUNNERS), default=["python", "keras_hub"], help="the first is the reference")
+    parser.add_argument(
+        "--runners",
+        nargs="+",
+        choices=sorted(RUNNERS),
+        default=["python", "keras_hub"],
+        help="the first is the reference",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="A B rounds")
     parser.set_defaults(repeats=1)  # timed calls per runner per round
     return parser.parse_args(argv)

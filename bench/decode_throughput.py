@@ -73,7 +73,9 @@ def forbid_eos(model) -> None:
     the EOS embedding row to -1 the logit is (n + 1) . (-1) = -d_model, far below every other
     (random) logit. The weights change, not the code: every execution path sees the same model.
     """
-    norm = model.decoder.final_layer_norm or model.decoder.blocks[-1].feed_forward_residual.layer_norm  # pre-LN or post-LN
+    norm = (
+        model.decoder.final_layer_norm or model.decoder.blocks[-1].feed_forward_residual.layer_norm
+    )  # pre-LN or post-LN
     norm.beta.assign(np.ones(norm.beta.shape, "float32"))
     table = model.embedding.embeddings.numpy()
     table[model.config.eos_id] = -1.0
@@ -221,7 +223,9 @@ def prepare(name: str, model, batch, args):
     ids = np.asarray(run(batch))  # [B, beam, L]
     generated = (ids != config.pad_id).sum(axis=-1)  # [B, beam]
     if not (generated == args.generate).all() or (ids == config.eos_id).any():
-        raise SystemExit(f"{name}: the work is not fixed: generated lengths {sorted(set(generated.ravel()))}, want {args.generate}")
+        raise SystemExit(
+            f"{name}: the work is not fixed: generated lengths {sorted(set(generated.ravel()))}, want {args.generate}"
+        )
     run(batch[:1])
     return run, int(generated.max())
 

@@ -82,16 +82,23 @@ def main():
     sizes = {
         "saved_model_bytes": size(saved_model_path),
         "saved_model_ids_bytes": size(ids_saved_model_dir(args.export, args.name, version)),
-        **{f"{kind}_bytes": size(os.path.join(args.export, f"{kind}.tflite")) for kind in ("translator", "translator_int8", "translator_text")},
+        **{
+            f"{kind}_bytes": size(os.path.join(args.export, f"{kind}.tflite"))
+            for kind in ("translator", "translator_int8", "translator_text")
+        },
     }
-    print(json.dumps({
-        **latency,
-        **sizes,
-        "test_sentences": len(sources),
-        "bleu_tflite": bleu["tflite"],
-        "bleu_tflite_int8": bleu["tflite_int8"],
-        "bleu_int8_change": round(bleu["tflite_int8"] - bleu["tflite"], 2),
-    }))
+    print(
+        json.dumps(
+            {
+                **latency,
+                **sizes,
+                "test_sentences": len(sources),
+                "bleu_tflite": bleu["tflite"],
+                "bleu_tflite_int8": bleu["tflite_int8"],
+                "bleu_int8_change": round(bleu["tflite_int8"] - bleu["tflite"], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

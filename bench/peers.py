@@ -34,7 +34,9 @@ def build_keras_hub(config, jit_compile: bool):
     embedding = keras_hub.layers.TokenAndPositionEmbedding(
         vocabulary_size=c.vocab_size, sequence_length=c.max_length, embedding_dim=c.d_model, mask_zero=True
     )
-    block = dict(intermediate_dim=c.d_ff, num_heads=c.num_heads, dropout=c.dropout, layer_norm_epsilon=c.layer_norm_epsilon)
+    block = dict(
+        intermediate_dim=c.d_ff, num_heads=c.num_heads, dropout=c.dropout, layer_norm_epsilon=c.layer_norm_epsilon
+    )
     x = embedding(source)
     for _ in range(c.num_layers):
         x = keras_hub.layers.TransformerEncoder(**block)(x)
@@ -111,12 +113,16 @@ def keras_hub_generate(config, search: str, generate: int, beam_size: int):
         n, h, d_k = len(decoders), config.num_heads, config.d_k
         self_cache = tf.zeros([batch, n, 2, 1 + generate, h, d_k])  # [B, N, 2, 1 + generate, h, d_k]
         cross_cache = tf.zeros([batch, n, 2, source_length, h, d_k])  # [B, N, 2, S, h, d_k]
-        _, self_cache, cross_cache = call_decoder_with_cache(prompt[:, :1], memory, source_mask, self_cache, 0, cross_cache, 0)
+        _, self_cache, cross_cache = call_decoder_with_cache(
+            prompt[:, :1], memory, source_mask, self_cache, 0, cross_cache, 0
+        )
 
         def next(prompt, cache, index):
             self_cache, memory, source_mask, cross_cache = cache
             token_ids = prompt[:, index - 1 : index]  # [B * beams, 1]
-            logits, self_cache, _ = call_decoder_with_cache(token_ids, memory, source_mask, self_cache, index - 1, cross_cache, None)
+            logits, self_cache, _ = call_decoder_with_cache(
+                token_ids, memory, source_mask, self_cache, index - 1, cross_cache, None
+            )
             return logits[:, 0], None, (self_cache, memory, source_mask, cross_cache)
 
         ids = sampler(next, prompt, cache=(self_cache, memory, source_mask, cross_cache), index=1, stop_token_ids=None)

@@ -34,7 +34,9 @@ from keras_transformer.translation import Translator
 DATA = "bible-en-de"
 
 
-def target_tokens_per_batch(tokenizer, config: TransformerConfig, training: TrainingConfig, batches: int) -> tuple[float, int]:
+def target_tokens_per_batch(
+    tokenizer, config: TransformerConfig, training: TrainingConfig, batches: int
+) -> tuple[float, int]:
     """(mean real target tokens per training batch, target tokens in the training split), EOS included."""
     pipeline = make_batches(
         pairs_dataset(DATA, "train"),
@@ -59,14 +61,24 @@ def evaluate(model, tokenizer, beam_size: int, alpha: float, limit: int | None) 
     hypotheses = Translator(model, tokenizer, batch_size=64, beam_size=beam_size, alpha=alpha).translate(sources)
     seconds = time.perf_counter() - start
     scores = corpus_scores(hypotheses, references)
-    return {"bleu": scores["bleu"], "chrf": scores["chrf"], "seconds": round(seconds, 1), "sentences": len(sources), "example": hypotheses[0]}
+    return {
+        "bleu": scores["bleu"],
+        "chrf": scores["chrf"],
+        "seconds": round(seconds, 1),
+        "sentences": len(sources),
+        "example": hypotheses[0],
+    }
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="small")
-    parser.add_argument("--model-dir", help="default: runs/quality-BUDGET (must not exist: the run starts from scratch)")
-    parser.add_argument("--sample-batches", type=int, default=300, help="batches averaged for the tokens-per-batch estimate")
+    parser.add_argument(
+        "--model-dir", help="default: runs/quality-BUDGET (must not exist: the run starts from scratch)"
+    )
+    parser.add_argument(
+        "--sample-batches", type=int, default=300, help="batches averaged for the tokens-per-batch estimate"
+    )
     parser.add_argument("--limit", type=int, help="score only the first N test verses (default: all 793)")
     parser.add_argument("--searches", nargs="+", choices=["greedy", "beam4"], default=["greedy", "beam4"])
     add_train_flags(parser)

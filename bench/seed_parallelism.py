@@ -35,15 +35,24 @@ def build_lstm(config, units: int = LSTM_UNITS):
         states.append([h, c])  # [B, units] each
     y = embedding(target_in)
     for i in range(config.num_layers):
-        y = keras.layers.LSTM(units, return_sequences=True, name=f"decoder_{i}")(y, initial_state=states[i])  # [B, T, units]
+        y = keras.layers.LSTM(units, return_sequences=True, name=f"decoder_{i}")(
+            y, initial_state=states[i]
+        )  # [B, T, units]
     logits = keras.layers.Dense(config.vocab_size, name="logits")(y)  # [B, T, V]
     model = keras.Model([source, target_in], logits, name="lstm_seq2seq")
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     return model
 
 
 def recurrent_weights(model) -> int:
-    return sum(int(w.numpy().size) for layer in model.layers if layer.name.startswith(("encoder_", "decoder_")) for w in layer.weights)
+    return sum(
+        int(w.numpy().size)
+        for layer in model.layers
+        if layer.name.startswith(("encoder_", "decoder_"))
+        for w in layer.weights
+    )
 
 
 def transformer_layer_weights(model) -> int:
@@ -63,7 +72,7 @@ def plot(rows, path: str) -> None:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(lengths, [str(n) for n in lengths])
-    ax.set_xlabel("sequence length n (batch x n = %d tokens per side)" % (rows[0]["batch"] * rows[0]["length"]))
+    ax.set_xlabel(f"sequence length n (batch x n = {rows[0]['batch'] * rows[0]['length']} tokens per side)")
     ax.set_ylabel("training step time (s, median)")
     ax.set_title("Training step time vs sequence length, same tokens per batch")
     ax.grid(True, which="both", alpha=0.3)

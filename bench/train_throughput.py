@@ -45,9 +45,13 @@ def parse_args(argv=None):
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="medium")
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (tracing, compilation)")
-    parser.add_argument("--ceiling-size", type=int, default=2048, help="n of the n x n matmul that measures the ceiling")
+    parser.add_argument(
+        "--ceiling-size", type=int, default=2048, help="n of the n x n matmul that measures the ceiling"
+    )
     parser.add_argument("--jit-compile", action="store_true", help="XLA-compile the training step")
-    parser.add_argument("--mixed-precision", action="store_true", help="the mixed_bfloat16 policy (no AMX here: slower)")
+    parser.add_argument(
+        "--mixed-precision", action="store_true", help="the mixed_bfloat16 policy (no AMX here: slower)"
+    )
     return parser.parse_args(argv)
 
 

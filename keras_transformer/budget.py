@@ -28,7 +28,14 @@ class TimeBudget(keras.callbacks.Callback):
     measured time per step includes validation and checkpoints.
     """
 
-    def __init__(self, seconds: float, schedule=None, calibration_steps: int = 20, log: Callable[[str], None] = print, clock=time.monotonic):
+    def __init__(
+        self,
+        seconds: float,
+        schedule=None,
+        calibration_steps: int = 20,
+        log: Callable[[str], None] = print,
+        clock=time.monotonic,
+    ):
         super().__init__()
         self.seconds = seconds
         self.schedule = schedule
@@ -51,7 +58,9 @@ class TimeBudget(keras.callbacks.Callback):
         total = step + remaining / seconds_per_step
         self.schedule.total_steps.assign(total)
         if not self.calibrated:
-            self.log(f"time budget {self.seconds:.0f}s: {seconds_per_step:.2f}s per step, about {total:.0f} steps in all")
+            self.log(
+                f"time budget {self.seconds:.0f}s: {seconds_per_step:.2f}s per step, about {total:.0f} steps in all"
+            )
             self.calibrated = True
 
     def on_epoch_begin(self, epoch, logs=None):

@@ -56,4 +56,7 @@ class BleuCallback(keras.callbacks.Callback):
             save_weights(self.model, self.best_dir, step)
             with open(self.record_path, "w", encoding="utf-8") as f:
                 json.dump(self.best, f)
-        self.log(f"step {step}: validation BLEU {bleu} on {len(self.sources)} sentences (best {self.best['bleu']} at step {self.best['step']})")
+        self.log(
+            f"step {step}: validation BLEU {bleu} on {len(self.sources)} sentences "
+            f"(best {self.best['bleu']} at step {self.best['step']})"
+        )

@@ -37,13 +37,17 @@ def _add_train(subparsers):
     d = p.add_argument_group("distribution")
     d.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy (default auto)")
     d.add_argument("--cpu-devices", type=int, help="split the CPU into N logical devices (try mirrored without GPUs)")
-    d.add_argument("--collective-timeout", type=float, default=600.0, help="seconds before a multi-worker collective fails")
+    d.add_argument(
+        "--collective-timeout", type=float, default=600.0, help="seconds before a multi-worker collective fails"
+    )
     add_train_flags(p)
     add_config_flags(p, DataConfig, "data (DataConfig; the README's Data)")
 
 
 def _add_decoding(p):
-    p.add_argument("--beam-size", type=int, default=4, help="beam size K (default 4, the paper's; 1 with --alpha 0: greedy)")
+    p.add_argument(
+        "--beam-size", type=int, default=4, help="beam size K (default 4, the paper's; 1 with --alpha 0: greedy)"
+    )
     p.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha (default 0.6, the paper's)")
     p.add_argument("--checkpoint", default="latest", help="latest (default), averaged, best, or a checkpoint path")
     p.add_argument("--batch-size", type=int, default=32)
@@ -79,15 +83,20 @@ def _add_export(subparsers):
     p.add_argument("--model-dir", help="the trained model to export")
     p.add_argument("--out", help="output directory")
     p.add_argument(
-        "--format", default="tensorflow", choices=("tensorflow", "ctranslate2"),
+        "--format",
+        default="tensorflow",
+        choices=("tensorflow", "ctranslate2"),
         help="tensorflow (default): SavedModels and TFLite models; ctranslate2: a CTranslate2 model directory",
     )
-    p.add_argument("--quantization", help="with --format ctranslate2: weight type, e.g. int8, float16 (default float32)")
+    p.add_argument(
+        "--quantization", help="with --format ctranslate2: weight type, e.g. int8, float16 (default float32)"
+    )
     p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
     p.add_argument("--beam-size", type=int, default=4, help="the exported search's beam size K (default 4)")
     p.add_argument("--alpha", type=float, default=0.6, help="the exported search's length penalty alpha (default 0.6)")
     p.add_argument(
-        "--jit-compile", action="store_true",
+        "--jit-compile",
+        action="store_true",
         help="the SavedModels decode with XLA (TF Serving: --xla_cpu_compilation_enabled; export/README.md)",
     )
     p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
@@ -101,7 +110,10 @@ def _add_average(subparsers):
 
 def _add_verbose(p, default):
     p.add_argument(
-        "-v", "--verbose", action="store_true", default=default,
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
         help="show TensorFlow's log lines (also KERAS_TRANSFORMER_DEBUG=1, which adds tracebacks)",
     )
 

@@ -17,7 +17,6 @@ BIBLE_EN_DE = "bible-en-de"  # the embedded corpus
 STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")  # tf.distribute strategies
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Preset:
     """A named model and the training settings that go with it: the `TransformerConfig` and
@@ -119,27 +118,27 @@ class TransformerConfig:
         return self.d_model // self.num_heads
 
     @classmethod
-    def base(cls, **overrides: Any) -> "TransformerConfig":
+    def base(cls, **overrides: Any) -> TransformerConfig:
         """Transformer (base model), Table 3."""
         return cls.preset("base", **overrides)
 
     @classmethod
-    def big(cls, **overrides: Any) -> "TransformerConfig":
+    def big(cls, **overrides: Any) -> TransformerConfig:
         """Transformer (big), Table 3."""
         return cls.preset("big", **overrides)
 
     @classmethod
-    def small(cls, **overrides: Any) -> "TransformerConfig":
+    def small(cls, **overrides: Any) -> TransformerConfig:
         """The CPU recipe's model (not in the paper)."""
         return cls.preset("small", **overrides)
 
     @classmethod
-    def tiny(cls, **overrides: Any) -> "TransformerConfig":
+    def tiny(cls, **overrides: Any) -> TransformerConfig:
         """A model for tests and smoke runs (not in the paper)."""
         return cls.preset("tiny", **overrides)
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
+    def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
         """The model of preset `name` (one of `PRESETS`), with `overrides`."""
         return cls(**{**preset(name).model, **overrides})
 
@@ -147,7 +146,7 @@ class TransformerConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -213,15 +212,19 @@ class TrainingConfig:
         _check(self.checkpoint_every >= 0, f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
         _check(self.grad_accumulation >= 1, f"grad_accumulation must be >= 1, got {self.grad_accumulation}")
         _check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
-        _check(self.time_budget_s is None or self.time_budget_s > 0, f"time_budget_s must be > 0, got {self.time_budget_s}")
+        _check(
+            self.time_budget_s is None or self.time_budget_s > 0, f"time_budget_s must be > 0, got {self.time_budget_s}"
+        )
         _check(
             self.warmup_fraction is None or 0.0 < self.warmup_fraction < 1.0,
             f"warmup_fraction must be in (0, 1), got {self.warmup_fraction}",
         )
-        _check(0.0 <= self.cooldown_fraction < 1.0, f"cooldown_fraction must be in [0, 1), got {self.cooldown_fraction}")
+        _check(
+            0.0 <= self.cooldown_fraction < 1.0, f"cooldown_fraction must be in [0, 1), got {self.cooldown_fraction}"
+        )
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "TrainingConfig":
+    def preset(cls, name: str, **overrides: Any) -> TrainingConfig:
         """The training settings of preset `name` (one of `PRESETS`), with `overrides`."""
         return cls(**{**preset(name).training, **overrides})
 
@@ -229,4 +232,3 @@ class TrainingConfig:
     def fits_schedule_to_budget(self) -> bool:
         """Warm-up and decay as fractions of the step budget (max_steps, or what the time budget buys)."""
         return self.warmup_fraction is not None
-

@@ -376,7 +376,10 @@ def bucket_lengths(max_length: int) -> list[int]:
 def bucket_batch_sizes(max_length: int, batch_tokens: int, batch_multiple: int = 1) -> list[int]:
     """Sequences per batch for each bucket: at most `batch_tokens` padded tokens, a multiple of
     `batch_multiple` (the number of replicas), at least `batch_multiple`."""
-    return [max(batch_multiple, batch_tokens // length // batch_multiple * batch_multiple) for length in bucket_lengths(max_length)]
+    return [
+        max(batch_multiple, batch_tokens // length // batch_multiple * batch_multiple)
+        for length in bucket_lengths(max_length)
+    ]
 
 
 def make_batches(

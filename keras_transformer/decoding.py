@@ -114,7 +114,9 @@ def top_k_rows(values, k: int, block: int = 128):
     return top_values, tf.gather(best_blocks, top_index // block, batch_dims=1) * block + top_index % block
 
 
-def _beam_step(state: BeamState, tokens_to_log_probs, limits, beam_size: int, alpha: float, eos_id: int, banned) -> BeamState:
+def _beam_step(
+    state: BeamState, tokens_to_log_probs, limits, beam_size: int, alpha: float, eos_id: int, banned
+) -> BeamState:
     """Extend every alive hypothesis by one token; refill the alive and the finished sets."""
     k = beam_size
     batch = tf.shape(state.alive_log_probs)[0]
@@ -217,7 +219,9 @@ def search_beams(
     )
 
     shapes = tf.nest.map_structure(lambda value: value.shape, state)
-    shapes = shapes._replace(cache=tf.nest.map_structure(lambda shape: tf.TensorShape([None] * shape.rank), shapes.cache))
+    shapes = shapes._replace(
+        cache=tf.nest.map_structure(lambda shape: tf.TensorShape([None] * shape.rank), shapes.cache)
+    )
     state = tf.while_loop(
         lambda state: tf.logical_and(state.position < length, _searching(state, limits, alpha)),
         lambda state: (_beam_step(state, tokens_to_log_probs, limits, k, alpha, config.eos_id, banned),),
@@ -227,7 +231,7 @@ def search_beams(
     return state.finished_ids, state.finished_scores
 
 
-_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def compiled(model, name: str, function, jit_compile: bool = False, **static):
@@ -253,7 +257,9 @@ def bucket_shape(batch, width, max_length: int):
     """The shape XLA compiles a [batch, width] input at: the batch rounded up to `BATCH_BUCKETS`
     (itself past the last), the width to a multiple of `LENGTH_BUCKET` (at most max_length)."""
     buckets = tf.constant(BATCH_BUCKETS, tf.int32)
-    batch = tf.where(batch > BATCH_BUCKETS[-1], batch, tf.reduce_min(tf.where(buckets >= batch, buckets, BATCH_BUCKETS[-1])))
+    batch = tf.where(
+        batch > BATCH_BUCKETS[-1], batch, tf.reduce_min(tf.where(buckets >= batch, buckets, BATCH_BUCKETS[-1]))
+    )
     return batch, tf.minimum(-(-width // LENGTH_BUCKET) * LENGTH_BUCKET, max_length)
 
 
@@ -268,8 +274,14 @@ def _xla_search(model, source_ids, **static):
     padding = [[0, padded_batch - batch], [0, padded_width - width]]
     search = compiled(model, "beam", search_beams, jit_compile=True, static_shapes=True, **static)
     ids, scores = search(tf.pad(source_ids, padding, constant_values=config.pad_id))
-    cap = config.max_length if static["max_decode_length"] is None else min(static["max_decode_length"], config.max_length)
-    length = tf.reduce_max(tf.concat([decode_limits(source_ids, config.pad_id, cap, static["a"], static["b"]), [1]], axis=0))
+    cap = (
+        config.max_length
+        if static["max_decode_length"] is None
+        else min(static["max_decode_length"], config.max_length)
+    )
+    length = tf.reduce_max(
+        tf.concat([decode_limits(source_ids, config.pad_id, cap, static["a"], static["b"]), [1]], axis=0)
+    )
     return ids[:batch, :, :length], scores[:batch]
 
 
@@ -307,7 +319,9 @@ def beam_search(
         raise ValueError(
             f"source of {source_ids.shape[1]} tokens is longer than the model's max_length {model.config.max_length}"
         )
-    static = dict(beam_size=int(beam_size), alpha=float(alpha), max_decode_length=max_decode_length, a=float(a), b=int(b))
+    static = dict(
+        beam_size=int(beam_size), alpha=float(alpha), max_decode_length=max_decode_length, a=float(a), b=int(b)
+    )
     if jit_compile:
         if not model.built:  # XLA cannot create the variables
             model.build()

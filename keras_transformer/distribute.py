@@ -85,6 +85,6 @@ def check_jit_compile(strategy: tf.distribute.Strategy) -> None:
     if strategy.num_replicas_in_sync > 1 and all("CPU" in d.upper() for d in strategy.extended.worker_devices):
         raise ValueError(
             "--jit-compile does not work with several replicas on CPU devices: XLA cannot read a "
-            "variable placed on another CPU device (\"Trying to access resource ... located in device "
-            "CPU:1 from device CPU:0\"); use one device, or GPUs"
+            'variable placed on another CPU device ("Trying to access resource ... located in device '
+            'CPU:1 from device CPU:0"); use one device, or GPUs'
         )

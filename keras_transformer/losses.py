@@ -51,7 +51,9 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         labels = ops.cast(y_true, "int32")  # [B, T]
         eps = self.label_smoothing
         off_value = eps / ops.cast(ops.shape(logits)[-1], "float32")  # eps / V
-        smoothed = tf.one_hot(labels, ops.shape(logits)[-1], on_value=1.0 - eps + off_value, off_value=off_value)  # q, [B, T, V]
+        smoothed = tf.one_hot(
+            labels, ops.shape(logits)[-1], on_value=1.0 - eps + off_value, off_value=off_value
+        )  # q, [B, T, V]
         losses = tf.nn.softmax_cross_entropy_with_logits(labels=smoothed, logits=logits)  # [B, T]
         mask = ops.not_equal(labels, self.pad_id)  # [B, T]
         total = ops.sum(ops.where(mask, losses, 0.0))

@@ -17,7 +17,6 @@ import tensorflow as tf
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
 from keras_transformer.tokenizer import SubwordTokenizer
 
-
 WEIGHTS_CHECKPOINTS = ("averaged", "best")
 
 
@@ -110,7 +109,9 @@ class ModelDir:
     def tokenizer(self) -> SubwordTokenizer:
         return SubwordTokenizer.load(self.tokenizer_path)
 
-    def checkpoint_manager(self, checkpoint: tf.train.Checkpoint, keep: int = 5, worker: int = 0) -> tf.train.CheckpointManager:
+    def checkpoint_manager(
+        self, checkpoint: tf.train.Checkpoint, keep: int = 5, worker: int = 0
+    ) -> tf.train.CheckpointManager:
         """The chief (worker 0) saves to checkpoints/; in multi-worker training every other worker
         saves too (all must), to checkpoints/worker-N/, which nothing reads but that worker."""
         directory = self.checkpoint_dir if worker == 0 else os.path.join(self.checkpoint_dir, f"worker-{worker}")
@@ -156,7 +157,8 @@ def load_model(path: str, checkpoint: str | None = None):
     config = values["model"]
     if tokenizer.vocab_size != config.vocab_size:
         raise ModelDirError(
-            f"{model_dir.tokenizer_path} has {tokenizer.vocab_size} tokens but the config says vocab_size={config.vocab_size}"
+            f"{model_dir.tokenizer_path} has {tokenizer.vocab_size} tokens "
+            f"but the config says vocab_size={config.vocab_size}"
         )
     checkpoint = model_dir.resolve_checkpoint(checkpoint)
     if checkpoint is None:

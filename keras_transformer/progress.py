@@ -21,7 +21,7 @@ TERMINAL_INTERVAL_S = 0.5  # a line rewritten in place is refreshed this often
 
 
 def clock_time(seconds: float) -> str:
-    """"1:02:03", "2:03", "0:07"."""
+    """ "1:02:03", "2:03", "0:07"."""
     minutes, seconds = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
@@ -35,8 +35,15 @@ class Progress(keras.callbacks.ProgbarLogger):
     `stream` is one.
     """
 
-    def __init__(self, max_steps: int, time_budget_s: float | None = None, interval_s: float = 30.0, stream=None,
-                 terminal: bool | None = None, clock=time.monotonic):
+    def __init__(
+        self,
+        max_steps: int,
+        time_budget_s: float | None = None,
+        interval_s: float = 30.0,
+        stream=None,
+        terminal: bool | None = None,
+        clock=time.monotonic,
+    ):
         super().__init__()
         self.max_steps = max_steps
         self.time_budget_s = time_budget_s

@@ -38,7 +38,12 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return self.scale * self.d_model**-0.5 * ops.minimum(ops.rsqrt(step_num), step_num * warmup**-1.5)
 
     def get_config(self):
-        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale, "accumulation_steps": self.accumulation_steps}
+        return {
+            "d_model": self.d_model,
+            "warmup_steps": self.warmup_steps,
+            "scale": self.scale,
+            "accumulation_steps": self.accumulation_steps,
+        }
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -74,7 +79,10 @@ class StepBudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
         warmup_steps: int = 4000,
     ):
         if not 0.0 < warmup_fraction < 1.0 or not 0.0 <= cooldown_fraction < 1.0:
-            raise ValueError(f"warmup_fraction must be in (0, 1) and cooldown_fraction in [0, 1), got {warmup_fraction}, {cooldown_fraction}")
+            raise ValueError(
+                "warmup_fraction must be in (0, 1) and cooldown_fraction in [0, 1), "
+                f"got {warmup_fraction}, {cooldown_fraction}"
+            )
         self.d_model = d_model
         self.warmup_fraction = warmup_fraction
         self.cooldown_fraction = cooldown_fraction

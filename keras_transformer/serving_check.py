@@ -81,5 +81,3 @@ def check_export(out: str) -> list[str]:
     if not paths:
         return [f"{out}: no SavedModel under saved_model/<name>/<version>/"]
     return [problem for path in paths for problem in check_saved_model(path)]
-
-

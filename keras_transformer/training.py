@@ -154,8 +154,14 @@ def prepare_model_dir(
         stored, tokenizer = values["model"], model_dir.tokenizer()
         requested = dataclasses.replace(config, vocab_size=stored.vocab_size)
         if requested != stored:
-            different = [f"{k}: stored {v} != requested {requested.to_dict()[k]}" for k, v in stored.to_dict().items() if requested.to_dict()[k] != v]
-            raise ModelDirError(f"{model_dir.path} holds a model with another config ({'; '.join(different)}); use a new --model-dir")
+            different = [
+                f"{k}: stored {v} != requested {requested.to_dict()[k]}"
+                for k, v in stored.to_dict().items()
+                if requested.to_dict()[k] != v
+            ]
+            raise ModelDirError(
+                f"{model_dir.path} holds a model with another config ({'; '.join(different)}); use a new --model-dir"
+            )
         asked = values.get("requested_vocab_size", stored.vocab_size)  # the learned size may be smaller
         if config.vocab_size != asked or tokenizer.vocab_size != stored.vocab_size:
             raise ModelDirError(

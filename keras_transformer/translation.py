@@ -1,11 +1,11 @@
 """Text in, text out: tokenize, decode in length-sorted batches, detokenize.
 
-    import keras_transformer as kt
+import keras_transformer as kt
 
-    translator = kt.Translator.from_model_dir("runs/small")
-    translator.translate("Jesus wept.")               # -> str
-    translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
-    translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
+translator = kt.Translator.from_model_dir("runs/small")
+translator.translate("Jesus wept.")               # -> str
+translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
+translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
 """
 
 from __future__ import annotations
@@ -117,5 +117,7 @@ class Translator:
             ids, scores = ids[:, :n], scores[:, :n]  # [B, n, L], [B, n]
             outputs = self.tokenizer.detokenize(tf.reshape(ids, [-1, ids.shape[-1]])).numpy().reshape(ids.shape[:2])
             for k, row, row_scores in zip(chunk, outputs, scores.numpy()):
-                translations[todo[k]] = [(output.decode("utf-8"), float(score)) for output, score in zip(row, row_scores)]
+                translations[todo[k]] = [
+                    (output.decode("utf-8"), float(score)) for output, score in zip(row, row_scores)
+                ]
         return translations

@@ -128,12 +128,21 @@ def plot_attention(maps: AttentionMaps, kind: str, layers=None, inches_per_token
     for row, layer in enumerate(layers):
         for head in range(heads):
             ax = axes[row, head]
-            ax.imshow(all_layers[layer][head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+            ax.imshow(
+                all_layers[layer][head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
+            )
             ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=9)
             ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
             ax.set_yticks(range(len(queries)), queries, fontsize=7)
     figure.suptitle(f"{KIND_TITLES[kind]}: rows = queries, columns = keys", fontsize=11)
-    figure.subplots_adjust(left=0.8 / (width * heads), right=0.99, bottom=0.9 / (height * len(layers)), top=1 - 0.8 / (height * len(layers)), wspace=0.3, hspace=0.45)
+    figure.subplots_adjust(
+        left=0.8 / (width * heads),
+        right=0.99,
+        bottom=0.9 / (height * len(layers)),
+        top=1 - 0.8 / (height * len(layers)),
+        wspace=0.3,
+        hspace=0.45,
+    )
     return figure
 
 
@@ -187,7 +196,10 @@ def training_curves(model_dir: str) -> dict[str, tuple[list[int], list[float]]]:
     series: dict[str, dict[int, float]] = {}
     wanted = {
         "train": {"epoch_loss": "loss", "epoch_accuracy": "accuracy"},
-        "validation": {"evaluation_loss_vs_iterations": "val_loss", "evaluation_accuracy_vs_iterations": "val_accuracy"},
+        "validation": {
+            "evaluation_loss_vs_iterations": "val_loss",
+            "evaluation_accuracy_vs_iterations": "val_accuracy",
+        },
     }
     for split, tags in wanted.items():
         for path in sorted(glob.glob(os.path.join(model_dir, "logs", split, "events.out.tfevents.*"))):
@@ -195,7 +207,9 @@ def training_curves(model_dir: str) -> dict[str, tuple[list[int], list[float]]]:
                 event = tf.compat.v1.Event.FromString(record)
                 for value in event.summary.value:
                     if value.tag in tags:
-                        number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
+                        number = (
+                            float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value
+                        )
                         step = min((event.step + 1) * steps_per_epoch, max_steps) if split == "train" else event.step
                         series.setdefault(tags[value.tag], {})[int(step)] = number
     return {name: (sorted(points), [points[s] for s in sorted(points)]) for name, points in series.items()}

@@ -6,7 +6,9 @@ import keras
 import numpy as np
 
 
-def run_layer_test(layer_cls, init_kwargs, inputs, call_kwargs=None, expected_output_shape=None, expected_trainable_weights=None):
+def run_layer_test(
+    layer_cls, init_kwargs, inputs, call_kwargs=None, expected_output_shape=None, expected_trainable_weights=None
+):
     """Config and JSON round trips, eager and symbolic calls, weight count, one `fit` step, and
     a rebuilt layer with the same weights giving the same output.
 

@@ -1,10 +1,10 @@
 import keras
 import numpy as np
 import pytest
+from layer_contract import run_layer_test
 
 from keras_transformer.layers import MultiHeadAttention
 from keras_transformer.layers.masking import causal_mask, masked_fill_value
-from layer_contract import run_layer_test
 
 RNG = np.random.default_rng(0)
 
@@ -57,7 +57,9 @@ def test_identity_projections_compute_equation_1_by_hand():
     kv = RNG.normal(size=(1, 2, d_model)).astype("float32")
     layer(q, kv)
     eye = np.eye(d_model, dtype="float32")
-    layer.set_weights([eye, np.zeros(d_model), np.concatenate([eye, eye], 1), np.zeros(2 * d_model), eye, np.zeros(d_model)])
+    layer.set_weights(
+        [eye, np.zeros(d_model), np.concatenate([eye, eye], 1), np.zeros(2 * d_model), eye, np.zeros(d_model)]
+    )
     logits = q[0] @ kv[0].T / np.sqrt(d_model)  # Eq. 1
     weights = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
     np.testing.assert_allclose(layer(q, kv)[0], weights @ kv[0], atol=1e-5)

@@ -27,7 +27,9 @@ def model_dir(tmp_path, tokenizer):
     model.build()
     optimizer = keras.optimizers.Adam()  # as in training: the optimizer reaches most weights
     optimizer.build(model.trainable_variables)
-    constant_checkpoints(model, directory.checkpoint_manager(tf.train.Checkpoint(model=model, optimizer=optimizer)), [1.0, 2.0, 4.0, 8.0])
+    constant_checkpoints(
+        model, directory.checkpoint_manager(tf.train.Checkpoint(model=model, optimizer=optimizer)), [1.0, 2.0, 4.0, 8.0]
+    )
     return directory
 
 

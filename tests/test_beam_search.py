@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+from test_decoding import CONFIG, model, reference_greedy  # noqa: F401  (model: the shared fixture)
 
 from keras_transformer import TransformerConfig, beam_search
 from keras_transformer.decoding import compiled, search_beams
-from test_decoding import CONFIG, model, reference_greedy  # noqa: F401  (model: the shared fixture)
 
 EOS = 2
 SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
@@ -136,7 +136,9 @@ def brute_force(limit, alpha, vocab_size=5):
 def test_a_beam_as_wide_as_the_search_space_is_exact():
     expected = brute_force(limit=3, alpha=0.6)
     assert len(expected) == 15  # 1 + 2 + 4 ending in EOS, 8 stopped at the limit
-    result = beam_search(ScriptedModel(random_logits, vocab_size=5), [[3, 2]], beam_size=15, alpha=0.6, max_decode_length=3)
+    result = beam_search(
+        ScriptedModel(random_logits, vocab_size=5), [[3, 2]], beam_size=15, alpha=0.6, max_decode_length=3
+    )
     np.testing.assert_array_equal(result.ids.numpy()[0], [ids for _, ids in expected])
     np.testing.assert_allclose(result.scores.numpy()[0], [score for score, _ in expected], rtol=1e-5)
 

@@ -35,9 +35,13 @@ def test_model_flops_match_the_issue_figures():
 
 
 def test_train_throughput(capsys):
-    line = run_main("train_throughput", ["--workload", "tiny", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys)
+    line = run_main(
+        "train_throughput", ["--workload", "tiny", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys
+    )
     assert line["tgt_tokens_per_s"] > 0 and 0 < line["mfu"] < 1
-    assert line["achieved_gflops"] == pytest.approx(line["model_flops_per_step"] / line["step_s_median"] / 1e9, rel=0.01)
+    assert line["achieved_gflops"] == pytest.approx(
+        line["model_flops_per_step"] / line["step_s_median"] / 1e9, rel=0.01
+    )
 
 
 DECODE_WORK = ["--workload", "tiny", "--sentences", "2", "--source-length", "3", "--generate", "2", "--repeats", "1"]
@@ -49,7 +53,9 @@ def test_decode_throughput_greedy(runner, capsys):
     if runner in PEER_PACKAGES:
         pytest.importorskip(PEER_PACKAGES[runner], reason=f"{PEER_PACKAGES[runner]} (an extra) is not installed")
     line = run_main("decode_throughput", DECODE_WORK + ["--runner", runner, "--search", "greedy"], capsys)
-    assert line["runner"] == runner and line["generated_tokens"] == 2 and line["beam_size"] == 1 and line["alpha"] is None
+    assert (
+        line["runner"] == runner and line["generated_tokens"] == 2 and line["beam_size"] == 1 and line["alpha"] is None
+    )
     assert line["tgt_tokens_per_s"] > 0 and line["batch1_latency_s"] > 0
 
 
@@ -79,6 +85,7 @@ def test_ctranslate2_compare_forced_work(capsys):
 def test_ctranslate2_compare_verses(capsys, tmp_path):
     pytest.importorskip("ctranslate2", reason="ctranslate2 (an extra) is not installed")
     from conftest import FIXTURE
+
     from keras_transformer import TrainingConfig, TransformerConfig
     from keras_transformer.training import train
 
@@ -97,14 +104,31 @@ def test_ctranslate2_compare_verses(capsys, tmp_path):
 
 def test_compare(capsys):
     pytest.importorskip("keras_hub", reason="keras-hub is in the `bench` extra, not installed")
-    line = run_main("compare", ["--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys)
+    line = run_main(
+        "compare",
+        ["--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"],
+        capsys,
+    )
     assert set(line["systems"]) == {"ours", "keras_hub"} and line["speedup_ours_over_keras_hub"] > 0
 
 
 def test_seed_parallelism(capsys, tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is in the `bench` extra, not installed")
     png = tmp_path / "plot.png"
-    argv = ["--workload", "tiny", "--lengths", "4", "--tokens", "8", "--steps", "1", "--warmup", "1", "--lstm-units", "8"]
+    argv = [
+        "--workload",
+        "tiny",
+        "--lengths",
+        "4",
+        "--tokens",
+        "8",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--lstm-units",
+        "8",
+    ]
     line = run_main("seed_parallelism", argv + ["--plot", str(png)], capsys)
     assert [row["length"] for row in line["rows"]] == [4] and png.stat().st_size > 0
 
@@ -118,9 +142,8 @@ def test_input_pipeline(capsys):
 
 
 def test_data_memory(capsys, tmp_path):
-    from conftest import FIXTURE
-
     import data_memory
+    from conftest import FIXTURE
 
     data_memory.main(["--make-tsv", str(tmp_path / "big.tsv"), "--lines", "3"])
     assert (tmp_path / "big.tsv").read_text(encoding="utf-8").splitlines()[2].endswith(" #2")

@@ -12,7 +12,9 @@ from keras_transformer.flags import parse_duration
 from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule
 
 
-@pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400), ("0.5h", 1800)])
+@pytest.mark.parametrize(
+    "text, seconds", [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400), ("0.5h", 1800)]
+)
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -45,7 +47,9 @@ def test_step_budget_schedule_warms_up_and_cools_down_by_fractions():
 
 def test_the_peak_is_equation_3s_whatever_the_budget():
     for total_steps in (200, 1000, 50000):
-        schedule = StepBudgetSchedule(d_model=512, total_steps=total_steps, warmup_fraction=0.1, scale=2.0, warmup_steps=4000)
+        schedule = StepBudgetSchedule(
+            d_model=512, total_steps=total_steps, warmup_fraction=0.1, scale=2.0, warmup_steps=4000
+        )
         assert lr(schedule, total_steps // 10) == pytest.approx(2.0 * 512**-0.5 * 4000**-0.5, rel=1e-5)
 
 

@@ -55,9 +55,13 @@ def test_keeps_the_best_weights(tmp_path):
 
 def test_every_k_epochs_and_resume(tmp_path):
     best_dir = str(tmp_path / "best")
-    callback = BleuCallback(ScriptedTranslator([REFERENCES]), ["s1", "s2"], REFERENCES, best_dir, every_epochs=2, log=lambda _: None)
+    callback = BleuCallback(
+        ScriptedTranslator([REFERENCES]), ["s1", "s2"], REFERENCES, best_dir, every_epochs=2, log=lambda _: None
+    )
     run_epochs(callback, tiny_model(), range(2))  # only epoch 1 is scored
-    resumed = BleuCallback(ScriptedTranslator([["a b c", "d e f"]]), ["s1", "s2"], REFERENCES, best_dir, every_epochs=2, log=lambda _: None)
+    resumed = BleuCallback(
+        ScriptedTranslator([["a b c", "d e f"]]), ["s1", "s2"], REFERENCES, best_dir, every_epochs=2, log=lambda _: None
+    )
     assert resumed.best == {"step": 20, "bleu": 100.0}
     run_epochs(resumed, tiny_model(), range(2, 4))
     assert json.load(open(os.path.join(best_dir, "bleu.json")))["step"] == 20  # a worse BLEU saves nothing

@@ -8,13 +8,24 @@ import subprocess
 import sys
 
 import pytest
+from conftest import FIXTURE
 
 import keras_transformer
-from conftest import FIXTURE
 from keras_transformer.cli import main
 from keras_transformer.quiet import drop_native_logs
 
-TINY = ["--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10", "--steps-per-epoch", "15"]
+TINY = [
+    "--preset",
+    "tiny",
+    "--vocab-size",
+    "300",
+    "--batch-tokens",
+    "512",
+    "--warmup-steps",
+    "10",
+    "--steps-per-epoch",
+    "15",
+]
 
 
 def run(*args, stdin=None, env=None):
@@ -23,7 +34,12 @@ def run(*args, stdin=None, env=None):
     unset = ("TF_CPP_MIN_LOG_LEVEL", "KERAS_TRANSFORMER_DEBUG")
     env = {**{k: v for k, v in os.environ.items() if k not in unset}, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "keras_transformer", *args], input=stdin, capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-m", "keras_transformer", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
 
 
@@ -75,7 +91,18 @@ def test_native_log_messages_are_dropped_and_everything_else_kept():
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     model_dir = str(tmp_path_factory.mktemp("cli") / "model")
-    result = run("train", "--data", str(FIXTURE), "--model-dir", model_dir, "--max-steps", "30", "--bleu-every-epochs", "2", *TINY)
+    result = run(
+        "train",
+        "--data",
+        str(FIXTURE),
+        "--model-dir",
+        model_dir,
+        "--max-steps",
+        "30",
+        "--bleu-every-epochs",
+        "2",
+        *TINY,
+    )
     assert result.returncode == 0, result.stderr
     return model_dir, result
 
@@ -146,8 +173,22 @@ def test_average_then_evaluate_greedy_on_the_averaged_weights(trained, tmp_path)
     shutil.copytree(trained[0], model_dir)
     result = run("average", "--model-dir", model_dir, "--last", "2")
     assert result.returncode == 0, result.stderr
-    assert "averaged the last 2 checkpoints into" in result.stderr and os.path.exists(os.path.join(model_dir, "averaged", "ckpt-30.index"))
-    result = run("evaluate", "--model-dir", model_dir, "--checkpoint", "averaged", "--beam-size", "1", "--alpha", "0", "--show", "0")
+    assert "averaged the last 2 checkpoints into" in result.stderr and os.path.exists(
+        os.path.join(model_dir, "averaged", "ckpt-30.index")
+    )
+    result = run(
+        "evaluate",
+        "--model-dir",
+        model_dir,
+        "--checkpoint",
+        "averaged",
+        "--beam-size",
+        "1",
+        "--alpha",
+        "0",
+        "--show",
+        "0",
+    )
     assert result.returncode == 0, result.stderr
     scores = json.loads(result.stdout)
     assert (scores["checkpoint"], scores["beam_size"], scores["alpha"], scores["sentences"]) == ("averaged", 1, 0.0, 8)
@@ -229,14 +270,44 @@ def test_train_takes_the_presets_model_and_training_settings_and_flags_override_
     from keras_transformer import TrainingConfig, TransformerConfig
 
     calls = []
-    monkeypatch.setattr("keras_transformer.training.train", lambda model_dir, config, training, data, **_: calls.append((config, training)))
+    monkeypatch.setattr(
+        "keras_transformer.training.train",
+        lambda model_dir, config, training, data, **_: calls.append((config, training)),
+    )
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "small", "--time-budget", "30m"])
     assert calls[-1] == (TransformerConfig.small(), TrainingConfig.preset("small", time_budget_s=1800.0))
-    main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "small", "--batch-tokens", "4096", "--no-norm-first", "--dropout", "0.1"])
+    main(
+        [
+            "train",
+            "--model-dir",
+            str(tmp_path / "m"),
+            "--preset",
+            "small",
+            "--batch-tokens",
+            "4096",
+            "--no-norm-first",
+            "--dropout",
+            "0.1",
+        ]
+    )
     config, training = calls[-1]
     assert training.batch_tokens == 4096 and training.fits_schedule_to_budget
     assert not config.norm_first and config.dropout == 0.1
-    main(["train", "--model-dir", str(tmp_path / "m"), "--num-layers", "2", "--d-model", "96", "--d-ff", "384", "--num-heads", "3"])
+    main(
+        [
+            "train",
+            "--model-dir",
+            str(tmp_path / "m"),
+            "--num-layers",
+            "2",
+            "--d-model",
+            "96",
+            "--d-ff",
+            "384",
+            "--num-heads",
+            "3",
+        ]
+    )
     assert calls[-1][0] == TransformerConfig.small(num_layers=2, d_model=96, d_ff=384, num_heads=3)
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "base"])
     assert calls[-1] == (TransformerConfig.base(), TrainingConfig())  # the paper's Eq. 3, warmup_steps 4000
@@ -262,11 +333,33 @@ def test_data_flags_make_the_data_config(monkeypatch, tmp_path):
     monkeypatch.setattr("keras_transformer.training.train", record)
     main(["train", "--model-dir", str(tmp_path / "m")])
     assert calls[-1][1] == DataConfig()
-    flags = ["--data", "a.tsv,b.tsv", "--valid-data", "v.tsv", "--test-data", "tfds:x", "--reverse", "--valid-pairs", "7"]
-    flags += ["--tokenizer-sample", "9", "--tokenizer-model", "m.model", "--max-length-ratio", "3", "--tfds-data-dir", "d"]
+    flags = [
+        "--data",
+        "a.tsv,b.tsv",
+        "--valid-data",
+        "v.tsv",
+        "--test-data",
+        "tfds:x",
+        "--reverse",
+        "--valid-pairs",
+        "7",
+    ]
+    flags += [
+        "--tokenizer-sample",
+        "9",
+        "--tokenizer-model",
+        "m.model",
+        "--max-length-ratio",
+        "3",
+        "--tfds-data-dir",
+        "d",
+    ]
     main(["train", "--model-dir", str(tmp_path / "m"), *flags, "--bleu-sentences", "5"])
     training, data = calls[-1]
-    assert data == DataConfig("a.tsv,b.tsv", "v.tsv", "tfds:x", True, 7, 9, "m.model", 3.0, "d") and training.bleu_sentences == 5
+    assert (
+        data == DataConfig("a.tsv,b.tsv", "v.tsv", "tfds:x", True, 7, 9, "m.model", 3.0, "d")
+        and training.bleu_sentences == 5
+    )
 
 
 @pytest.mark.slow
@@ -287,7 +380,9 @@ def test_explicit_validation_and_test_files(tmp_path):
     data += ["--test-data", str(tmp_path / "test.tsv")]
     result = run("train", *data, "--valid-pairs", "20", "--model-dir", model_dir, "--max-steps", "30", *TINY)
     assert result.returncode == 0, result.stderr
-    read, skipped = map(int, re.search(r"training data: read (\d+) pairs, skipped (\d+): \2 with an empty side", result.stderr).groups())
+    read, skipped = map(
+        int, re.search(r"training data: read (\d+) pairs, skipped (\d+): \2 with an empty side", result.stderr).groups()
+    )
     assert read == skipped * 301  # one in every pass over the file
     stored = json.load(open(os.path.join(model_dir, "config.json")))["data_config"]
     assert (stored["valid_data"], stored["test_data"], stored["valid_pairs"]) == (data[3], data[5], 20)

@@ -29,7 +29,10 @@ def test_overrides_and_named_presets():
         ({"dropout": 1.0}, "dropout"),
         ({"vocab_size": 4}, re.escape("vocab_size must exceed the 4 reserved ids (pad, start, EOS, unknown), got 4")),
         ({"eos_id": 0}, re.escape("must be the tokenizer's reserved ids (0, 1, 2), got (0, 1, 0)")),
-        ({"pad_id": 3}, re.escape("(pad_id, start_id, eos_id) must be the tokenizer's reserved ids (0, 1, 2), got (3, 1, 2)")),
+        (
+            {"pad_id": 3},
+            re.escape("(pad_id, start_id, eos_id) must be the tokenizer's reserved ids (0, 1, 2), got (3, 1, 2)"),
+        ),
         ({"max_length": 1}, "max_length"),
     ],
 )
@@ -54,11 +57,18 @@ def test_training_config_validation():
 
 
 def test_training_presets_paper_for_base_and_big_cpu_recipe_for_small():
-    assert TrainingConfig.preset("base") == TrainingConfig.preset("big") == TrainingConfig.preset("tiny") == TrainingConfig()
+    assert (
+        TrainingConfig.preset("base")
+        == TrainingConfig.preset("big")
+        == TrainingConfig.preset("tiny")
+        == TrainingConfig()
+    )
     assert not TrainingConfig.preset("base").fits_schedule_to_budget  # Eq. 3 with warmup_steps 4000
     small = TrainingConfig.preset("small")
     assert small.fits_schedule_to_budget and small.batch_tokens < TrainingConfig().batch_tokens
     assert TrainingConfig.preset("small", batch_tokens=4096).batch_tokens == 4096  # overrides win
-    assert TransformerConfig.small().norm_first and not TransformerConfig.base().norm_first  # the paper's post-LN by default
+    assert (
+        TransformerConfig.small().norm_first and not TransformerConfig.base().norm_first
+    )  # the paper's post-LN by default
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
         TrainingConfig.preset("huge")

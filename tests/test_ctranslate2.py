@@ -203,8 +203,15 @@ def test_refuses_a_tokenizer_with_a_piece_named_like_the_pad_token(fixture_pairs
     sources, targets = fixture_pairs
     model_file = tmp_path / "blank"
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(sources + targets), model_prefix=str(model_file), vocab_size=200,
-        pad_id=0, bos_id=1, eos_id=2, unk_id=3, user_defined_symbols=["<blank>"], minloglevel=2,
+        sentence_iterator=iter(sources + targets),
+        model_prefix=str(model_file),
+        vocab_size=200,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        unk_id=3,
+        user_defined_symbols=["<blank>"],
+        minloglevel=2,
     )
     tokenizer = SubwordTokenizer.load(f"{model_file}.model")
     model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size))

@@ -105,7 +105,9 @@ def test_batches_are_bucketed_within_the_token_budget(tokenizer):
 def test_batches_run_without_autotuning(tokenizer):
     """Its thread can hold up an iterator's destructor for a minute, in every epoch's validation."""
     for training in (False, True):
-        batches = make_batches(pairs_dataset(str(FIXTURE), "train"), tokenizer, max_length=64, batch_tokens=256, training=training)
+        batches = make_batches(
+            pairs_dataset(str(FIXTURE), "train"), tokenizer, max_length=64, batch_tokens=256, training=training
+        )
         assert batches.options().autotune.enabled is False
 
 

@@ -14,8 +14,8 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import FIXTURE
+
 from keras_transformer.distribute import check_jit_compile, resolve_strategy, tf_config_workers
 
 HERE = os.path.dirname(__file__)
@@ -51,7 +51,9 @@ def test_auto_is_the_default_strategy_on_one_cpu(monkeypatch):
 
 
 def test_tf_config_workers(monkeypatch):
-    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}))
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}})
+    )
     assert tf_config_workers() == 2
     monkeypatch.delenv("TF_CONFIG")
     assert tf_config_workers() == 0
@@ -66,7 +68,10 @@ def test_jit_compile_is_refused_for_several_cpu_replicas():
         num_replicas_in_sync = 2
 
         class extended:
-            worker_devices = ("/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1")
+            worker_devices = (
+                "/job:localhost/replica:0/task:0/device:CPU:0",
+                "/job:localhost/replica:0/task:0/device:CPU:1",
+            )
 
     with pytest.raises(ValueError, match="XLA cannot read a variable placed on another CPU device"):
         check_jit_compile(TwoCpuReplicas())

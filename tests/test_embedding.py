@@ -1,9 +1,9 @@
 import math
 
 import numpy as np
+from layer_contract import run_layer_test
 
 from keras_transformer.layers import PositionalEncoding, SharedEmbedding, sinusoid_table
-from layer_contract import run_layer_test
 
 
 def test_positional_encoding_matches_section_3_5():
@@ -22,7 +22,9 @@ def test_positional_encoding_layer_adds_the_table_and_one_position():
     x = np.zeros((2, 4, 8), "float32")
     np.testing.assert_allclose(layer(x)[1], sinusoid_table(10, 8)[:4], atol=1e-6)
     np.testing.assert_allclose(layer(x[:, :1], position=7)[0, 0], sinusoid_table(10, 8)[7], atol=1e-6)
-    run_layer_test(PositionalEncoding, {"max_length": 10}, (x,), expected_output_shape=(2, 4, 8), expected_trainable_weights=0)
+    run_layer_test(
+        PositionalEncoding, {"max_length": 10}, (x,), expected_output_shape=(2, 4, 8), expected_trainable_weights=0
+    )
 
 
 def test_shared_embedding_scales_by_sqrt_d_model_and_ties_the_output_projection():

@@ -2,10 +2,10 @@ import dataclasses
 
 import numpy as np
 import pytest
+from layer_contract import run_layer_test
 
 from keras_transformer import TransformerConfig
 from keras_transformer.layers import Decoder, DecoderLayer, Encoder, EncoderLayer, SublayerConnection
-from layer_contract import run_layer_test
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(2, 5, 16)).astype("float32")
@@ -25,20 +25,32 @@ def test_encoder_layer_contract():
 
 def test_decoder_layer_contract():
     run_layer_test(
-        DecoderLayer, {**LAYER, "cross_attention": True}, (X, MEMORY), expected_output_shape=X.shape, expected_trainable_weights=22
+        DecoderLayer,
+        {**LAYER, "cross_attention": True},
+        (X, MEMORY),
+        expected_output_shape=X.shape,
+        expected_trainable_weights=22,
     )
 
 
 def test_decoder_layer_without_cross_attention_contract():
     run_layer_test(
-        DecoderLayer, {**LAYER, "cross_attention": False}, (X,), expected_output_shape=X.shape, expected_trainable_weights=14
+        DecoderLayer,
+        {**LAYER, "cross_attention": False},
+        (X,),
+        expected_output_shape=X.shape,
+        expected_trainable_weights=14,
     )
 
 
 def test_stacks_contract():
     run_layer_test(Encoder, LAYER, (X,), expected_output_shape=X.shape, expected_trainable_weights=28)
     run_layer_test(
-        Decoder, {**LAYER, "cross_attention": True}, (X, MEMORY), expected_output_shape=X.shape, expected_trainable_weights=44
+        Decoder,
+        {**LAYER, "cross_attention": True},
+        (X, MEMORY),
+        expected_output_shape=X.shape,
+        expected_trainable_weights=44,
     )
 
 

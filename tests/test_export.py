@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import sentencepiece
 import tensorflow as tf
-
 from conftest import FIXTURE
+
 from keras_transformer.cli import main
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.data import read_pairs
@@ -33,7 +33,9 @@ class Exported:
     def __init__(self, root):
         self.model_dir = model_dir = str(root / "model")
         config = TransformerConfig.tiny(vocab_size=300)
-        training = TrainingConfig(max_steps=30, batch_tokens=512, warmup_steps=10, steps_per_epoch=30, learning_rate_scale=2.0)
+        training = TrainingConfig(
+            max_steps=30, batch_tokens=512, warmup_steps=10, steps_per_epoch=30, learning_rate_scale=2.0
+        )
         self.model = train(model_dir, config, training, str(FIXTURE), verbose=0, log=lambda message: None)
         self.tokenizer = ModelDir(model_dir).tokenizer()
         self.out = str(root / "export")
@@ -59,7 +61,12 @@ def run_artifact(kind, path, calls):
     """Outputs of `calls` [(signature, inputs)] run by tests/probes/run_artifact.py in a fresh process."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ""}
     result = subprocess.run(
-        [sys.executable, PROBE, kind, path], input=pickle.dumps(calls), capture_output=True, env=env, cwd=os.path.dirname(PROBE), timeout=600
+        [sys.executable, PROBE, kind, path],
+        input=pickle.dumps(calls),
+        capture_output=True,
+        env=env,
+        cwd=os.path.dirname(PROBE),
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     outputs = pickle.loads(result.stdout)
@@ -76,7 +83,9 @@ def assert_same_beams(got_ids, want_ids, got_scores, want_scores):
     assert got_ids.shape == want_ids.shape
     np.testing.assert_allclose(got_scores, want_scores, rtol=1e-4)
     gaps = np.abs(want_scores[:, :, None] - want_scores[:, None, :])  # [B, K, K]
-    tied = ((gaps <= 1e-4 * np.abs(want_scores)[:, :, None]) & ~np.eye(want_scores.shape[1], dtype=bool)).any(-1)  # [B, K]
+    tied = ((gaps <= 1e-4 * np.abs(want_scores)[:, :, None]) & ~np.eye(want_scores.shape[1], dtype=bool)).any(
+        -1
+    )  # [B, K]
     np.testing.assert_array_equal(got_ids[~tied], want_ids[~tied])
     assert (~tied).sum() >= len(want_ids)  # every sentence's comparison is not vacuous in aggregate
 
@@ -112,8 +121,12 @@ def test_tflite_metadata_describes_the_models(exported):
         metadata = json.load(f)
     config = exported.model.config
     assert {k: metadata[k] for k in ("max_length", "vocab_size", "pad_id", "start_id", "eos_id", "unk_id")} == {
-        "max_length": config.max_length, "vocab_size": config.vocab_size,
-        "pad_id": 0, "start_id": 1, "eos_id": 2, "unk_id": 3,
+        "max_length": config.max_length,
+        "vocab_size": config.vocab_size,
+        "pad_id": 0,
+        "start_id": 1,
+        "eos_id": 2,
+        "unk_id": 3,
     }
     assert (metadata["beam_size"], metadata["alpha"], metadata["tokenizer"]) == (4, 0.6, "tokenizer.model")
     models = {"ids": "translator.tflite", "ids_int8": "translator_int8.tflite", "text": "translator_text.tflite"}
@@ -126,7 +139,10 @@ def test_warmup_records_equal_tensorflow_servings_own():
     """The hand-encoded PredictionLog parses, with tensorflow-serving-api, into the message it builds."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-    inputs = {"text": np.array(["Jesus wept.", "🦜"], dtype=object), "source_ids": np.arange(300, dtype=np.int32).reshape(2, -1)}
+    inputs = {
+        "text": np.array(["Jesus wept.", "🦜"], dtype=object),
+        "source_ids": np.arange(300, dtype=np.int32).reshape(2, -1),
+    }
     spec = model_pb2.ModelSpec(name="translator", signature_name="serving_default")
     request = predict_pb2.PredictRequest(model_spec=spec)
     for key, value in inputs.items():
@@ -161,7 +177,9 @@ def test_saved_model_signatures_equal_the_python_model(exported):
     assert outputs[0]["score"].shape == (6,) and outputs[0]["score"].dtype == np.float32
     assert_same_beams(outputs[1]["ids"], reference.ids.numpy(), outputs[1]["scores"], reference.scores.numpy())
     assert outputs[2]["translations"].shape == (6, 4) and decoded(outputs[2]["translations"][:, 0]) == translations
-    ids_only = run_artifact("saved_model", exported.paths["saved_model_ids"], [("serving_default", {"source_ids": source_ids})])
+    ids_only = run_artifact(
+        "saved_model", exported.paths["saved_model_ids"], [("serving_default", {"source_ids": source_ids})]
+    )
     assert_same_beams(ids_only[0]["ids"], reference.ids.numpy(), ids_only[0]["scores"], reference.scores.numpy())
 
 
@@ -204,12 +222,19 @@ def test_tflite_ids_equal_the_saved_model(exported):
 @pytest.mark.slow
 def test_text_tflite_ids_equal_the_saved_model(exported):
     sentences = exported.sentences[:5] + [""]
-    outputs = run_artifact("litert_text", exported.paths["tflite_text"], [("serving_default", {"text": texts(sentences)})])
+    outputs = run_artifact(
+        "litert_text", exported.paths["tflite_text"], [("serving_default", {"text": texts(sentences)})]
+    )
     want = paper_beam_search(exported.model, exported.source_ids(sentences[:5]))
     length = want.ids.shape[2]
-    assert_same_beams(outputs[0]["ids"][:5, :, :length], want.ids.numpy(), outputs[0]["scores"][:5], want.scores.numpy())
+    assert_same_beams(
+        outputs[0]["ids"][:5, :, :length], want.ids.numpy(), outputs[0]["scores"][:5], want.scores.numpy()
+    )
     assert not outputs[0]["ids"][5].any()  # no tokens: nothing generated
-    assert exported.tokenizer.detokenize(outputs[0]["ids"][:5, 0]).numpy().tolist() == texts(exported.translator.translate(sentences[:5])).tolist()
+    assert (
+        exported.tokenizer.detokenize(outputs[0]["ids"][:5, 0]).numpy().tolist()
+        == texts(exported.translator.translate(sentences[:5])).tolist()
+    )
 
 
 HOSTILE = [
@@ -225,7 +250,11 @@ HOSTILE = [
 @pytest.mark.slow
 def test_hostile_input_through_serving_default(exported):
     assert len(HOSTILE[2]) > 9000
-    calls = [("serving_default", {"text": texts(HOSTILE)}), ("serving_default", {"text": texts([])}), ("serving_default", {"text": texts(exported.sentences[:8] * 32)})]
+    calls = [
+        ("serving_default", {"text": texts(HOSTILE)}),
+        ("serving_default", {"text": texts([])}),
+        ("serving_default", {"text": texts(exported.sentences[:8] * 32)}),
+    ]
     outputs = run_artifact("saved_model", exported.paths["saved_model"], calls)
     assert [len(o["translation"]) for o in outputs] == [len(HOSTILE), 0, 256]
     assert [len(o["score"]) for o in outputs] == [len(HOSTILE), 0, 256]

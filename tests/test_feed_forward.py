@@ -1,12 +1,14 @@
 import numpy as np
+from layer_contract import run_layer_test
 
 from keras_transformer.layers import PositionwiseFeedForward
-from layer_contract import run_layer_test
 
 
 def test_contract():
     x = np.random.default_rng(0).normal(size=(2, 3, 8)).astype("float32")
-    run_layer_test(PositionwiseFeedForward, {"d_ff": 16}, (x,), expected_output_shape=(2, 3, 8), expected_trainable_weights=4)
+    run_layer_test(
+        PositionwiseFeedForward, {"d_ff": 16}, (x,), expected_output_shape=(2, 3, 8), expected_trainable_weights=4
+    )
 
 
 def test_equation_2():

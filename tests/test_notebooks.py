@@ -9,13 +9,13 @@ import pathlib
 import re
 import sys
 import time
-import tomllib
 
 import nbformat
 import pytest
+import tomllib
+from conftest import FIXTURE
 
 import keras_transformer
-from conftest import FIXTURE
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COLAB = ROOT / "colab"
@@ -98,7 +98,9 @@ def test_install_cell_names_the_extras_its_imports_need(name):
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_no_model_code_in_cells(name):
     for source in code_cells(name):
-        assert not re.search(r"^\s*(class|def)\s", source, re.MULTILINE), f"{name}: define code in the package, not in cells"
+        assert not re.search(r"^\s*(class|def)\s", source, re.MULTILINE), (
+            f"{name}: define code in the package, not in cells"
+        )
         assert "keras.layers" not in source and "keras.Model" not in source and "add_weight" not in source
 
 

@@ -81,9 +81,26 @@ class Training:
 def test_sigterm_and_sigint_checkpoint_the_step_and_the_same_command_resumes(tmp_path):
     model_dir = str(tmp_path / "model")
     command = [
-        sys.executable, "-m", "keras_transformer", "train", "--data", str(FIXTURE), "--model-dir", model_dir,
-        "--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10",
-        "--steps-per-epoch", "100000", "--max-steps", "100000",
+        sys.executable,
+        "-m",
+        "keras_transformer",
+        "train",
+        "--data",
+        str(FIXTURE),
+        "--model-dir",
+        model_dir,
+        "--preset",
+        "tiny",
+        "--vocab-size",
+        "300",
+        "--batch-tokens",
+        "512",
+        "--warmup-steps",
+        "10",
+        "--steps-per-epoch",
+        "100000",
+        "--max-steps",
+        "100000",
     ]  # fmt: skip: no --checkpoint-every, and no epoch end: only the signal can save
     first = Training(command)
     try:

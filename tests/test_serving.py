@@ -51,7 +51,9 @@ class Unservable(tf.Module):
 def test_check_reports_every_broken_rule(tmp_path):
     module = Unservable()
     path = str(tmp_path / "1")
-    tf.saved_model.save(module, path, signatures={"scalar_py_func": module.scalar_py_func, "fixed_batch": module.fixed_batch})
+    tf.saved_model.save(
+        module, path, signatures={"scalar_py_func": module.scalar_py_func, "fixed_batch": module.fixed_batch}
+    )
     problems = "\n".join(check_saved_model(path))
     assert "no serving_default signature" in problems
     assert "signature scalar_py_func input 'x' has no batch dimension" in problems

@@ -46,7 +46,9 @@ def test_save_and_load(tokenizer, tmp_path):
     tokenizer.save(path)
     loaded = SubwordTokenizer.load(path)
     assert loaded.vocab_size == tokenizer.vocab_size
-    np.testing.assert_array_equal(loaded.tokenize(["Jesus wept."]).flat_values, tokenizer.tokenize(["Jesus wept."]).flat_values)
+    np.testing.assert_array_equal(
+        loaded.tokenize(["Jesus wept."]).flat_values, tokenizer.tokenize(["Jesus wept."]).flat_values
+    )
 
 
 def test_bad_files_get_clear_errors(tmp_path):

@@ -4,8 +4,8 @@ accumulation of N equal micro-batches equals one step, a NaN loss stops training
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import FIXTURE
+
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.model import Transformer
 from keras_transformer.training import TrainingDiverged, compile_model, train

@@ -32,8 +32,18 @@ def test_the_package_exports_the_translator_and_the_loader_and_no_module_names()
     public = [name for name in dir(kt) if not name.startswith("_")]
     assert "os" not in public and "typing" not in public and "importlib" not in public
     assert sorted(kt.__all__) == sorted(
-        ["PRESETS", "DataConfig", "DecodeResult", "TrainingConfig", "Transformer", "TransformerConfig", "Translator",
-         "beam_search", "greedy_search", "load_model"]
+        [
+            "PRESETS",
+            "DataConfig",
+            "DecodeResult",
+            "TrainingConfig",
+            "Transformer",
+            "TransformerConfig",
+            "Translator",
+            "beam_search",
+            "greedy_search",
+            "load_model",
+        ]
     )
     with pytest.raises(AttributeError, match="has no attribute 'translate'"):
         _ = kt.translate

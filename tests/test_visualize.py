@@ -27,7 +27,11 @@ def test_attention_maps_shapes_labels_and_masks(model, tokenizer):
     assert source[-1] == "</s>" and target[0] == "<s>"
     assert len(source) == len(tokenizer.tokenize(["And God said"]).numpy()[0]) + 1
     h, layers = model.config.num_heads, model.config.num_layers
-    for kind, shape in (("encoder", (h, len(source), len(source))), ("decoder_self", (h, len(target), len(target))), ("decoder_cross", (h, len(target), len(source)))):
+    for kind, shape in (
+        ("encoder", (h, len(source), len(source))),
+        ("decoder_self", (h, len(target), len(target))),
+        ("decoder_cross", (h, len(target), len(source))),
+    ):
         assert len(maps.weights[kind]) == layers
         for weights in maps.weights[kind]:
             assert weights.shape == shape

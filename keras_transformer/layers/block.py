@@ -30,7 +30,9 @@ class TransformerBlock(keras.layers.Layer):
     def residual(self, name: str, input_shape) -> SublayerConnection:
         """A built residual connection around one sub-layer (§3.1)."""
         c = self.config
-        connection = SublayerConnection(c.dropout, c.layer_norm_epsilon, c.norm_first, name=name, dtype=self.dtype_policy)
+        connection = SublayerConnection(
+            c.dropout, c.layer_norm_epsilon, c.norm_first, name=name, dtype=self.dtype_policy
+        )
         connection.build(input_shape)
         return connection
 

@@ -146,7 +146,13 @@ class Decoder(TransformerBlock):
         all_weights, new_cache = [], []
         for layer, layer_memory, layer_cache in zip(layers, memories, caches):
             x, extra = layer(
-                x, layer_memory, cache=layer_cache, position=position, training=training, return_attention_scores=True, **masks
+                x,
+                layer_memory,
+                cache=layer_cache,
+                position=position,
+                training=training,
+                return_attention_scores=True,
+                **masks,
             )
             (all_weights if cache is None else new_cache).append(extra)
         x = self.final_layer_norm(x) if self.final_layer_norm else x

@@ -1,6 +1,6 @@
 """Position-wise feed-forward network (Vaswani et al., 2017, §3.3).
 
-    FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                                     (Eq. 2)
+FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                                     (Eq. 2)
 """
 
 from __future__ import annotations

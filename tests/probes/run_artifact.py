@@ -61,7 +61,9 @@ def litert_text(path, calls):
 def main():
     kind, path = sys.argv[1], sys.argv[2]
     calls = pickle.load(sys.stdin.buffer)
-    results = {"saved_model": saved_model, "session": session, "litert": litert, "litert_text": litert_text}[kind](path, calls)
+    results = {"saved_model": saved_model, "session": session, "litert": litert, "litert_text": litert_text}[kind](
+        path, calls
+    )
     if results:
         results[0]["__modules__"] = sorted(name for name in sys.modules if "." not in name)
     pickle.dump(results, sys.stdout.buffer)
