@@ -25,6 +25,7 @@ without EOS ends there.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 from typing import NamedTuple
 
@@ -115,7 +116,7 @@ def top_k_rows(values, k: int, block: int = 128):
 
 
 def _beam_step(
-    state: BeamState, tokens_to_log_probs, limits, beam_size: int, alpha: float, eos_id: int, banned
+    state: BeamState, tokens_to_log_probs, limits, *, beam_size: int, alpha: float, eos_id: int, banned
 ) -> BeamState:
     """Extend every alive hypothesis by one token; refill the alive and the finished sets."""
     k = beam_size
@@ -156,15 +157,53 @@ def _beam_step(
     )
 
 
-def _searching(state: BeamState, limits, alpha: float):
-    """[] bool: some sentence's best alive hypothesis could still beat its worst finished one.
+def _stopped(state: BeamState, limits, alpha: float):
+    """[B] bool: no alive hypothesis of the sentence can beat its worst finished one.
 
     Log-probabilities only fall and lp grows with length, so the best an alive hypothesis can
     reach is its log-probability / lp(limit).
     """
     best_alive = state.alive_log_probs[:, 0] / length_penalty(limits, alpha)  # [B]
     worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [B], -inf while a slot is empty
-    return tf.logical_not(tf.reduce_all(worst_finished >= best_alive))
+    return worst_finished >= best_alive
+
+
+class Search(NamedTuple):
+    """The loop state of a search whose batch shrinks: B' of the B sentences still search."""
+
+    beams: BeamState  # of the B' sentences still searching
+    context: dict  # theirs: the model's decoding context, every leaf [B', ...]
+    limits: tf.Tensor  # [B'] int32, their length limits
+    sentences: tf.Tensor  # [B'] int32, their rows in the batch
+    ids: tf.Tensor  # [B, K, L] int32, the finished hypotheses of every sentence that stopped
+    scores: tf.Tensor  # [B, K] float32
+
+
+def _retire(search: Search, beam_size: int, alpha: float) -> Search:
+    """Take the sentences that stopped searching out of the loop: their finished sets go to the
+    results, and every row of theirs leaves the state (the cache in one gather), so that later
+    steps compute only the sentences still searching."""
+    stopped = _stopped(search.beams, search.limits, alpha)  # [B']
+
+    def retire():
+        out = tf.where(stopped)[:, 0]  # [stopped]
+        rows = tf.gather(search.sentences, out)[:, None]  # [stopped, 1]
+        ids = tf.tensor_scatter_nd_update(search.ids, rows, tf.gather(search.beams.finished_ids, out))
+        scores = tf.tensor_scatter_nd_update(search.scores, rows, tf.gather(search.beams.finished_scores, out))
+        keep = tf.cast(tf.where(tf.logical_not(stopped))[:, 0], tf.int32)  # [B'']
+        hypotheses = tf.reshape(keep[:, None] * beam_size + tf.range(beam_size), [-1])  # [B'' * K]
+        beams = search.beams._replace(
+            **{
+                name: tf.gather(value, keep)
+                for name, value in search.beams._asdict().items()
+                if name.startswith(("alive", "finished"))
+            },
+            cache=tf.nest.map_structure(lambda leaf: tf.gather(leaf, hypotheses), search.beams.cache),
+        )
+        context = tf.nest.map_structure(lambda leaf: tf.gather(leaf, keep), search.context)
+        return Search(beams, context, tf.gather(search.limits, keep), tf.gather(search.sentences, keep), ids, scores)
+
+    return tf.cond(tf.reduce_any(stopped), retire, lambda: search)
 
 
 def search_beams(
@@ -202,9 +241,12 @@ def search_beams(
     fixed = length if max_decode_length is not None or static_shapes else None
     context, cache = model.start_decoding(source_ids, k, fixed)  # cache leaves [B*K, ...]
 
-    def tokens_to_log_probs(token_ids, position, cache):
-        logits, cache = model.decode_step(token_ids, position, cache, context)  # [B*K, V]
-        return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), cache  # over the full vocabulary
+    def log_probs(context):
+        def tokens_to_log_probs(token_ids, position, cache):
+            logits, cache = model.decode_step(token_ids, position, cache, context)  # [B*K, V]
+            return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), cache  # over the full vocabulary
+
+        return tokens_to_log_probs
 
     banned = (config.pad_id, config.start_id)
     first_beam = tf.one_hot(0, k, on_value=0.0, off_value=NEG_INF)  # [K]: one hypothesis, the empty one
@@ -218,17 +260,25 @@ def search_beams(
         cache=cache,
     )
 
-    shapes = tf.nest.map_structure(lambda value: value.shape, state)
-    shapes = shapes._replace(
-        cache=tf.nest.map_structure(lambda shape: tf.TensorShape([None] * shape.rank), shapes.cache)
-    )
-    state = tf.while_loop(
-        lambda state: tf.logical_and(state.position < length, _searching(state, limits, alpha)),
-        lambda state: (_beam_step(state, tokens_to_log_probs, limits, k, alpha, config.eos_id, banned),),
-        (state,),
-        shape_invariants=(shapes,),
+    step = functools.partial(_beam_step, beam_size=k, alpha=alpha, eos_id=config.eos_id, banned=banned)
+    if fixed is not None:  # static shapes: the whole batch runs until its last sentence stops
+        state = tf.while_loop(
+            lambda state: tf.logical_and(state.position < length, tf.reduce_any(~_stopped(state, limits, alpha))),
+            lambda state: (step(state, log_probs(context), limits),),
+            (state,),
+        )[0]
+        return state.finished_ids, state.finished_scores
+    # The batch shrinks as sentences stop, and the cache grows: every shape but the position's may change.
+    search = Search(state, context, limits, tf.range(batch), state.finished_ids, state.finished_scores)
+    search = tf.while_loop(
+        lambda search: tf.logical_and(search.beams.position < length, tf.size(search.sentences) > 0),
+        lambda search: (
+            _retire(search._replace(beams=step(search.beams, log_probs(search.context), search.limits)), k, alpha),
+        ),
+        (search,),
+        shape_invariants=(tf.nest.map_structure(lambda value: tf.TensorShape([None] * value.shape.rank), search),),
     )[0]
-    return state.finished_ids, state.finished_scores
+    return search.ids, search.scores
 
 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

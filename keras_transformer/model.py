@@ -95,7 +95,8 @@ class Transformer(keras_compat.Model):
         Returns `(context, cache)`:
 
         - context: per sentence, read-only: every decoder layer's cross-attention keys and
-          values [B, S, h, d_k] and the source padding mask [B, S];
+          values [B, h, S, d_k] and the source padding mask [B, S] (with a fixed-size cache,
+          also the flag "fixed_cache");
         - cache: per hypothesis, [B * hypotheses, ...] leaves (the hypotheses of sentence b on
           rows b*hypotheses ...), every decoder layer's self-attention keys and values: empty and
           growing by one position per step, or with `max_length` fixed slots (static shapes,
@@ -106,11 +107,9 @@ class Transformer(keras_compat.Model):
         if not self.built:
             self.build()
         memory, source_mask = self.encode(source_ids, training=False)
-        context = {
-            "memory": self.decoder.project_memory(memory),
-            "source_mask": source_mask,
-            "fixed_cache": max_length is not None,
-        }
+        context = {"memory": self.decoder.project_memory(memory), "source_mask": source_mask}
+        if max_length is not None:
+            context["fixed_cache"] = True
         # A growing cache starts with no slot, of a length not known when traced: TFLite's converter
         # types a while loop's state by its first value, and a static 0 cannot grow.
         slots = ops.minimum(ops.shape(source_ids)[1], 0) if max_length is None else max_length
@@ -127,7 +126,7 @@ class Transformer(keras_compat.Model):
             context["memory"],
             memory_padding_mask=context["source_mask"],
             cache=cache,
-            position=position if context["fixed_cache"] else None,
+            position=position if context.get("fixed_cache") else None,
         )  # [B', 1, d_model]
         return self.embedding.project(x)[:, 0], cache  # [B', vocab]
 

@@ -17,6 +17,11 @@ EOS = 2
 SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
 
 
+def fixed_cache(max_length):
+    """The context's flag of a fixed-size cache, which only a fixed-size cache has."""
+    return {} if max_length is None else {"fixed_cache": True}
+
+
 def empty_inputs(source_ids, hypotheses, max_length):
     """A cache of decoder inputs: growing (max_length None) or of max_length fixed slots."""
     return {"fed": tf.zeros([tf.shape(source_ids)[0] * hypotheses, max_length or 0], tf.int32)}
@@ -24,7 +29,7 @@ def empty_inputs(source_ids, hypotheses, max_length):
 
 def feed(fed, token_ids, position, context):
     """`token_ids` [B] appended to a growing cache of inputs, or written at `position` in a fixed one."""
-    if not context["fixed_cache"]:
+    if not context.get("fixed_cache"):
         return tf.concat([fed, token_ids[:, None]], axis=1)
     return fed + tf.one_hot(position, tf.shape(fed)[1], dtype=tf.int32)[None, :] * token_ids[:, None]
 
@@ -40,7 +45,7 @@ class ScriptedModel:
         self.steps = 0
 
     def start_decoding(self, source_ids, hypotheses, max_length=None):
-        return {"fixed_cache": max_length is not None}, empty_inputs(source_ids, hypotheses, max_length)
+        return fixed_cache(max_length), empty_inputs(source_ids, hypotheses, max_length)
 
     def decode_step(self, token_ids, position, cache, context):
         fed = feed(cache["fed"], token_ids, position, context)  # [B, position + 1 or L]
@@ -151,16 +156,14 @@ class Uncached:
 
     def start_decoding(self, source_ids, hypotheses, max_length=None):
         memory, source_mask = self.model.encode(source_ids, training=False)
-        context = {
-            "memory": tf.repeat(memory, hypotheses, axis=0),
-            "source_mask": tf.repeat(source_mask, hypotheses, axis=0),
-            "fixed_cache": max_length is not None,
-        }
+        context = {"memory": memory, "source_mask": source_mask, **fixed_cache(max_length)}
         return context, empty_inputs(source_ids, hypotheses, max_length)
 
     def decode_step(self, token_ids, position, cache, context):
         fed = feed(cache["fed"], token_ids, position, context)  # [B, position + 1 or L]
-        logits = self.model.decode(fed, context["memory"], context["source_mask"], training=False)  # [B, L, V]
+        hypotheses = tf.shape(fed)[0] // tf.shape(context["memory"])[0]  # the beams of each sentence
+        memory, source_mask = (tf.repeat(context[name], hypotheses, axis=0) for name in ("memory", "source_mask"))
+        logits = self.model.decode(fed, memory, source_mask, training=False)  # [B, L, V]
         return tf.gather(logits, position, axis=1), {"fed": fed}
 
 
@@ -273,3 +276,17 @@ def test_top_k_rows_equals_top_k_with_ties(vocab_size, k):
     result = top_k_rows(tf.constant(values), k, block=16)
     np.testing.assert_array_equal(result[0], expected.values)
     np.testing.assert_array_equal(result[1], expected.indices)
+
+
+def test_sentences_that_stop_early_leave_the_batch_and_keep_their_results(model):
+    """The batch shrinks as sentences stop: each sentence's beams equal its beams decoded alone."""
+    source = np.array([[5, 6, 7, 8, 9, 2], [8, 2, 0, 0, 0, 0], [11, 12, 2, 0, 0, 0], [5, 2, 0, 0, 0, 0]], np.int32)
+    batched = beam_search(model, source, beam_size=3, alpha=0.6, b=8)
+    lengths = [np.count_nonzero(h) for h in batched.ids.numpy()[:, 0]]
+    assert len(set(lengths)) > 1  # the sentences stop at different steps
+    for row in range(len(source)):
+        alone = beam_search(model, source[row : row + 1], beam_size=3, alpha=0.6, b=8)
+        width = alone.ids.shape[-1]
+        np.testing.assert_array_equal(batched.ids.numpy()[row, :, :width], alone.ids.numpy()[0])
+        assert not batched.ids.numpy()[row, :, width:].any()
+        np.testing.assert_allclose(batched.scores.numpy()[row], alone.scores.numpy()[0], rtol=1e-5)
