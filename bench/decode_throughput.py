@@ -12,8 +12,8 @@ Runners (entries of `RUNNERS`), all on the same random weights (keras-hub: its o
 
 - `python`: `keras_transformer.beam_search` (a `tf.function`) called from Python; greedy is
   beam size 1, alpha 0 (what `greedy_search` calls).
-- `xla`: the same `search_beams` in a `tf.function(jit_compile=True)`, compiled once per input
-  shape (batch 16 and batch 1).
+- `xla`: the same `search_beams` with `static_shapes=True` (a fixed-size cache) in a
+  `tf.function(jit_compile=True)`, compiled once per input shape (batch 16 and batch 1).
 - `savedmodel`: the package's ids-only export (`serving.TranslationModule(model, decode=...)`,
   saved to a temporary directory), loaded with `tf.saved_model.load` in this process, called
   through its `serving_default` (= `translate_ids`) signature.
@@ -84,10 +84,11 @@ def forbid_eos(model) -> None:
 
 def search_settings(search: str, generate: int, beam_size: int, alpha: float) -> dict:
     """Static arguments of `beam_search`/`search_beams` that give exactly `generate` tokens per
-    hypothesis: a static length, and the limit a * |source| + b with a = 0, b = `generate`."""
+    hypothesis: the limit a * |source| + b with a = 0, b = `generate` (the default search, whose
+    cache grows; XLA's `static_shapes` search takes the same length from the input's shape)."""
     if search == "greedy":
         beam_size, alpha = 1, 0.0
-    return dict(beam_size=beam_size, alpha=alpha, max_decode_length=generate, a=0.0, b=generate)
+    return dict(beam_size=beam_size, alpha=alpha, a=0.0, b=generate)
 
 
 def python_runner(model, settings: dict):
@@ -95,7 +96,7 @@ def python_runner(model, settings: dict):
 
 
 def xla_runner(model, settings: dict):
-    return tf.function(lambda ids: search_beams(model, ids, **settings)[0], jit_compile=True)
+    return tf.function(lambda ids: search_beams(model, ids, **settings, static_shapes=True)[0], jit_compile=True)
 
 
 def exported(model, settings: dict) -> TranslationModule:
@@ -122,7 +123,7 @@ def tflite_runner(model, settings: dict, int8: bool = False):
 
 def keras_hub_runner(model, settings: dict, jit_compile: bool = False):
     search = "greedy" if settings["beam_size"] == 1 else "beam"
-    run = keras_hub_generate(model.config, search, settings["max_decode_length"], settings["beam_size"])
+    run = keras_hub_generate(model.config, search, settings["b"], settings["beam_size"])
     return tf.function(run, jit_compile=jit_compile)
 
 
@@ -138,7 +139,7 @@ def ctranslate2_runner(model, settings: dict, compute_type: str = "float32"):
             sources,
             beam_size=settings["beam_size"],
             length_penalty=settings["alpha"],
-            max_decoding_length=settings["max_decode_length"],
+            max_decoding_length=settings["b"],
         )
         hypotheses = [[ids[token] for token in result.hypotheses[0]] for result in results]
         out = np.full((len(hypotheses), 1, max(map(len, hypotheses))), config.pad_id, np.int32)  # [B, 1, L]

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import tensorflow as tf
 from common import FIRST_TOKEN, emit, load_average, record
-from decode_throughput import forbid_eos, search_settings
+from decode_throughput import forbid_eos
 from profile_step import op_type_self_times
 
 from keras_transformer import Transformer, TransformerConfig, beam_search
@@ -46,7 +46,7 @@ def main(argv=None):
     model = Transformer(config)
     model.build()
     forbid_eos(model)
-    settings = search_settings("beam", args.generate, args.beam_size, 0.6)
+    settings = dict(beam_size=args.beam_size, alpha=0.6, a=0.0, b=args.generate)  # the default search, forced length
     rng = np.random.default_rng(0)
     source = rng.integers(FIRST_TOKEN, config.vocab_size, (args.batch, args.source_length), dtype=np.int32)
     load_before = load_average()
