@@ -14,10 +14,9 @@ import argparse
 import time
 
 import numpy as np
-import tensorflow as tf
 from common import FIRST_TOKEN, emit, load_average, record
 from decode_throughput import forbid_eos
-from profile_step import op_type_self_times
+from profile_step import profiled
 
 from keras_transformer import Transformer, TransformerConfig, beam_search
 
@@ -54,12 +53,7 @@ def main(argv=None):
     start = time.perf_counter()
     beam_search(model, source, **settings).ids.numpy()
     seconds = time.perf_counter() - start
-    tf.profiler.experimental.start(args.logdir)
-    beam_search(model, source, **settings).ids.numpy()
-    tf.profiler.experimental.stop()
-    totals = op_type_self_times(args.logdir)
-    everything = sum(totals.values())
-    top = sorted(totals.items(), key=lambda item: -item[1])[: args.top]
+    top, everything = profiled(lambda: beam_search(model, source, **settings).ids.numpy(), args.logdir, args.top)
     emit(
         record(
             benchmark="profile_decode",

@@ -36,6 +36,18 @@ def op_type_self_times(logdir: str) -> dict[str, float]:
     return totals
 
 
+def profiled(run, logdir: str, top: int):
+    """Run `run()` under the TensorFlow profiler: the `top` op types by host self time, as
+    [(type, microseconds)] largest first, and the self time of all of them."""
+    import tensorflow as tf
+
+    tf.profiler.experimental.start(logdir)
+    run()
+    tf.profiler.experimental.stop()
+    totals = op_type_self_times(logdir)
+    return sorted(totals.items(), key=lambda item: -item[1])[:top], sum(totals.values())
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="medium")
@@ -48,20 +60,13 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    import tensorflow as tf
-
     args = parse_args(argv)
     workload = WORKLOADS[args.workload]
     load_before = load_average()
     model = build_ours(workload, args.jit_compile)
     dataset = repeated(synthetic_batch(workload))
     fit_steps(model, dataset, args.warmup)
-    tf.profiler.experimental.start(args.logdir)
-    fit_steps(model, dataset, args.steps)
-    tf.profiler.experimental.stop()
-    totals = op_type_self_times(args.logdir)
-    everything = sum(totals.values())
-    top = sorted(totals.items(), key=lambda item: -item[1])[: args.top]
+    top, everything = profiled(lambda: fit_steps(model, dataset, args.steps), args.logdir, args.top)
     emit(
         record(
             benchmark="profile_step",

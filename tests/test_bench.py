@@ -150,3 +150,14 @@ def test_data_memory(capsys, tmp_path):
     line = run_main("data_memory", ["--data", str(FIXTURE), "--steps", "1"], capsys)
     run = line["runs"][str(FIXTURE)]
     assert run["peak_rss_mb"] > 100 and 0 < run["first_step_s"] < run["total_s"]
+
+
+def test_profile_decode(capsys, tmp_path):
+    line = run_main(
+        "profile_decode",
+        ["--model", "tiny", "--batch", "2", "--source-length", "5", "--generate", "3", "--logdir", str(tmp_path)],
+        capsys,
+    )
+    assert line["ms_per_step"] > 0 and line["target_tokens_per_s"] > 0
+    assert any("MatMul" in name for name in line["op_self_time_ms_per_step"])
+    assert 0 < sum(line["op_self_time_share"].values()) <= 1.0 + 1e-6
