@@ -10,6 +10,8 @@ import pytest  # noqa: E402
 
 DATA = pathlib.Path(__file__).parent / "data"
 FIXTURE = DATA / "fixture_bible.en-de.tsv"
+# A tiny model that trains in seconds on the fixture (the CLI and resume tests' `train` flags).
+TINY_TRAINING = ["--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10"]
 
 
 @pytest.fixture(autouse=True)

@@ -8,24 +8,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURE
+from conftest import FIXTURE, TINY_TRAINING
 
 import keras_transformer
 from keras_transformer.cli import main
 from keras_transformer.quiet import drop_native_logs
 
-TINY = [
-    "--preset",
-    "tiny",
-    "--vocab-size",
-    "300",
-    "--batch-tokens",
-    "512",
-    "--warmup-steps",
-    "10",
-    "--steps-per-epoch",
-    "15",
-]
+TINY = [*TINY_TRAINING, "--steps-per-epoch", "15"]
 
 
 def run(*args, stdin=None, env=None):

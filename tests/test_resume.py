@@ -12,7 +12,7 @@ import time
 
 import pytest
 import tensorflow as tf
-from conftest import FIXTURE
+from conftest import FIXTURE, TINY_TRAINING
 
 TIMEOUT_S = 600
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -89,19 +89,13 @@ def test_sigterm_and_sigint_checkpoint_the_step_and_the_same_command_resumes(tmp
         str(FIXTURE),
         "--model-dir",
         model_dir,
-        "--preset",
-        "tiny",
-        "--vocab-size",
-        "300",
-        "--batch-tokens",
-        "512",
-        "--warmup-steps",
-        "10",
+        *TINY_TRAINING,
+        # no --checkpoint-every, and no epoch end: only the signal can save
         "--steps-per-epoch",
         "100000",
         "--max-steps",
         "100000",
-    ]  # fmt: skip: no --checkpoint-every, and no epoch end: only the signal can save
+    ]
     first = Training(command)
     try:
         first.wait_for("training on")
