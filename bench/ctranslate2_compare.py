@@ -62,18 +62,19 @@ WARMUP_VERSES = 2
 
 
 class CountingTranslator(Translator):
-    """Our `Translator` with its search given as `search(source_ids [B, S]) -> (ids [B, beam, L],
-    scores [B, beam])`, counting the tokens of the best hypotheses (EOS included)."""
+    """Our `Translator` with its search given as `search(source_ids [B, S], n) -> (ids [B, n', L],
+    scores [B, n'])` (n' >= n: the SavedModel's `translate_ids` returns every beam), counting the
+    tokens of the best hypotheses (EOS included)."""
 
     def __init__(self, model, tokenizer, search, **kwargs):
         super().__init__(model, tokenizer, **kwargs)
         self.search = search
         self.target_tokens = 0
 
-    def decode(self, source_ids):
-        ids, scores = self.search(source_ids)
+    def decode(self, source_ids, n=None):
+        ids, scores = self.search(source_ids, n)
         self.target_tokens += int(tf.math.count_nonzero(ids[:, 0] != self.model.config.pad_id))
-        return ids, scores  # [B, beam, L], [B, beam]; Translator keeps the n best
+        return ids[:, :n], scores[:, :n]  # [B, n, L], [B, n]
 
 
 def ours(model, tokenizer, args, savedmodel: bool = False, jit_compile: bool = False):
@@ -87,13 +88,13 @@ def ours(model, tokenizer, args, savedmodel: bool = False, jit_compile: bool = F
             TranslationModule(model, decode=decode).save(path)
             signature = tf.saved_model.load(path).signatures["serving_default"]  # variables are read in now
 
-        def search(source_ids):
-            result = signature(source_ids=tf.constant(source_ids))
+        def search(source_ids, n):
+            result = signature(source_ids=tf.constant(source_ids))  # every beam
             return result["ids"], result["scores"]
     else:
 
-        def search(source_ids):
-            result = decode(model, source_ids)
+        def search(source_ids, n):
+            result = decode(model, source_ids, nbest=n)
             return result.ids, result.scores
 
     def translate(texts):

@@ -158,15 +158,16 @@ def _beam_step(
     )
 
 
-def _stopped(state: BeamState, limits, alpha: float):
-    """[B] bool: no alive hypothesis of the sentence can beat its worst finished one.
+def _stopped(state: BeamState, limits, alpha: float, nbest: int):
+    """[B] bool: no alive hypothesis of the sentence can beat its `nbest`-th best finished one, so
+    its `nbest` best hypotheses are final (with nbest = K: the whole finished set).
 
     Log-probabilities only fall and lp grows with length, so the best an alive hypothesis can
     reach is its log-probability / lp(limit).
     """
     best_alive = state.alive_log_probs[:, 0] / length_penalty(limits, alpha)  # [B]
-    worst_finished = tf.reduce_min(state.finished_scores, axis=1)  # [B], -inf while a slot is empty
-    return worst_finished >= best_alive
+    last_kept = state.finished_scores[:, nbest - 1]  # [B], descending; -inf while the slot is empty
+    return last_kept >= best_alive
 
 
 class Search(NamedTuple):
@@ -180,11 +181,11 @@ class Search(NamedTuple):
     scores: tf.Tensor  # [B, K] float32
 
 
-def _retire(search: Search, beam_size: int, alpha: float) -> Search:
+def _retire(search: Search, beam_size: int, alpha: float, nbest: int) -> Search:
     """Take the sentences that stopped searching out of the loop: their finished sets go to the
     results, and every row of theirs leaves the state (the cache in one gather), so that later
     steps compute only the sentences still searching."""
-    stopped = _stopped(search.beams, search.limits, alpha)  # [B']
+    stopped = _stopped(search.beams, search.limits, alpha, nbest)  # [B']
 
     def retire():
         out = tf.where(stopped)[:, 0]  # [stopped]
@@ -217,8 +218,11 @@ def search_beams(
     a: float = LENGTH_A,
     b: int = LENGTH_B,
     static_shapes: bool = False,
+    nbest: int | None = None,
 ):
-    """The traceable beam search: source_ids [B, S] int32 -> (ids [B, K, L] int32, scores [B, K] float32).
+    """The traceable beam search: source_ids [B, S] int32 -> (ids [B, n, L] int32, scores [B, n] float32),
+    the n = `nbest` (default K) best hypotheses. A sentence stops once those are final, so a
+    smaller `nbest` stops sooner (exactly: the best hypothesis is the same whatever `nbest`).
 
     Wrap it in `tf.function` or a `tf.Module` signature; `beam_search` is the checked, compiled
     entry point. L = `max_decode_length` if given; else, with `static_shapes` (what XLA compiles:
@@ -227,6 +231,7 @@ def search_beams(
     """
     config = model.config
     k = beam_size
+    nbest = k if nbest is None else nbest
     source_ids = tf.cast(source_ids, tf.int32)  # [B, S]
     batch = tf.shape(source_ids)[0]
     cap = config.max_length if max_decode_length is None else min(max_decode_length, config.max_length)
@@ -264,22 +269,26 @@ def search_beams(
     step = functools.partial(_beam_step, beam_size=k, alpha=alpha, eos_id=config.eos_id, banned=banned)
     if fixed is not None:  # static shapes: the whole batch runs until its last sentence stops
         state = tf.while_loop(
-            lambda state: tf.logical_and(state.position < length, tf.reduce_any(~_stopped(state, limits, alpha))),
+            lambda state: tf.logical_and(
+                state.position < length, tf.reduce_any(~_stopped(state, limits, alpha, nbest))
+            ),
             lambda state: (step(state, log_probs(context), limits),),
             (state,),
         )[0]
-        return state.finished_ids, state.finished_scores
+        return state.finished_ids[:, :nbest], state.finished_scores[:, :nbest]
     # The batch shrinks as sentences stop, and the cache grows: every shape but the position's may change.
     search = Search(state, context, limits, tf.range(batch), state.finished_ids, state.finished_scores)
     search = tf.while_loop(
         lambda search: tf.logical_and(search.beams.position < length, tf.size(search.sentences) > 0),
         lambda search: (
-            _retire(search._replace(beams=step(search.beams, log_probs(search.context), search.limits)), k, alpha),
+            _retire(
+                search._replace(beams=step(search.beams, log_probs(search.context), search.limits)), k, alpha, nbest
+            ),
         ),
         (search,),
         shape_invariants=(tf.nest.map_structure(lambda value: tf.TensorShape([None] * value.shape.rank), search),),
     )[0]
-    return search.ids, search.scores
+    return search.ids[:, :nbest], search.scores[:, :nbest]
 
 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -346,21 +355,25 @@ def beam_search(
     a: float = LENGTH_A,
     b: int = LENGTH_B,
     jit_compile: bool = False,
+    nbest: int | None = None,
 ) -> DecodeResult:
-    """Beam search with the GNMT length penalty (§6.1; Wu et al., 2016): the `beam_size` best
-    hypotheses of every sentence, best first.
+    """Beam search with the GNMT length penalty (§6.1; Wu et al., 2016): the `nbest` (default
+    `beam_size`) best hypotheses of every sentence, best first. A sentence stops searching once
+    those are final, so `nbest=1` (one translation) stops sooner, with the same best hypothesis.
 
     source_ids: [B, S] int32, padded with `pad_id`, at most the model's `max_length` long
     (`Translator` truncates longer sources with a warning). `max_decode_length`: a static output
     length (for fixed-shape exports), also a cap on every sentence's limit `a * |source| + b`.
     `jit_compile`: run the search compiled by XLA, on inputs padded to a few bucket shapes (each
     compiled once, seconds each; then several times faster than the TensorFlow graph at small
-    batches). Returns ids [B, beam_size, L] and scores [B, beam_size].
+    batches). Returns ids [B, nbest, L] and scores [B, nbest].
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if alpha < 0:
         raise ValueError(f"alpha must be >= 0, got {alpha}")
+    if nbest is not None and not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must be between 1 and the beam size {beam_size}, got {nbest}")
     if max_decode_length is not None and max_decode_length < 1:
         raise ValueError(f"max_decode_length must be >= 1, got {max_decode_length}")
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
@@ -371,7 +384,12 @@ def beam_search(
             f"source of {source_ids.shape[1]} tokens is longer than the model's max_length {model.config.max_length}"
         )
     static = dict(
-        beam_size=int(beam_size), alpha=float(alpha), max_decode_length=max_decode_length, a=float(a), b=int(b)
+        beam_size=int(beam_size),
+        alpha=float(alpha),
+        max_decode_length=max_decode_length,
+        a=float(a),
+        b=int(b),
+        nbest=None if nbest is None else int(nbest),
     )
     if jit_compile:
         if not model.built:  # XLA cannot create the variables
@@ -382,12 +400,12 @@ def beam_search(
     return DecodeResult(ids=ids, scores=scores)
 
 
-def paper_beam_search(model, source_ids) -> DecodeResult:
+def paper_beam_search(model, source_ids, nbest: int | None = None) -> DecodeResult:
     """The paper's decoding (§6.1): beam size 4, length penalty alpha 0.6, limit |source| + 50."""
-    return beam_search(model, source_ids, beam_size=4, alpha=0.6)
+    return beam_search(model, source_ids, beam_size=4, alpha=0.6, nbest=nbest)
 
 
-def greedy_search(model, source_ids, *, a: float = LENGTH_A, b: int = LENGTH_B) -> DecodeResult:
+def greedy_search(model, source_ids, *, a: float = LENGTH_A, b: int = LENGTH_B, nbest: int = 1) -> DecodeResult:
     """Greedy decoding, which is beam search with beam_size 1 and alpha 0: ids [B, 1, L], scores
-    [B, 1] = the sum of the chosen tokens' log-probabilities."""
-    return beam_search(model, source_ids, beam_size=1, alpha=0.0, a=a, b=b)
+    [B, 1] = the sum of the chosen tokens' log-probabilities (`nbest` can only be 1)."""
+    return beam_search(model, source_ids, beam_size=1, alpha=0.0, a=a, b=b, nbest=nbest)

@@ -14,8 +14,8 @@ Text goes through the same steps as `keras_transformer.translation.Translator`
 no tokens (empty or only spaces) translates to "" with score 0. Invalid UTF-8 bytes are
 replaced by U+FFFD (the unknown token) instead of failing the batch.
 
-The search is any `decode(model, source_ids) -> DecodeResult` (`paper_beam_search` by default, or
-`greedy_search`); its output length follows `decoding.decode_limits`.
+The search is any `decode(model, source_ids, nbest=None) -> DecodeResult` (`paper_beam_search`
+by default, or `greedy_search`); its output length follows `decoding.decode_limits`.
 """
 
 from __future__ import annotations
@@ -74,15 +74,15 @@ class TranslationModule(tf.Module):
         result = self._decode(self.model, truncate_source_ids(source_ids, self.model.config.max_length))
         return {"ids": result.ids, "scores": result.scores}  # [B, beam, L], [B, beam]
 
-    def _search_text(self, text):
-        """text [B] -> (ids [B, beam, L], scores [B, beam]); a text with no tokens gets only pads
-        (which detokenize to "") and score 0."""
+    def _search_text(self, text, nbest=None):
+        """text [B] -> (ids [B, n, L], scores [B, n]), the `nbest` best (default: every beam); a
+        text with no tokens gets only pads (which detokenize to "") and score 0."""
         if not self._lite_text:
             text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
         source_ids, token_counts = self.tokenizer.source_ids(text, self.model.config.max_length)
         empty = token_counts == 0  # [B]
-        result = self._decode(self.model, source_ids)
-        ids = tf.where(empty[:, None, None], self.model.config.pad_id, result.ids)  # [B, beam, L]
+        result = self._decode(self.model, source_ids, nbest=nbest)
+        ids = tf.where(empty[:, None, None], self.model.config.pad_id, result.ids)  # [B, n, L]
         return ids, tf.where(empty[:, None], 0.0, result.scores)
 
     def _detokenize_beams(self, ids):
@@ -92,7 +92,7 @@ class TranslationModule(tf.Module):
         return tf.reshape(flat, shape[:2])
 
     def _translate(self, text):
-        ids, scores = self._search_text(text)
+        ids, scores = self._search_text(text, nbest=1)  # one translation: the search stops sooner
         return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
 
     def _translate_nbest(self, text):

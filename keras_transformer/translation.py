@@ -65,10 +65,16 @@ class Translator:
             rows.append(row[: min(count, keep) + 1])  # [tokens + EOS]
         return rows
 
-    def decode(self, source_ids):
-        """[B, S] ids -> (hypothesis ids [B, beam, L], scores [B, beam]), best first."""
+    def decode(self, source_ids, n: int | None = None):
+        """[B, S] ids -> (hypothesis ids [B, n, L], scores [B, n]), the `n` best (default: the beam
+        size), best first; the search stops a sentence as soon as they are final."""
         result = beam_search(
-            self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha, jit_compile=self.jit_compile
+            self.model,
+            source_ids,
+            beam_size=self.beam_size,
+            alpha=self.alpha,
+            jit_compile=self.jit_compile,
+            nbest=n,
         )
         return result.ids, result.scores
 
@@ -113,8 +119,7 @@ class Translator:
             batch = np.full((len(chunk), width), self.model.config.pad_id, np.int32)
             for row, k in enumerate(chunk):
                 batch[row, : len(rows[k])] = rows[k]
-            ids, scores = self.decode(batch)
-            ids, scores = ids[:, :n], scores[:, :n]  # [B, n, L], [B, n]
+            ids, scores = self.decode(batch, n)  # [B, n, L], [B, n]
             outputs = self.tokenizer.detokenize(tf.reshape(ids, [-1, ids.shape[-1]])).numpy().reshape(ids.shape[:2])
             for k, row, row_scores in zip(chunk, outputs, scores.numpy()):
                 translations[todo[k]] = [

@@ -197,7 +197,8 @@ def test_beam_1_with_alpha_0_is_greedy(model):
 
 def test_no_retracing_on_new_shapes(model):
     beam_search(model, SOURCE)
-    function = compiled(model, "beam", search_beams, beam_size=4, alpha=0.6, max_decode_length=None, a=1.0, b=50)
+    static = dict(beam_size=4, alpha=0.6, max_decode_length=None, a=1.0, b=50, nbest=None)
+    function = compiled(model, "beam", search_beams, **static)
     beam_search(model, np.array([[5, 6, 7, 8, 9, 2]], np.int32))
     beam_search(model, SOURCE)
     assert function.experimental_get_tracing_count() == 1
@@ -247,6 +248,7 @@ def test_tflite_builtins_give_the_same_beams(model):
         (dict(beam_size=0), "beam_size must be >= 1, got 0"),
         (dict(alpha=-0.1), "alpha must be >= 0, got -0.1"),
         (dict(max_decode_length=0), "max_decode_length must be >= 1, got 0"),
+        (dict(nbest=5), "nbest must be between 1 and the beam size 4, got 5"),
     ],
 )
 def test_bad_settings_are_refused(model, arguments, message):
@@ -290,3 +292,28 @@ def test_sentences_that_stop_early_leave_the_batch_and_keep_their_results(model)
         np.testing.assert_array_equal(batched.ids.numpy()[row, :, :width], alone.ids.numpy()[0])
         assert not batched.ids.numpy()[row, :, width:].any()
         np.testing.assert_allclose(batched.scores.numpy()[row], alone.scores.numpy()[0], rtol=1e-5)
+
+
+def test_one_best_stops_as_soon_as_the_best_is_final():
+    """K = 2, alpha = 0. Step 1: [EOS] .6 finishes; [3] .4 stays alive, and no continuation of it
+    can beat log .6 (log-probabilities only fall): the best is final after one step. The whole
+    finished set needs a second hypothesis, which [3, ...] only gives at the length limit."""
+
+    def script(prefix):
+        return {EOS: 0.6, 3: 0.4} if not prefix else {3: 0.5, 4: 0.5}
+
+    full, best = ScriptedModel(script), ScriptedModel(script)
+    everything = beam_search(full, [[3, 2]], beam_size=2, alpha=0.0, max_decode_length=6)
+    one = beam_search(best, [[3, 2]], beam_size=2, alpha=0.0, max_decode_length=6, nbest=1)
+    assert (best.steps, full.steps) == (1, 6)
+    assert one.ids.shape == (1, 1, 6)
+    np.testing.assert_array_equal(one.ids, everything.ids[:, :1])
+    np.testing.assert_allclose(one.scores, everything.scores[:, :1])
+
+
+def test_one_best_equals_the_full_search_best_on_the_model(model):
+    for b in (5, 30):
+        everything = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=b)
+        one = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=b, nbest=1)
+        np.testing.assert_array_equal(one.ids[:, 0, : everything.ids.shape[-1]], everything.ids[:, 0])
+        np.testing.assert_allclose(one.scores[:, 0], everything.scores[:, 0], rtol=1e-5)
