@@ -53,6 +53,16 @@ def decode_limits(source_ids, pad_id: int, max_length: int, a: float = LENGTH_A,
     return tf.where(source_length > 0, length_limit(source_length, max_length, a, b), 1)
 
 
+def _cap(config, max_decode_length: int | None) -> int:
+    """The most tokens any sentence may generate: the model's max_length, or less."""
+    return config.max_length if max_decode_length is None else min(max_decode_length, config.max_length)
+
+
+def _longest(limits):
+    """[] int32: the longest of the per-sentence limits [B] (1 for an empty batch)."""
+    return tf.reduce_max(tf.concat([limits, [1]], axis=0))
+
+
 def length_limit(source_length, max_length: int, a: float = LENGTH_A, b: int = LENGTH_B):
     """min(a * source_length + b, max_length), at least 1 (int32, any shape)."""
     limit = tf.cast(tf.math.ceil(a * tf.cast(source_length, tf.float32)), tf.int32) + b
@@ -234,14 +244,14 @@ def search_beams(
     nbest = k if nbest is None else nbest
     source_ids = tf.cast(source_ids, tf.int32)  # [B, S]
     batch = tf.shape(source_ids)[0]
-    cap = config.max_length if max_decode_length is None else min(max_decode_length, config.max_length)
+    cap = _cap(config, max_decode_length)
     limits = decode_limits(source_ids, config.pad_id, cap, a, b)  # [B]
     if max_decode_length is not None:
         length = cap
     elif static_shapes:
         length = length_limit(tf.shape(source_ids)[1], cap, a, b)  # from the shape alone
     else:
-        length = tf.reduce_max(tf.concat([limits, [1]], axis=0))
+        length = _longest(limits)
     # A fixed-size cache keeps every shape static (XLA). Otherwise the cache grows with the search:
     # most searches end long before `length`, and every step reads and copies the whole cache.
     fixed = length if max_decode_length is not None or static_shapes else None
@@ -334,14 +344,8 @@ def _xla_search(model, source_ids, **static):
     padding = [[0, padded_batch - batch], [0, padded_width - width]]
     search = compiled(model, "beam", search_beams, jit_compile=True, static_shapes=True, **static)
     ids, scores = search(tf.pad(source_ids, padding, constant_values=config.pad_id))
-    cap = (
-        config.max_length
-        if static["max_decode_length"] is None
-        else min(static["max_decode_length"], config.max_length)
-    )
-    length = tf.reduce_max(
-        tf.concat([decode_limits(source_ids, config.pad_id, cap, static["a"], static["b"]), [1]], axis=0)
-    )
+    cap = _cap(config, static["max_decode_length"])
+    length = _longest(decode_limits(source_ids, config.pad_id, cap, static["a"], static["b"]))
     return ids[:batch, :, :length], scores[:batch]
 
 
