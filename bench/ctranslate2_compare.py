@@ -1,7 +1,7 @@
 """Our decoding against CTranslate2 on the same weights, in one process, interleaved A B A B.
 Prints one JSON line:
 
-    python bench/ctranslate2_compare.py verses --model-dir runs/demo [--savedmodel] [--xla] [--rounds 3]
+    python bench/ctranslate2_compare.py verses --model-dir runs/demo [--savedmodel] [--xla] [--exact] [--rounds 3]
     python bench/ctranslate2_compare.py forced [decode_compare.py's options]
 
 `verses`: a trained model's held-out verses (the `test` split of the data it was trained on, as
@@ -15,6 +15,10 @@ text to text: our tokenizer, the search, our detokenizer. Systems:
 - `ours_xla`, `ours_savedmodel_xla` (with `--xla`): the same two with the search compiled by XLA
   (`beam_search(jit_compile=True)`, `export --jit-compile`); their first round includes one
   compilation per bucket shape;
+- `ours_exact`, `ours_savedmodel_exact` (with `--exact`): the same two with the exact stopping
+  rule (`patience=None`: a sentence stops when no alive hypothesis can beat the kept ones); the
+  others stop a sentence once K of its hypotheses have ended (`patience=1`, our default), as
+  CTranslate2 does;
 - `ctranslate2`, `ctranslate2_int8`: CTranslate2 on our export (`peers.ctranslate2_translator`),
   float32 and int8, fed the same source tokens in the same length-sorted batches.
 
@@ -49,7 +53,7 @@ from peers import ctranslate2_translator
 from keras_transformer import beam_search
 from keras_transformer.ctranslate2_export import vocabulary
 from keras_transformer.data import read_pairs
-from keras_transformer.decoding import decode_limits
+from keras_transformer.decoding import PATIENCE, decode_limits
 from keras_transformer.export import ids_saved_model_dir
 from keras_transformer.metrics import corpus_scores
 from keras_transformer.model_dir import load_model
@@ -77,10 +81,10 @@ class CountingTranslator(Translator):
         return ids[:, :n], scores[:, :n]  # [B, n, L], [B, n]
 
 
-def ours(model, tokenizer, args, savedmodel: bool = False, jit_compile: bool = False):
+def ours(model, tokenizer, args, savedmodel: bool = False, jit_compile: bool = False, patience=PATIENCE):
     """translate(texts) -> (translations, target tokens) by our search, in Python or through the
-    SavedModel, in the TensorFlow graph or compiled by XLA."""
-    settings = dict(beam_size=args.beam_size, alpha=args.alpha)
+    SavedModel, in the TensorFlow graph or compiled by XLA, with the exact stopping rule or `patience`."""
+    settings = dict(beam_size=args.beam_size, alpha=args.alpha, patience=patience)
     decode = functools.partial(beam_search, **settings, jit_compile=jit_compile)
     if savedmodel:
         with tempfile.TemporaryDirectory() as out:
@@ -156,6 +160,10 @@ def verses(args):
         systems["ours_xla"] = ours(model, tokenizer, args, jit_compile=True)
         if args.savedmodel:
             systems["ours_savedmodel_xla"] = ours(model, tokenizer, args, savedmodel=True, jit_compile=True)
+    if args.exact:
+        systems["ours_exact"] = ours(model, tokenizer, args, patience=None)
+        if args.savedmodel:
+            systems["ours_savedmodel_exact"] = ours(model, tokenizer, args, savedmodel=True, patience=None)
     systems["ctranslate2"] = ctranslate2_system(model, tokenizer, args, "float32")
     systems["ctranslate2_int8"] = ctranslate2_system(model, tokenizer, args, "int8")
     for translate in systems.values():
@@ -216,6 +224,7 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="A B rounds")
     p.add_argument("--limit", type=int, help="only the first N verses")
     p.add_argument("--savedmodel", action="store_true", help="also our search through the exported SavedModel")
+    p.add_argument("--exact", action="store_true", help="also ours with the exact stopping rule (patience=None)")
     p.add_argument("--xla", action="store_true", help="also our search compiled by XLA (beam_search(jit_compile=True))")
     modes.add_parser("forced", help="decode_compare.py's fixed work with the CTranslate2 runners; its options follow")
     args, options = parser.parse_known_args(argv)

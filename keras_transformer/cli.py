@@ -27,6 +27,32 @@ from keras_transformer.flags import (
 from keras_transformer.quiet import filter_native_logs, quiet_python_logs
 
 EXIT_USAGE = 2
+PATIENCE_HELP = (
+    "stopping rule: a sentence stops once round(P x beam size) of its hypotheses have ended (default 1, "
+    "the rule of fairseq and CTranslate2), or 'exact': once no alive hypothesis can beat the kept ones (slower)"
+)
+
+
+def _patience(text: str) -> float | str:
+    """--patience: a positive number, or 'exact'."""
+    if text == "exact":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number or 'exact', got {text!r}")
+    return value
+
+
+def _search_rule(args) -> dict:
+    """The `patience` argument of the search, if --patience was given (None: the exact rule)."""
+    if args.patience is None:
+        return {}
+    return {"patience": None if args.patience == "exact" else args.patience}
+
+
 JIT_HELP = "decode with XLA: a few seconds to compile each bucket shape, then faster, most at small batches"
 
 
@@ -52,6 +78,7 @@ def _add_decoding(p):
     p.add_argument("--checkpoint", default="latest", help="latest (default), averaged, best, or a checkpoint path")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--jit-compile", action="store_true", help=JIT_HELP)
+    p.add_argument("--patience", type=_patience, metavar="P", help=PATIENCE_HELP)
 
 
 def _add_translate(subparsers):
@@ -99,6 +126,7 @@ def _add_export(subparsers):
         action="store_true",
         help="the SavedModels decode with XLA (TF Serving: --xla_cpu_compilation_enabled; export/README.md)",
     )
+    p.add_argument("--patience", type=_patience, metavar="P", help=f"the exported search's {PATIENCE_HELP}")
     p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
 
 
@@ -148,7 +176,7 @@ def _translator(args):
     from keras_transformer.translation import Translator
 
     settings = {"batch_size": args.batch_size, "beam_size": args.beam_size, "alpha": args.alpha}
-    settings["jit_compile"] = args.jit_compile
+    settings.update(jit_compile=args.jit_compile, **_search_rule(args))
     return Translator.from_model_dir(args.model_dir, args.checkpoint, **settings)
 
 
@@ -186,7 +214,8 @@ def _evaluate(args):
     hypotheses = translator.translate(sources)
     for source, reference, hypothesis in list(zip(sources, references, hypotheses))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
-    decoding = {"beam_size": args.beam_size, "alpha": args.alpha, "checkpoint": args.checkpoint}
+    decoding = {"beam_size": args.beam_size, "alpha": args.alpha, "patience": translator.patience}
+    decoding["checkpoint"] = args.checkpoint
     print(json.dumps({**corpus_scores(hypotheses, references), **decoding}))
 
 
@@ -222,7 +251,15 @@ def _export(args):
         from keras_transformer.export import export
 
         paths = export(
-            model, tokenizer, args.out, args.name, args.beam_size, args.alpha, jit_compile=args.jit_compile, log=_log
+            model,
+            tokenizer,
+            args.out,
+            args.name,
+            args.beam_size,
+            args.alpha,
+            jit_compile=args.jit_compile,
+            log=_log,
+            **_search_rule(args),
         )
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")

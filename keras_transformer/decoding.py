@@ -15,8 +15,10 @@ one-token extensions of the alive set; those that end (EOS, or the length limit)
 K enter the finished set (as in fairseq, so that K = 1 is greedy decoding), and the best K that
 do not end stay alive. A hypothesis's score is the sum of its tokens' log-probabilities over the
 full vocabulary (pad and start masked to -inf after the log-softmax) divided by the length
-penalty lp(|y|), |y| counting EOS. A sentence stops early when no alive hypothesis can beat its
-worst finished one.
+penalty lp(|y|), |y| counting EOS. A sentence stops once round(patience x K) of its hypotheses
+have ended (patience 1 by default: the rule of fairseq and CTranslate2; Kasai et al., 2022), or,
+with `patience=None`, once no alive hypothesis can beat the kept ones (exact, as tensor2tensor;
+slower, and the same BLEU on the held-out verses: bench/RESULTS.md).
 
 Maximum output length per sentence (§6.1): `a * source_length + b` tokens, EOS included
 (paper: a = 1, b = 50), capped at the model's `max_length`. A hypothesis that reaches it
@@ -36,6 +38,7 @@ LENGTH_A, LENGTH_B = 1.0, 50
 # Scores are float32 whatever the model's compute dtype; -inf is exact in every float dtype
 # (unlike -1e9, which overflows float16) and marks "no hypothesis" in a beam slot.
 NEG_INF = float("-inf")
+PATIENCE = 1.0  # the default stopping rule: a sentence stops once K of its hypotheses have ended
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +96,7 @@ class BeamState(NamedTuple):
     alive_token: tf.Tensor  # [B, K] int32, the last token (start_id before the first step)
     finished_ids: tf.Tensor  # [B, K, L] int32, ending in EOS (or at the length limit), pad after
     finished_scores: tf.Tensor  # [B, K] float32, log-probability / lp, descending; -inf: empty slot
+    finished_count: tf.Tensor  # [B] int32, hypotheses that have ended so far (more than K may have)
     cache: list  # the model's decoding cache, every leaf [B * K, ...]
 
 
@@ -156,6 +160,7 @@ def _beam_step(
     merged_scores = tf.concat([state.finished_scores, ending_scores[:, :k]], axis=1)  # [B, 2K]
     merged_ids = tf.concat([state.finished_ids, top_ids[:, :k]], axis=1)  # [B, 2K, L]
     finished_scores, finished_rank = tf.math.top_k(merged_scores, k=k)  # [B, K], ties keep the older
+    ended = ending_scores[:, :k] > NEG_INF  # [B, K]: real hypotheses (not empty slots) that end
 
     return state._replace(
         position=generated,
@@ -164,17 +169,26 @@ def _beam_step(
         alive_token=_gather_beams(top_token, alive_rank),
         finished_ids=_gather_beams(merged_ids, finished_rank),
         finished_scores=finished_scores,
+        finished_count=state.finished_count + tf.reduce_sum(tf.cast(ended, tf.int32), axis=1),
         cache=tf.nest.map_structure(lambda leaf: tf.gather(leaf, cache_index), cache),
     )
 
 
-def _stopped(state: BeamState, limits, alpha: float, nbest: int):
-    """[B] bool: no alive hypothesis of the sentence can beat its `nbest`-th best finished one, so
-    its `nbest` best hypotheses are final (with nbest = K: the whole finished set).
+def _stopped(state: BeamState, limits, alpha: float, nbest: int, patience: float | None):
+    """[B] bool: whether each sentence stops searching.
 
-    Log-probabilities only fall and lp grows with length, so the best an alive hypothesis can
-    reach is its log-probability / lp(limit).
+    patience None (exact): no alive hypothesis of the sentence can beat its `nbest`-th best
+    finished one, so its `nbest` best hypotheses are final (with nbest = K: the whole finished
+    set). Log-probabilities only fall and lp grows with length, so the best an alive hypothesis
+    can reach is its log-probability / lp(limit).
+
+    patience p: round(p * K) hypotheses have ended (Kasai et al., 2022: "first come, first
+    served" with a patience factor; p = 1 is the rule of fairseq and CTranslate2). Stops sooner;
+    a longer hypothesis that the length penalty would have preferred may be cut off.
     """
+    if patience is not None:
+        ended = state.finished_count >= round(patience * state.finished_scores.shape[1])
+        return ended | (state.position >= limits)  # at its limit, every hypothesis has ended
     best_alive = state.alive_log_probs[:, 0] / length_penalty(limits, alpha)  # [B]
     last_kept = state.finished_scores[:, nbest - 1]  # [B], descending; -inf while the slot is empty
     return last_kept >= best_alive
@@ -191,11 +205,11 @@ class Search(NamedTuple):
     scores: tf.Tensor  # [B, K] float32
 
 
-def _retire(search: Search, beam_size: int, alpha: float, nbest: int) -> Search:
+def _retire(search: Search, beam_size: int, alpha: float, nbest: int, patience: float | None) -> Search:
     """Take the sentences that stopped searching out of the loop: their finished sets go to the
     results, and every row of theirs leaves the state (the cache in one gather), so that later
     steps compute only the sentences still searching."""
-    stopped = _stopped(search.beams, search.limits, alpha, nbest)  # [B']
+    stopped = _stopped(search.beams, search.limits, alpha, nbest, patience)  # [B']
 
     def retire():
         out = tf.where(stopped)[:, 0]  # [stopped]
@@ -229,10 +243,10 @@ def search_beams(
     b: int = LENGTH_B,
     static_shapes: bool = False,
     nbest: int | None = None,
+    patience: float | None = PATIENCE,
 ):
     """The traceable beam search: source_ids [B, S] int32 -> (ids [B, n, L] int32, scores [B, n] float32),
-    the n = `nbest` (default K) best hypotheses. A sentence stops once those are final, so a
-    smaller `nbest` stops sooner (exactly: the best hypothesis is the same whatever `nbest`).
+    the n = `nbest` (default K) best hypotheses; `patience`: the stopping rule (`beam_search`).
 
     Wrap it in `tf.function` or a `tf.Module` signature; `beam_search` is the checked, compiled
     entry point. L = `max_decode_length` if given; else, with `static_shapes` (what XLA compiles:
@@ -273,6 +287,7 @@ def search_beams(
         alive_token=tf.fill([batch, k], config.start_id),
         finished_ids=tf.zeros([batch, k, length], tf.int32),
         finished_scores=tf.fill([batch, k], NEG_INF),
+        finished_count=tf.zeros([batch], tf.int32),
         cache=cache,
     )
 
@@ -280,7 +295,7 @@ def search_beams(
     if fixed is not None:  # static shapes: the whole batch runs until its last sentence stops
         state = tf.while_loop(
             lambda state: tf.logical_and(
-                state.position < length, tf.reduce_any(~_stopped(state, limits, alpha, nbest))
+                state.position < length, tf.reduce_any(~_stopped(state, limits, alpha, nbest, patience))
             ),
             lambda state: (step(state, log_probs(context), limits),),
             (state,),
@@ -292,7 +307,11 @@ def search_beams(
         lambda search: tf.logical_and(search.beams.position < length, tf.size(search.sentences) > 0),
         lambda search: (
             _retire(
-                search._replace(beams=step(search.beams, log_probs(search.context), search.limits)), k, alpha, nbest
+                search._replace(beams=step(search.beams, log_probs(search.context), search.limits)),
+                k,
+                alpha,
+                nbest,
+                patience,
             ),
         ),
         (search,),
@@ -360,17 +379,22 @@ def beam_search(
     b: int = LENGTH_B,
     jit_compile: bool = False,
     nbest: int | None = None,
+    patience: float | None = PATIENCE,
 ) -> DecodeResult:
     """Beam search with the GNMT length penalty (§6.1; Wu et al., 2016): the `nbest` (default
-    `beam_size`) best hypotheses of every sentence, best first. A sentence stops searching once
-    those are final, so `nbest=1` (one translation) stops sooner, with the same best hypothesis.
+    `beam_size`) best hypotheses of every sentence, best first.
 
     source_ids: [B, S] int32, padded with `pad_id`, at most the model's `max_length` long
     (`Translator` truncates longer sources with a warning). `max_decode_length`: a static output
     length (for fixed-shape exports), also a cap on every sentence's limit `a * |source| + b`.
     `jit_compile`: run the search compiled by XLA, on inputs padded to a few bucket shapes (each
     compiled once, seconds each; then several times faster than the TensorFlow graph at small
-    batches). Returns ids [B, nbest, L] and scores [B, nbest].
+    batches). `patience` p: a sentence stops once round(p * beam_size) of its hypotheses have
+    ended (default 1: the rule of fairseq and CTranslate2; Kasai et al., 2022). `patience=None`:
+    exact, a sentence stops once no alive hypothesis can beat its `nbest` best finished ones
+    (so `nbest=1` stops sooner, with the same best hypothesis), which can find a longer
+    hypothesis that the length penalty prefers, at the cost of more steps.
+    Returns ids [B, nbest, L] and scores [B, nbest].
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -380,6 +404,11 @@ def beam_search(
         raise ValueError(f"nbest must be between 1 and the beam size {beam_size}, got {nbest}")
     if max_decode_length is not None and max_decode_length < 1:
         raise ValueError(f"max_decode_length must be >= 1, got {max_decode_length}")
+    if patience is not None and not round(patience * beam_size) >= (nbest or beam_size) >= 1:
+        raise ValueError(
+            f"patience must keep at least nbest hypotheses, round(patience x beam_size) >= {nbest or beam_size}, "
+            f"got {patience}"
+        )
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
     if source_ids.shape.rank != 2:
         raise ValueError(f"source_ids must be [batch, length], got shape {source_ids.shape}")
@@ -394,6 +423,7 @@ def beam_search(
         a=float(a),
         b=int(b),
         nbest=None if nbest is None else int(nbest),
+        patience=None if patience is None else float(patience),
     )
     if jit_compile:
         if not model.built:  # XLA cannot create the variables

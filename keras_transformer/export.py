@@ -29,7 +29,7 @@ from tensorflow.python.framework.convert_to_constants import (
     convert_variables_to_constants_v2,
 )
 
-from keras_transformer.decoding import beam_search
+from keras_transformer.decoding import PATIENCE, beam_search
 from keras_transformer.serving import IDS_SPEC, TEXT_SPEC, TranslationModule
 from keras_transformer.tokenizer import UNK_ID
 
@@ -93,7 +93,7 @@ def write_warmup_requests(path: str, model_name: str, signature: str, inputs: di
         writer.write(prediction_log(model_name, signature, inputs))
 
 
-def tflite_metadata(config, beam_size: int, alpha: float) -> dict:
+def tflite_metadata(config, beam_size: int, alpha: float, patience: float | None) -> dict:
     """`OUT/translator.json`: what a device needs besides the TFLite models: the input limit, the
     reserved ids, the search the models run, and the steps around them."""
     return {
@@ -107,6 +107,7 @@ def tflite_metadata(config, beam_size: int, alpha: float) -> dict:
         "unk_id": UNK_ID,
         "beam_size": beam_size,
         "alpha": alpha,
+        "patience": patience,
         "input": "source_ids int32 [batch, length]: SentencePiece ids, at most max_length - 1, then eos_id, "
         "padded with pad_id (longer rows are cut to max_length - 1 ids + eos_id in the model)",
         "output": "ids int32 [batch, beam_size, length] and scores float32 [batch, beam_size], best first; "
@@ -160,6 +161,7 @@ def export(
     beam_size: int = 4,
     alpha: float = 0.6,
     jit_compile: bool = False,
+    patience: float | None = PATIENCE,
     log=print,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding by beam search (§6.1:
@@ -167,10 +169,10 @@ def export(
 
     `jit_compile`: the SavedModels' search runs compiled by XLA (`beam_search(jit_compile=True)`),
     which TF Serving runs on CPU only with `--xla_cpu_compilation_enabled`; the TFLite models
-    never use XLA."""
+    never use XLA. `patience`: the search's stopping rule (`beam_search`; None: exact)."""
     if beam_size < 1 or alpha < 0:
         raise ValueError(f"export needs beam_size >= 1 and alpha >= 0, got {beam_size} and {alpha}")
-    decode = functools.partial(beam_search, beam_size=beam_size, alpha=alpha)
+    decode = functools.partial(beam_search, beam_size=beam_size, alpha=alpha, patience=patience)
     served = functools.partial(decode, jit_compile=jit_compile)
     version = next_version(out, name)
     paths = {
@@ -199,6 +201,6 @@ def export(
             f.write(flatbuffer)
     tokenizer.save(paths["tokenizer"])
     with open(paths["metadata"], "w", encoding="utf-8") as f:
-        json.dump(tflite_metadata(model.config, beam_size, alpha), f, indent=2)
+        json.dump(tflite_metadata(model.config, beam_size, alpha, patience), f, indent=2)
         f.write("\n")
     return paths

@@ -92,7 +92,7 @@ class TranslationModule(tf.Module):
         return tf.reshape(flat, shape[:2])
 
     def _translate(self, text):
-        ids, scores = self._search_text(text, nbest=1)  # one translation: the search stops sooner
+        ids, scores = self._search_text(text, nbest=1)  # one translation (the exact rule stops sooner)
         return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
 
     def _translate_nbest(self, text):

@@ -17,7 +17,7 @@ from typing import overload
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.decoding import beam_search
+from keras_transformer.decoding import PATIENCE, beam_search
 
 
 class Translator:
@@ -31,7 +31,14 @@ class Translator:
     """
 
     def __init__(
-        self, model, tokenizer, batch_size: int = 32, beam_size: int = 4, alpha: float = 0.6, jit_compile: bool = False
+        self,
+        model,
+        tokenizer,
+        batch_size: int = 32,
+        beam_size: int = 4,
+        alpha: float = 0.6,
+        jit_compile: bool = False,
+        patience: float | None = PATIENCE,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -43,12 +50,13 @@ class Translator:
         self.beam_size = beam_size
         self.alpha = alpha
         self.jit_compile = jit_compile  # decode with XLA (`beam_search`): compiles per bucket shape first
+        self.patience = patience  # the stopping rule (`beam_search`): after round(p * K) ended; None: exact
 
     @classmethod
     def from_model_dir(cls, path: str, checkpoint: str = "latest", **settings) -> Translator:
         """The translator of a model directory (`keras-transformer train --model-dir PATH`), with the
         weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path.
-        `settings`: `batch_size`, `beam_size`, `alpha`, `jit_compile`."""
+        `settings`: `batch_size`, `beam_size`, `alpha`, `jit_compile`, `patience`."""
         from keras_transformer.model_dir import load_model
 
         model, tokenizer, _ = load_model(path, checkpoint)
@@ -67,7 +75,7 @@ class Translator:
 
     def decode(self, source_ids, n: int | None = None):
         """[B, S] ids -> (hypothesis ids [B, n, L], scores [B, n]), the `n` best (default: the beam
-        size), best first; the search stops a sentence as soon as they are final."""
+        size), best first."""
         result = beam_search(
             self.model,
             source_ids,
@@ -75,6 +83,7 @@ class Translator:
             alpha=self.alpha,
             jit_compile=self.jit_compile,
             nbest=n,
+            patience=self.patience,
         )
         return result.ids, result.scores
 

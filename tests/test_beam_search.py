@@ -197,7 +197,7 @@ def test_beam_1_with_alpha_0_is_greedy(model):
 
 def test_no_retracing_on_new_shapes(model):
     beam_search(model, SOURCE)
-    static = dict(beam_size=4, alpha=0.6, max_decode_length=None, a=1.0, b=50, nbest=None)
+    static = dict(beam_size=4, alpha=0.6, max_decode_length=None, a=1.0, b=50, nbest=None, patience=1.0)
     function = compiled(model, "beam", search_beams, **static)
     beam_search(model, np.array([[5, 6, 7, 8, 9, 2]], np.int32))
     beam_search(model, SOURCE)
@@ -226,10 +226,11 @@ def tflite_beam_search(model, **static) -> bytes:
 
 
 @pytest.mark.slow
-def test_tflite_builtins_give_the_same_beams(model):
+@pytest.mark.parametrize("patience", [1.0, None])
+def test_tflite_builtins_give_the_same_beams(model, patience):
     from ai_edge_litert.interpreter import Interpreter
 
-    static = dict(beam_size=3, alpha=0.6, max_decode_length=None, a=1.0, b=30)
+    static = dict(beam_size=3, alpha=0.6, max_decode_length=None, a=1.0, b=30, patience=patience)
     interpreter = Interpreter(model_content=tflite_beam_search(model, **static))
     (source,) = interpreter.get_input_details()
     interpreter.resize_tensor_input(source["index"], SOURCE.shape)
@@ -237,7 +238,7 @@ def test_tflite_builtins_give_the_same_beams(model):
     interpreter.set_tensor(source["index"], SOURCE)
     interpreter.invoke()
     outputs = {d["dtype"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
-    expected = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=30)
+    expected = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=30, patience=patience)
     np.testing.assert_array_equal(outputs[np.int32], expected.ids.numpy())
     np.testing.assert_allclose(outputs[np.float32], expected.scores.numpy(), rtol=1e-4)
 
@@ -249,6 +250,8 @@ def test_tflite_builtins_give_the_same_beams(model):
         (dict(alpha=-0.1), "alpha must be >= 0, got -0.1"),
         (dict(max_decode_length=0), "max_decode_length must be >= 1, got 0"),
         (dict(nbest=5), "nbest must be between 1 and the beam size 4, got 5"),
+        (dict(patience=0.0), r"patience must keep at least nbest hypotheses, round\(patience x beam_size\) >= 4"),
+        (dict(patience=0.5), r"round\(patience x beam_size\) >= 4, got 0.5"),
     ],
 )
 def test_bad_settings_are_refused(model, arguments, message):
@@ -295,7 +298,7 @@ def test_sentences_that_stop_early_leave_the_batch_and_keep_their_results(model)
 
 
 def test_one_best_stops_as_soon_as_the_best_is_final():
-    """K = 2, alpha = 0. Step 1: [EOS] .6 finishes; [3] .4 stays alive, and no continuation of it
+    """The exact rule. K = 2, alpha = 0. Step 1: [EOS] .6 finishes; [3] .4 stays alive, and no continuation of it
     can beat log .6 (log-probabilities only fall): the best is final after one step. The whole
     finished set needs a second hypothesis, which [3, ...] only gives at the length limit."""
 
@@ -303,8 +306,8 @@ def test_one_best_stops_as_soon_as_the_best_is_final():
         return {EOS: 0.6, 3: 0.4} if not prefix else {3: 0.5, 4: 0.5}
 
     full, best = ScriptedModel(script), ScriptedModel(script)
-    everything = beam_search(full, [[3, 2]], beam_size=2, alpha=0.0, max_decode_length=6)
-    one = beam_search(best, [[3, 2]], beam_size=2, alpha=0.0, max_decode_length=6, nbest=1)
+    everything = beam_search(full, [[3, 2]], beam_size=2, alpha=0.0, max_decode_length=6, patience=None)
+    one = beam_search(best, [[3, 2]], beam_size=2, alpha=0.0, max_decode_length=6, nbest=1, patience=None)
     assert (best.steps, full.steps) == (1, 6)
     assert one.ids.shape == (1, 1, 6)
     np.testing.assert_array_equal(one.ids, everything.ids[:, :1])
@@ -313,7 +316,38 @@ def test_one_best_stops_as_soon_as_the_best_is_final():
 
 def test_one_best_equals_the_full_search_best_on_the_model(model):
     for b in (5, 30):
-        everything = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=b)
-        one = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=b, nbest=1)
+        everything = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=b, patience=None)
+        one = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=b, nbest=1, patience=None)
         np.testing.assert_array_equal(one.ids[:, 0, : everything.ids.shape[-1]], everything.ids[:, 0])
         np.testing.assert_allclose(one.scores[:, 0], everything.scores[:, 0], rtol=1e-5)
+
+
+# K = 1, alpha = 1. Step 1: [EOS] (.5, ties go to the lower id) ends with log .5 / lp(1) = -0.693;
+# [3] stays alive, and could still reach log .5 / lp(4) = -0.462 at the limit. Step 2: [3 EOS]
+# ends with log .5 / lp(2) = -0.594 and wins. Patience 1 stops when the first hypothesis ends.
+PATIENCE_SCRIPT = {(): {EOS: 0.5, 3: 0.5}, (3,): {EOS: 1.0}}
+
+
+@pytest.mark.parametrize("patience, steps, best", [(None, 2, [3, EOS]), (1.0, 1, [EOS, 0]), (2.0, 2, [3, EOS])])
+def test_patience_stops_after_round_p_k_ended_hypotheses(patience, steps, best):
+    """Kasai et al. (2022): patience p stops once round(p * K) hypotheses have ended, cutting
+    off a longer hypothesis that the length penalty prefers; the exact rule (None) finds it."""
+    model = ScriptedModel(lambda prefix: PATIENCE_SCRIPT.get(prefix, {}))
+    result = beam_search(model, [[3, 2]], beam_size=1, alpha=1.0, max_decode_length=4, patience=patience)
+    assert model.steps == steps
+    np.testing.assert_array_equal(result.ids.numpy()[0, 0, :2], best)
+    assert not result.ids.numpy()[0, 0, 2:].any()
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_patience_counts_every_ended_hypothesis(model, jit_compile):
+    """Stopping after more hypotheses than can ever end runs every sentence to its limit, which
+    finds what the exact rule finds (it stops only when nothing can change); patience 1 stops
+    sooner on the same beams, so its hypotheses are among what the longer search saw."""
+    exact = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=6, jit_compile=jit_compile)
+    never = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=6, patience=100.0, jit_compile=jit_compile)
+    np.testing.assert_array_equal(never.ids[..., : exact.ids.shape[-1]], exact.ids)
+    np.testing.assert_allclose(never.scores, exact.scores, rtol=1e-5)
+    first = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=6, patience=1.0, nbest=1, jit_compile=jit_compile)
+    assert np.all(np.isfinite(first.scores))
+    assert np.all(first.scores[:, 0] <= exact.scores[:, 0] + 1e-5)

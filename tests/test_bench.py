@@ -92,9 +92,11 @@ def test_ctranslate2_compare_verses(capsys, tmp_path):
     model_dir = str(tmp_path / "model")
     training = TrainingConfig(max_steps=1, batch_tokens=512, steps_per_epoch=1)
     train(model_dir, TransformerConfig.tiny(vocab_size=300), training, str(FIXTURE), verbose=0, log=lambda _: None)
-    argv = ["verses", "--model-dir", model_dir, "--limit", "3", "--beam-size", "2", "--rounds", "1", "--savedmodel"]
+    argv = ["verses", "--model-dir", model_dir, "--limit", "3", "--beam-size", "2", "--rounds", "1"]
+    argv += ["--savedmodel", "--exact"]
     line = run_main("ctranslate2_compare", argv, capsys)
-    assert set(line["systems"]) == {"ours", "ours_savedmodel", "ctranslate2", "ctranslate2_int8"}
+    ours = {"ours", "ours_savedmodel", "ours_exact", "ours_savedmodel_exact"}
+    assert set(line["systems"]) == {*ours, "ctranslate2", "ctranslate2_int8"}
     assert line["sentences"] == 3
     for system in line["systems"].values():
         assert system["target_tokens"] > 0 and system["tgt_tokens_per_s"] > 0 and 0 <= system["bleu"] <= 100

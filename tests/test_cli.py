@@ -181,6 +181,16 @@ def test_average_then_evaluate_greedy_on_the_averaged_weights(trained, tmp_path)
     assert result.returncode == 0, result.stderr
     scores = json.loads(result.stdout)
     assert (scores["checkpoint"], scores["beam_size"], scores["alpha"], scores["sentences"]) == ("averaged", 1, 0.0, 8)
+    assert scores["patience"] == 1.0  # the default stopping rule
+
+
+@pytest.mark.slow
+def test_patience_exact_selects_the_exact_stopping_rule(capsys, trained):
+    argv = ["evaluate", "--model-dir", trained[0], "--beam-size", "2", "--show", "0", "--limit", "3"]
+    assert main([*argv, "--patience", "exact"]) == 0
+    assert json.loads(capsys.readouterr().out)["patience"] is None
+    assert main([*argv, "--patience", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["patience"] == 2.0
 
 
 @pytest.mark.slow

@@ -58,7 +58,7 @@ def test_limits_bound_the_output(model):
 def test_no_retracing_for_new_shapes(model):
     greedy_search(model, SOURCE)
     function = compiled(
-        model, "beam", search_beams, beam_size=1, alpha=0.0, max_decode_length=None, a=1.0, b=50, nbest=1
+        model, "beam", search_beams, beam_size=1, alpha=0.0, max_decode_length=None, a=1.0, b=50, nbest=1, patience=1.0
     )
     greedy_search(model, np.array([[5, 6, 7, 8, 9, 2]], np.int32))
     greedy_search(model, SOURCE[:1])
