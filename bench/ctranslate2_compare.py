@@ -1,7 +1,8 @@
 """Our decoding against CTranslate2 on the same weights, in one process, interleaved A B A B.
 Prints one JSON line:
 
-    python bench/ctranslate2_compare.py verses --model-dir runs/demo [--savedmodel] [--xla] [--exact] [--rounds 3]
+    python bench/ctranslate2_compare.py verses --model-dir runs/demo [--savedmodel] [--xla] [--exact] [--bfloat16]
+        [--rounds 3]
     python bench/ctranslate2_compare.py forced [decode_compare.py's options]
 
 `verses`: a trained model's held-out verses (the `test` split of the data it was trained on, as
@@ -19,6 +20,8 @@ text to text: our tokenizer, the search, our detokenizer. Systems:
   rule (`patience=None`: a sentence stops when no alive hypothesis can beat the kept ones); the
   others stop a sentence once K of its hypotheses have ended (`patience=1`, our default), as
   CTranslate2 does;
+- `ours_bfloat16`, `ours_savedmodel_bfloat16` (with `--bfloat16`): `ours` and `ours_savedmodel` on
+  the model in bf16 (`Transformer.with_dtype`, `--dtype bfloat16`);
 - `ctranslate2`, `ctranslate2_int8`: CTranslate2 on our export (`peers.ctranslate2_translator`),
   float32 and int8, fed the same source tokens in the same length-sorted batches.
 
@@ -60,7 +63,15 @@ from keras_transformer.model_dir import load_model
 from keras_transformer.serving import TranslationModule
 from keras_transformer.translation import Translator
 
-FORCED_RUNNERS = ["savedmodel", "python", "xla", "ctranslate2", "ctranslate2_int8"]
+FORCED_RUNNERS = [
+    "savedmodel",
+    "python",
+    "xla",
+    "python_bfloat16",
+    "savedmodel_bfloat16",
+    "ctranslate2",
+    "ctranslate2_int8",
+]
 FORCED_DEFAULTS = ["--workload", "base", "--search", "beam", "--runners", *FORCED_RUNNERS]
 WARMUP_VERSES = 2
 
@@ -160,6 +171,11 @@ def verses(args):
         systems["ours_xla"] = ours(model, tokenizer, args, jit_compile=True)
         if args.savedmodel:
             systems["ours_savedmodel_xla"] = ours(model, tokenizer, args, savedmodel=True, jit_compile=True)
+    if args.bfloat16:
+        bf16 = model.with_dtype("bfloat16")
+        systems["ours_bfloat16"] = ours(bf16, tokenizer, args)
+        if args.savedmodel:
+            systems["ours_savedmodel_bfloat16"] = ours(bf16, tokenizer, args, savedmodel=True)
     if args.exact:
         systems["ours_exact"] = ours(model, tokenizer, args, patience=None)
         if args.savedmodel:
@@ -224,6 +240,7 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="A B rounds")
     p.add_argument("--limit", type=int, help="only the first N verses")
     p.add_argument("--savedmodel", action="store_true", help="also our search through the exported SavedModel")
+    p.add_argument("--bfloat16", action="store_true", help="also ours on the model in bf16 (--dtype bfloat16)")
     p.add_argument("--exact", action="store_true", help="also ours with the exact stopping rule (patience=None)")
     p.add_argument("--xla", action="store_true", help="also our search compiled by XLA (beam_search(jit_compile=True))")
     modes.add_parser("forced", help="decode_compare.py's fixed work with the CTranslate2 runners; its options follow")

@@ -6,7 +6,8 @@ target tokens/s for the batch and the latency of one sentence (both after an unt
 call per shape, so tracing and XLA compilation are not timed):
 
     python bench/decode_throughput.py --search greedy|beam \
-        --runner python|xla|savedmodel|tflite|tflite_int8|keras_hub|keras_hub_xla|ctranslate2|ctranslate2_int8
+        --runner python|xla|savedmodel|python_bfloat16|savedmodel_bfloat16|tflite|tflite_int8|
+                 keras_hub|keras_hub_xla|ctranslate2|ctranslate2_int8
 
 Runners (entries of `RUNNERS`), all on the same random weights (keras-hub: its own, same shapes):
 
@@ -17,6 +18,9 @@ Runners (entries of `RUNNERS`), all on the same random weights (keras-hub: its o
 - `savedmodel`: the package's ids-only export (`serving.TranslationModule(model, decode=...)`,
   saved to a temporary directory), loaded with `tf.saved_model.load` in this process, called
   through its `serving_default` (= `translate_ids`) signature.
+- `python_bfloat16`, `savedmodel_bfloat16`: `python` and `savedmodel` on the model in bf16
+  (`Transformer.with_dtype("bfloat16")`: weights and matmuls in bf16, LayerNorm and the search's
+  log-softmax in float32).
 - `tflite`: the TFLite builtins model of that same module (`export.tflite_models`: weights frozen
   into constants), run by LiteRT's `Interpreter` with as many threads as TensorFlow's intra-op
   pool; its signature runner resizes the input to the batch and re-allocates on every call
@@ -155,6 +159,8 @@ RUNNERS = {
     "python": python_runner,
     "xla": xla_runner,
     "savedmodel": savedmodel_runner,
+    "python_bfloat16": lambda model, settings: python_runner(model.with_dtype("bfloat16"), settings),
+    "savedmodel_bfloat16": lambda model, settings: savedmodel_runner(model.with_dtype("bfloat16"), settings),
     "tflite": tflite_runner,
     "tflite_int8": functools.partial(tflite_runner, int8=True),
     "keras_hub": keras_hub_runner,

@@ -33,6 +33,13 @@ PATIENCE_HELP = (
 )
 
 
+DTYPES = ("float32", "bfloat16")
+DTYPE_HELP = (
+    "float32 (default, as trained) or bfloat16: weights and matmuls in bf16, faster on CPUs with AVX512_BF16 "
+    "or AMX (slower elsewhere)"
+)
+
+
 def _patience(text: str) -> float | str:
     """--patience: a positive number, or 'exact'."""
     if text == "exact":
@@ -79,6 +86,7 @@ def _add_decoding(p):
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--jit-compile", action="store_true", help=JIT_HELP)
     p.add_argument("--patience", type=_patience, metavar="P", help=PATIENCE_HELP)
+    p.add_argument("--dtype", choices=DTYPES, help=DTYPE_HELP)
 
 
 def _add_translate(subparsers):
@@ -127,6 +135,7 @@ def _add_export(subparsers):
         help="the SavedModels decode with XLA (TF Serving: --xla_cpu_compilation_enabled; export/README.md)",
     )
     p.add_argument("--patience", type=_patience, metavar="P", help=f"the exported search's {PATIENCE_HELP}")
+    p.add_argument("--dtype", choices=DTYPES, help=f"the SavedModels': {DTYPE_HELP}; the TFLite models stay float32")
     p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
 
 
@@ -177,7 +186,7 @@ def _translator(args):
 
     settings = {"batch_size": args.batch_size, "beam_size": args.beam_size, "alpha": args.alpha}
     settings.update(jit_compile=args.jit_compile, **_search_rule(args))
-    return Translator.from_model_dir(args.model_dir, args.checkpoint, **settings)
+    return Translator.from_model_dir(args.model_dir, args.checkpoint, args.dtype, **settings)
 
 
 def _translate(args):
@@ -215,7 +224,7 @@ def _evaluate(args):
     for source, reference, hypothesis in list(zip(sources, references, hypotheses))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
     decoding = {"beam_size": args.beam_size, "alpha": args.alpha, "patience": translator.patience}
-    decoding["checkpoint"] = args.checkpoint
+    decoding.update(checkpoint=args.checkpoint, dtype=translator.model.dtype_policy.name)
     print(json.dumps({**corpus_scores(hypotheses, references), **decoding}))
 
 
@@ -258,6 +267,7 @@ def _export(args):
             args.beam_size,
             args.alpha,
             jit_compile=args.jit_compile,
+            dtype=args.dtype,
             log=_log,
             **_search_rule(args),
         )

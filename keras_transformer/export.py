@@ -162,6 +162,7 @@ def export(
     alpha: float = 0.6,
     jit_compile: bool = False,
     patience: float | None = PATIENCE,
+    dtype: str | None = None,
     log=print,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding by beam search (§6.1:
@@ -169,11 +170,14 @@ def export(
 
     `jit_compile`: the SavedModels' search runs compiled by XLA (`beam_search(jit_compile=True)`),
     which TF Serving runs on CPU only with `--xla_cpu_compilation_enabled`; the TFLite models
-    never use XLA. `patience`: the search's stopping rule (`beam_search`; None: exact)."""
+    never use XLA. `patience`: the search's stopping rule (`beam_search`; None: exact).
+    `dtype`: the SavedModels compute in it (`Transformer.with_dtype`, e.g. "bfloat16"); the
+    TFLite models stay float32 (and int8 weights)."""
     if beam_size < 1 or alpha < 0:
         raise ValueError(f"export needs beam_size >= 1 and alpha >= 0, got {beam_size} and {alpha}")
     decode = functools.partial(beam_search, beam_size=beam_size, alpha=alpha, patience=patience)
     served = functools.partial(decode, jit_compile=jit_compile)
+    served_model = model if dtype is None else model.with_dtype(dtype)
     version = next_version(out, name)
     paths = {
         "saved_model": saved_model_dir(out, name, version),
@@ -188,9 +192,9 @@ def export(
     log(f"writing the SavedModel {paths['saved_model']}")
     texts = np.array(WARMUP_TEXTS, dtype=object)
     warmup = {"model_name": name, "signature": "serving_default", "inputs": {"text": texts}}
-    _save_version(TranslationModule(model, tokenizer, served), paths["saved_model"], warmup)
+    _save_version(TranslationModule(served_model, tokenizer, served), paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
-    _save_version(TranslationModule(model, decode=served), paths["saved_model_ids"])
+    _save_version(TranslationModule(served_model, decode=served), paths["saved_model_ids"])
     log("converting to TFLite (builtin ops only) and int8")
     ids_models = tflite_models(TranslationModule(model, decode=decode).translate_ids, IDS_SPEC, quantize=(False, True))
     log("converting the text TFLite model (tensorflow-text tokenizer op)")

@@ -146,9 +146,10 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, *, weights_only: bool = 
         raise ModelDirError(f"cannot restore checkpoint {path}: {first_line}") from None
 
 
-def load_model(path: str, checkpoint: str | None = None):
+def load_model(path: str, checkpoint: str | None = None, dtype: str | None = None):
     """(Transformer, SubwordTokenizer, stored config dict) from a model directory, weights from
-    `checkpoint` ("latest", the default; "averaged"; "best"; or a path)."""
+    `checkpoint` ("latest", the default; "averaged"; "best"; or a path), as trained (float32) or
+    cast to `dtype` for decoding (`Transformer.with_dtype`)."""
     from keras_transformer.model import Transformer
 
     model_dir = ModelDir(path)
@@ -166,4 +167,6 @@ def load_model(path: str, checkpoint: str | None = None):
     model = Transformer(config)
     model.build()
     restore(weights_checkpoint(model), checkpoint, weights_only=True)
+    if dtype is not None:
+        model = model.with_dtype(dtype)
     return model, tokenizer, values

@@ -53,13 +53,15 @@ class Translator:
         self.patience = patience  # the stopping rule (`beam_search`): after round(p * K) ended; None: exact
 
     @classmethod
-    def from_model_dir(cls, path: str, checkpoint: str = "latest", **settings) -> Translator:
+    def from_model_dir(cls, path: str, checkpoint: str = "latest", dtype: str | None = None, **settings) -> Translator:
         """The translator of a model directory (`keras-transformer train --model-dir PATH`), with the
-        weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path.
-        `settings`: `batch_size`, `beam_size`, `alpha`, `jit_compile`, `patience`."""
+        weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path,
+        computing in `dtype` (None: float32, as trained; "bfloat16": faster on CPUs with bf16 units,
+        `Transformer.with_dtype`). `settings`: `batch_size`, `beam_size`, `alpha`, `jit_compile`,
+        `patience`."""
         from keras_transformer.model_dir import load_model
 
-        model, tokenizer, _ = load_model(path, checkpoint)
+        model, tokenizer, _ = load_model(path, checkpoint, dtype)
         return cls(model, tokenizer, **settings)
 
     def source_ids(self, texts: Sequence[str]) -> list[np.ndarray]:

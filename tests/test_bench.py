@@ -64,7 +64,16 @@ def test_decode_compare_runs_every_runner_on_one_model(capsys):
     `decode_throughput` call per runner, and the same code paths."""
     for package in set(PEER_PACKAGES.values()):
         pytest.importorskip(package, reason=f"{package} (an extra) is not installed")
-    runners = ["python", "xla", "savedmodel", "tflite", "keras_hub", "keras_hub_xla"]
+    runners = [
+        "python",
+        "xla",
+        "savedmodel",
+        "python_bfloat16",
+        "savedmodel_bfloat16",
+        "tflite",
+        "keras_hub",
+        "keras_hub_xla",
+    ]
     argv = DECODE_WORK + ["--search", "beam", "--beam-size", "2", "--runners", *runners, "--rounds", "1"]
     line = run_main("decode_compare", argv, capsys)
     assert set(line["systems"]) == set(runners) and line["reference"] == "python"
@@ -93,9 +102,16 @@ def test_ctranslate2_compare_verses(capsys, tmp_path):
     training = TrainingConfig(max_steps=1, batch_tokens=512, steps_per_epoch=1)
     train(model_dir, TransformerConfig.tiny(vocab_size=300), training, str(FIXTURE), verbose=0, log=lambda _: None)
     argv = ["verses", "--model-dir", model_dir, "--limit", "3", "--beam-size", "2", "--rounds", "1"]
-    argv += ["--savedmodel", "--exact"]
+    argv += ["--savedmodel", "--exact", "--bfloat16"]
     line = run_main("ctranslate2_compare", argv, capsys)
-    ours = {"ours", "ours_savedmodel", "ours_exact", "ours_savedmodel_exact"}
+    ours = {
+        "ours",
+        "ours_savedmodel",
+        "ours_exact",
+        "ours_savedmodel_exact",
+        "ours_bfloat16",
+        "ours_savedmodel_bfloat16",
+    }
     assert set(line["systems"]) == {*ours, "ctranslate2", "ctranslate2_int8"}
     assert line["sentences"] == 3
     for system in line["systems"].values():

@@ -185,12 +185,14 @@ def test_average_then_evaluate_greedy_on_the_averaged_weights(trained, tmp_path)
 
 
 @pytest.mark.slow
-def test_patience_exact_selects_the_exact_stopping_rule(capsys, trained):
+def test_patience_and_dtype_reach_the_translator(capsys, trained):
     argv = ["evaluate", "--model-dir", trained[0], "--beam-size", "2", "--show", "0", "--limit", "3"]
     assert main([*argv, "--patience", "exact"]) == 0
-    assert json.loads(capsys.readouterr().out)["patience"] is None
-    assert main([*argv, "--patience", "2"]) == 0
-    assert json.loads(capsys.readouterr().out)["patience"] == 2.0
+    scores = json.loads(capsys.readouterr().out)
+    assert (scores["patience"], scores["dtype"]) == (None, "float32")
+    assert main([*argv, "--patience", "2", "--dtype", "bfloat16"]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert (scores["patience"], scores["dtype"]) == (2.0, "bfloat16")
 
 
 @pytest.mark.slow

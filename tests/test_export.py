@@ -352,3 +352,21 @@ def test_export_again_without_the_serving_api_adds_version_2(exported, tmp_path)
         return [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path)]
 
     assert warmup("2") == warmup("1") and len(warmup("2")) == 1
+
+
+@pytest.mark.slow
+def test_export_in_bfloat16_serves_the_bfloat16_model(exported, tmp_path, capsys):
+    out = str(tmp_path / "export")
+    assert main(["export", "--model-dir", exported.model_dir, "--out", out, "--dtype", "bfloat16"]) == 0
+    capsys.readouterr()
+    sentences = exported.sentences[:4]
+    (served,) = run_artifact(
+        "saved_model",
+        os.path.join(out, "saved_model", "translator", "1"),
+        [("serving_default", {"text": texts(sentences)})],
+    )
+    bf16 = Translator(exported.model.with_dtype("bfloat16"), exported.tokenizer).translate_nbest(sentences, n=1)
+    float32 = exported.translator.translate_nbest(sentences, n=1)
+    assert decoded(served["translation"]) == [hypotheses[0][0] for hypotheses in bf16]
+    np.testing.assert_allclose(served["score"], [hypotheses[0][1] for hypotheses in bf16], rtol=1e-5)
+    assert not np.allclose(served["score"], [hypotheses[0][1] for hypotheses in float32], rtol=1e-5, atol=0)

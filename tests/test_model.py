@@ -107,3 +107,17 @@ def test_a_tensorflow_checkpoint_holds_every_weight(model, tmp_path):
     fresh.build()
     tf.train.Checkpoint(model=fresh).restore(path).assert_consumed()
     np.testing.assert_array_equal(fresh((SOURCE, TARGET_IN)), model((SOURCE, TARGET_IN)))
+
+
+def test_with_dtype_copies_the_model_in_bfloat16(model):
+    """The copy holds every weight cast to bf16 and computes in bf16; its logits stay float32 and
+    near the float32 model's; the original is untouched."""
+    copy = model.with_dtype("bfloat16")
+    assert copy is not model and copy.config == model.config and model.dtype_policy.name == "float32"
+    assert {w.dtype for w in copy.weights} == {"bfloat16"} and {w.dtype for w in model.weights} == {"float32"}
+    for cast, original in zip(copy.weights, model.weights):
+        np.testing.assert_array_equal(cast.numpy(), original.numpy().astype(cast.numpy().dtype))
+    logits, reference = copy((SOURCE, TARGET_IN)), model((SOURCE, TARGET_IN))
+    assert logits.dtype == "float32"
+    np.testing.assert_allclose(logits, reference, atol=0.1)  # bf16 keeps 8 bits of mantissa
+    assert model.with_dtype("float32") is model

@@ -59,6 +59,15 @@ def test_from_model_dir_loads_the_checkpoint_and_the_settings(model_dir, transla
         kt.Translator.from_model_dir(model_dir[0], checkpoint="averaged")
 
 
+def test_from_model_dir_in_bfloat16_translates(model_dir, translator):
+    bf16 = kt.Translator.from_model_dir(model_dir[0], dtype="bfloat16", beam_size=3)
+    assert bf16.model.dtype_policy.name == "bfloat16" and translator.model.dtype_policy.name == "float32"
+    for loaded, original in zip(bf16.model.weights, model_dir[1].weights):
+        assert loaded.dtype == "bfloat16" and bool(tf.reduce_all(loaded == tf.cast(original, "bfloat16")))
+    translations = bf16.translate(SENTENCES)
+    assert len(translations) == 3 and translations[2] == "" and all(isinstance(t, str) for t in translations)
+
+
 def test_translate_a_string_returns_a_string(translator):
     translation = translator.translate("Jesus wept.")
     assert isinstance(translation, str)
