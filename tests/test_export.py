@@ -128,7 +128,8 @@ def test_tflite_metadata_describes_the_models(exported):
         "eos_id": 2,
         "unk_id": 3,
     }
-    assert (metadata["beam_size"], metadata["alpha"], metadata["tokenizer"]) == (4, 0.6, "tokenizer.model")
+    assert (metadata["beam_size"], metadata["alpha"], metadata["patience"]) == (4, 0.6, 1.0)
+    assert metadata["tokenizer"] == "tokenizer.model"
     models = {"ids": "translator.tflite", "ids_int8": "translator_int8.tflite", "text": "translator_text.tflite"}
     assert metadata["models"] == models
     for name in (metadata["tokenizer"], *metadata["models"].values()):
