@@ -1,0 +1,356 @@
+"""README.md's examples run as written: every ```python block, and the ```sh commands that are
+cheap and offline, in a temporary working directory.
+
+Python blocks run in README order in one namespace (the Decoding block uses the training block's
+`kt`, `model` and `source_ids`), statement by statement like notebook cells, so that the value of
+each expression line is checked against what its comment promises. A new python block runs by
+default; none is skipped today (SKIPPED_PYTHON). What the README leaves to the reader is provided:
+  - "Translate from Python": `runs/demo` is a model dir with an untrained tiny model (5 checkpoints
+    of its initial weights, its tokenizer learned on tests/data/fixture_bible.en-de.tsv);
+  - "The Python API: training": `batches` (one batch of 2 sentences), `source_ids` and
+    `target_in_ids` (4 tokens each, ids < 37000); the base model's 10 epochs on it take ~20 s,
+    most of it the first step's tracing;
+  - "Decoding": runs on the training block's base model and its 2 short sources (limit |source| + 50
+    = 54 tokens, which random weights reach: a few seconds per search).
+
+Shell commands run with bash, one after another in their block, in the same directory (`runs/small`
+and `DIR` are copies of `runs/demo`), with the venv's `keras-transformer` on PATH and this checkout
+on PYTHONPATH; each must exit 0, and SH_CHECKS check what their comments promise. Run: `--version;
+train --help`; `translate` on runs/small (beam 4), on DIR greedy (`--beam-size 1 --alpha 0`) and
+`--nbest 4`; `average --last 5`; `evaluate --checkpoint averaged` (the fixture's last 2%: 8 pairs);
+`export --format ctranslate2` (if ctranslate2 is installed). Skipped (SKIPPED_SH; each rule must
+match a README command, and a command no rule matches runs):
+  - `make demo`, `make test`: install into .venv, then train for 6 minutes or run the whole suite;
+  - `pip install ...`: installs packages from the internet;
+  - `keras-transformer train ...` (all but `train --help`) and `python bench/quality.py`: train for
+    30 minutes to 2 hours, or have `...` for their flags (tests/test_cli.py trains on the fixture);
+  - `export --model-dir runs/small --out runs/export` and `export --check runs/export`: SavedModels
+    and three TFLite conversions, ~20 s (tests/test_export.py runs the same command and check);
+  - Decoding's `translate --model-dir DIR "Jesus wept."` and The command line's `evaluate
+    --model-dir runs/small`: another block runs the same command on a copy of the model dir (the
+    latter on its averaged checkpoint); ~6 s each, mostly TensorFlow's import.
+On the 2-core development machine: ~65 s in all (python blocks ~38 s: training ~19 s, decoding
+~16 s; sh commands ~27 s, ~5 s for each that imports TensorFlow).
+"""
+
+import ast
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import FIXTURE
+
+import keras_transformer as kt
+from keras_transformer.model_dir import ModelDir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+
+# Python blocks not run, by heading: {heading: reason}. Empty: every python block runs.
+SKIPPED_PYTHON: dict[str, str] = {}
+
+# Shell commands not run: (regex on the command, reason). Everything else runs.
+SKIPPED_SH = [
+    (r"^make ", "installs into .venv, then trains for 6 minutes (demo) or runs the whole suite (test)"),
+    (r"^pip install ", "installs packages from the internet"),
+    (r"keras-transformer train (?!--help)", "trains for 30 minutes to 2 hours, or has `...` for its flags"),
+    (r"^python bench/quality\.py ", "trains for 30 minutes"),
+    # Two commands that another block runs on a copy of the same model dir (~6 s each):
+    (r'^keras-transformer translate --model-dir DIR "Jesus wept\."$', "The command line's translate, on runs/small"),
+    (r"^keras-transformer evaluate --model-dir runs/small$", "Decoding's evaluate, on DIR's averaged checkpoint"),
+    (r"keras-transformer export --model-dir runs/small --out runs/export", "~20 s of exports; tests/test_export.py"),
+    (r"keras-transformer export --check runs/export", "checks the export skipped above; tests/test_export.py"),
+]
+
+
+def readme_blocks() -> list[tuple[str, str, int, str]]:
+    """Every fenced code block of README.md: (language, heading, first line number, code)."""
+    blocks, heading, language, start, code = [], "", None, 0, []
+    with open(README, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if language is None and line.startswith("## "):
+                heading = line[3:].strip()
+            elif language is None and line.startswith("```"):
+                language, start, code = line[3:].strip(), number + 1, []
+            elif language is not None and line.startswith("```"):
+                blocks.append((language, heading, start, "".join(code)))
+                language = None
+            elif language is not None:
+                code.append(line)
+    assert language is None, "README.md has an unclosed code block"
+    return blocks
+
+
+def sh_commands(code: str) -> list[str]:
+    """The commands of a sh block: its lines with their `\\` continuations, comment-only lines left out."""
+    commands, pending = [], ""
+    for line in code.splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        pending += line + "\n"
+        if not line.endswith("\\"):
+            commands.append(pending.rstrip("\n"))
+            pending = ""
+    assert not pending, f"a sh block ends in a continuation: {pending!r}"
+    return commands
+
+
+def bare(command: str) -> str:
+    """A command on one line without its comments (what SKIPPED_SH and SH_CHECKS match)."""
+    return " ".join(re.sub(r"\s+#.*", "", line).strip().removesuffix("\\").strip() for line in command.splitlines())
+
+
+def skip_reason(command: str) -> str | None:
+    return next((reason for pattern, reason in SKIPPED_SH if re.search(pattern, bare(command))), None)
+
+
+def run_cells(code: str, first_line: int, namespace: dict) -> dict:
+    """Execute a python block in `namespace` statement by statement; return each expression
+    statement's value, keyed by its text (the README line without its comment). Tracebacks name
+    README.md's line numbers."""
+    source = "\n" * (first_line - 1) + code
+    values = {}
+    for statement in ast.parse(source, README).body:
+        text = ast.get_source_segment(source, statement)
+        if isinstance(statement, ast.Expr):
+            values[text] = eval(compile(ast.Expression(statement.value), README, "eval"), namespace)
+        else:
+            exec(compile(ast.Module([statement], []), README, "exec"), namespace)
+    return values
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, tokenizer):
+    """A working directory with `runs/demo`, `runs/small` and `DIR`: the same model dir, an untrained
+    tiny model in 5 checkpoints (`average --last 5` needs them), trained on the fixture TSV (whose
+    last 2%, 8 pairs, `evaluate` scores)."""
+    path = tmp_path_factory.mktemp("readme")
+    demo = ModelDir(str(path / "runs" / "demo"))
+    config = kt.TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, num_layers=1, max_length=24)
+    demo.write(config, kt.TrainingConfig(), str(FIXTURE), tokenizer)
+    model = kt.Transformer(config)
+    model.build()
+    manager = demo.checkpoint_manager(tf.train.Checkpoint(model=model))
+    for step in range(1, 6):
+        manager.save(checkpoint_number=step)
+    for copy in ("runs/small", "DIR"):
+        shutil.copytree(demo.path, path / copy)
+    return path
+
+
+# What the python blocks leave to the reader.
+SOURCE_IDS = [[5, 6, 7, 2], [8, 9, 2, 0]]  # [batch 2, S 4] int32, EOS 2, pad 0
+TARGET_IN_IDS = [[1, 10, 11, 12], [1, 13, 14, 0]]  # start 1, then the target
+TARGET_OUT_IDS = [[10, 11, 12, 2], [13, 14, 2, 0]]  # the target, then EOS
+
+
+def provide_training_inputs(namespace):
+    source_ids = tf.constant(SOURCE_IDS, tf.int32)
+    target_in_ids = tf.constant(TARGET_IN_IDS, tf.int32)
+    target_out_ids = tf.constant(TARGET_OUT_IDS, tf.int32)
+    namespace["batches"] = tf.data.Dataset.from_tensors(((source_ids, target_in_ids), target_out_ids))
+    namespace.update(source_ids=source_ids, target_in_ids=target_in_ids)
+
+
+def check_translate(values, namespace):
+    one = values['translator.translate("Jesus wept.")']
+    assert isinstance(one, str)  # a str -> a str
+    two = values['translator.translate(["Jesus wept.", "Amen."])']
+    translator = namespace["translator"]
+    assert two == [one, translator.translate("Amen.")]  # a list -> a list, in order
+    nbest = values['translator.translate_nbest("Jesus wept.", n=4)']
+    assert len(nbest) == 4 and all(isinstance(text, str) and isinstance(score, float) for text, score in nbest)
+    scores = [score for _, score in nbest]
+    assert scores == sorted(scores, reverse=True) and nbest[0][0] == one  # best first
+
+
+def check_training(values, namespace):
+    assert all(callable(getattr(kt.TransformerConfig, preset)) for preset in ("big", "small", "tiny"))  # also ...
+    assert isinstance(namespace["model"], keras.Model)  # a keras.Model
+    history = values["model.fit(batches, epochs=10)"]
+    assert history.epoch == list(range(10)) and all(math.isfinite(loss) for loss in history.history["loss"])
+    assert namespace["logits"].shape == (2, 4, 37000)  # [batch, target_len, vocab]
+
+
+def token_log_probs(model, source_ids, ids):
+    """Teacher-forced log-probabilities of hypotheses `ids` [B, N, L]: [B, N, L] float64."""
+    batch, n, length = ids.shape
+    sources = np.repeat(np.asarray(source_ids), n, axis=0)  # [B*N, S]
+    flat = ids.reshape(batch * n, length)  # [B*N, L]
+    target_in = np.concatenate([np.ones((batch * n, 1), np.int32), flat[:, :-1]], axis=1)  # start 1, then ids
+    logits = model((tf.constant(sources), tf.constant(target_in)), training=False)  # [B*N, L, V]
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1).numpy().astype(np.float64)
+    chosen = np.take_along_axis(log_probs, flat[:, :, None].astype(np.int64), axis=-1)[..., 0]  # [B*N, L]
+    best = log_probs.max(axis=-1)  # [B*N, L]
+    return chosen.reshape(batch, n, length), best.reshape(batch, n, length)
+
+
+def hypotheses(ids) -> list[list[list[int]]]:
+    """ids [B, N, L] -> per sentence, per hypothesis, its tokens up to its EOS (pad after EOS checked)."""
+    out = []
+    for sentence in np.asarray(ids).tolist():
+        out.append([])
+        for row in sentence:
+            end = row.index(2) + 1 if 2 in row else row.index(0) if 0 in row else len(row)  # EOS or the limit
+            assert all(token == 0 for token in row[end:]), row  # pad (0) after EOS (2), or after the limit
+            assert 0 not in row[:end] and 1 not in row[:end], row  # pad and start are never generated
+            out[-1].append(row[:end])
+    return out
+
+
+def check_result(result, batch, beam):
+    assert result.ids.dtype == tf.int32 and result.scores.dtype == tf.float32
+    assert tuple(result.ids.shape[:2]) == (batch, beam) and tuple(result.scores.shape) == (batch, beam)
+    scores = result.scores.numpy()
+    assert np.all(np.isfinite(scores)) and np.all(np.diff(scores, axis=1) <= 0), scores  # descending
+    return hypotheses(result.ids)
+
+
+def check_decoding(values, namespace):
+    model, source_ids = namespace["model"], namespace["source_ids"]
+    result = namespace["result"]
+    assert values["result.ids"] is result.ids and values["result.scores"] is result.scores
+    best_first = check_result(result, 2, 4)
+    # scores: the sum of token log-probs / lp(|y|), lp = ((5 + |y|) / 6)^0.6, |y| counting EOS.
+    chosen, _ = token_log_probs(model, source_ids, result.ids.numpy())
+    for b, sentence in enumerate(best_first):
+        for k, tokens in enumerate(sentence):
+            expected = chosen[b, k, : len(tokens)].sum() / ((5 + len(tokens)) / 6) ** 0.6
+            assert result.scores[b, k].numpy() == pytest.approx(expected, abs=1e-3)
+    one_best = values["kt.beam_search(model, source_ids, nbest=1)"]
+    assert [sentence[0] for sentence in best_first] == [s[0] for s in check_result(one_best, 2, 1)]
+    exact = values["kt.beam_search(model, source_ids, patience=None)"]
+    check_result(exact, 2, 4)
+    assert np.all(exact.scores[:, 0].numpy() >= result.scores[:, 0].numpy() - 1e-5)  # searches at least as long
+    check_result(values['kt.beam_search(model.with_dtype("bfloat16"), source_ids)'], 2, 4)
+    greedy = values["kt.greedy_search(model, source_ids)"]
+    greedy_tokens = check_result(greedy, 2, 1)  # ids [batch, 1, length]
+    chosen, best = token_log_probs(model, source_ids, greedy.ids.numpy())
+    for b, (tokens,) in enumerate(greedy_tokens):  # each token the most likely one; alpha 0: lp = 1
+        np.testing.assert_allclose(chosen[b, 0, : len(tokens)], best[b, 0, : len(tokens)], atol=1e-4)
+        assert greedy.scores[b, 0].numpy() == pytest.approx(chosen[b, 0, : len(tokens)].sum(), abs=1e-3)
+
+
+# {heading: (provide the reader's inputs, check what the comments promise)}; other blocks just run.
+PYTHON_BLOCKS = {
+    "Translate from Python": (None, check_translate),
+    "The Python API: training": (provide_training_inputs, check_training),
+    "Decoding": (None, check_decoding),
+}
+
+
+def test_every_block_is_run_or_skipped_by_name():
+    blocks = readme_blocks()
+    python = [heading for language, heading, _, _ in blocks if language == "python"]
+    assert set(SKIPPED_PYTHON) <= set(python) and set(PYTHON_BLOCKS) <= set(python), python
+    assert not set(SKIPPED_PYTHON) & set(PYTHON_BLOCKS)
+    commands = [bare(c) for language, _, _, code in blocks if language == "sh" for c in sh_commands(code)]
+    for pattern, _ in SKIPPED_SH:  # no stale rule
+        assert any(re.search(pattern, command) for command in commands), pattern
+    for pattern in SH_CHECKS:
+        assert any(re.search(pattern, command) for command in commands), pattern
+    assert {language for language, *_ in blocks} == {"python", "sh"}, "a new language: run or skip its blocks here"
+
+
+@pytest.mark.slow
+def test_python_blocks_run_as_written(workspace, monkeypatch):
+    monkeypatch.chdir(workspace)
+    namespace, ran = {"__name__": "__readme__"}, []
+    for language, heading, first_line, code in readme_blocks():
+        if language != "python" or heading in SKIPPED_PYTHON:
+            continue
+        provide, check = PYTHON_BLOCKS.get(heading, (None, None))
+        if provide:
+            provide(namespace)
+        start = time.perf_counter()
+        values = run_cells(code, first_line, namespace)
+        if check:
+            check(values, namespace)
+        ran.append(heading)
+        print(f"{heading}: {time.perf_counter() - start:.1f} s")
+    assert set(PYTHON_BLOCKS) <= set(ran)  # every check ran
+
+
+def check_version(result, workspace):
+    assert result.stdout.startswith(f"keras-transformer {kt.__version__}\nusage: keras-transformer train")
+
+
+def check_one_line(result, workspace):
+    assert len(result.stdout.splitlines()) == 1  # one line per input
+
+
+def check_nbest(result, workspace):
+    lines = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [index for index, _, _ in lines] == ["0"] * 4  # 4 lines per input: INDEX<TAB>SCORE<TAB>TEXT
+    scores = [float(score) for _, score, _ in lines]
+    assert scores == sorted(scores, reverse=True)
+
+
+def check_evaluate(result, workspace):
+    scores = json.loads(result.stdout.splitlines()[-1])  # ends with one JSON line
+    assert {"bleu", "chrf", "bleu_signature", "chrf_signature", "sentences", "beam_size", "alpha"} <= set(scores)
+    assert scores["sentences"] == 8
+
+
+def check_averaged(result, workspace):
+    assert os.path.exists(workspace / "DIR" / "averaged" / "ckpt-5.index")  # writes DIR/averaged
+
+
+def check_ctranslate2(result, workspace):
+    assert os.path.exists(workspace / "runs" / "ct2" / "model.bin")
+
+
+# Checks beyond exit status 0, by a regex on the command; each must match a README command.
+SH_CHECKS = {
+    r"--version; keras-transformer train --help": check_version,
+    r'translate --model-dir (runs/small|DIR) "Jesus wept\."': check_one_line,
+    r"--beam-size 1 --alpha 0": check_one_line,
+    r"--nbest 4": check_nbest,
+    r"^keras-transformer evaluate": check_evaluate,
+    r"average --model-dir DIR --last 5": check_averaged,
+    r"--format ctranslate2": check_ctranslate2,
+}
+
+
+SH_BLOCKS = [(heading, code) for language, heading, _, code in readme_blocks() if language == "sh"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("heading,code", SH_BLOCKS, ids=[heading for heading, _ in SH_BLOCKS])
+def test_sh_commands_run_as_written(workspace, heading, code):
+    env = {
+        **os.environ,
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),  # keras-transformer
+        "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),  # this checkout
+    }
+    skipped, ran = [], []
+    for command in sh_commands(code):
+        reason = skip_reason(command)
+        if reason:
+            skipped.append(f"{bare(command)}: {reason}")
+            continue
+        if "ctranslate2" in command and importlib.util.find_spec("ctranslate2") is None:
+            skipped.append(f"{bare(command)}: ctranslate2 (the `ctranslate2` extra) is not installed")
+            continue
+        start = time.perf_counter()
+        result = subprocess.run(
+            ["bash", "-c", command], cwd=workspace, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+        for pattern, check in SH_CHECKS.items():
+            if re.search(pattern, bare(command)):
+                check(result, workspace)
+        ran.append(f"{bare(command)}: {time.perf_counter() - start:.1f} s")
+    print("\n".join(ran + ["skipped: " + line for line in skipped]))
+    if not ran:
+        pytest.skip("; ".join(skipped))
