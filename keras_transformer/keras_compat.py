@@ -15,8 +15,10 @@ each one when the upstream issue it cites is fixed in the pinned version.
   for a loss already normalised over the global batch (`losses.LabelSmoothedCrossEntropy`)
   when a batch splits unevenly (3 + 2 sequences): the logged loss then differs from one
   device's (no upstream issue: Keras' weighting suits losses that are per-replica means).
-  `ReplicaShareMean` counts each replica as 1 / num_replicas of a step; `Model.compile`
-  installs it, and `Model.compile_from_config` compiles a loaded model all the same (Keras
+  `ReplicaShareMean` counts each replica as 1 / num_replicas of a step (and a step whose
+  global batch is empty, which Keras runs at the end of a finite dataset, as none: counted
+  as a step of loss 0, it pulled `evaluate`'s and the validation loss down by one step in
+  n + 1); `Model.compile` installs it, and `Model.compile_from_config` compiles a loaded model all the same (Keras
   skips that for a class that overrides `compile`).
 - The logs of a multi-worker step: Keras reduces them with `strategy.reduce("MEAN", v, axis=0)`,
   which fails on scalars ("Invalid reduction dimension 0 for input with 0 dimensions";
@@ -46,7 +48,13 @@ class ReplicaShareMean(keras.metrics.Mean):
 
     def update_state(self, values, sample_weight=None):
         replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        super().update_state(values, sample_weight=1.0 / replicas)
+        # Keras passes this replica's number of sequences. A step of the whole batch counts only
+        # if the global batch has any: Keras ends a finite dataset with one empty step.
+        sequences = tf.cast(1 if sample_weight is None else sample_weight, self.dtype)
+        context = tf.distribute.get_replica_context()
+        if context is not None:
+            sequences = context.all_reduce(tf.distribute.ReduceOp.SUM, sequences)
+        super().update_state(values, sample_weight=tf.where(sequences > 0, 1.0 / replicas, 0.0))
 
 
 class Model(keras.Model):

@@ -1,7 +1,8 @@
 """Run by test_distribute.py in a fresh process (logical devices must be set before TF starts):
 train the same tiny model on the same batches on one device and under a strategy on 2 logical
 CPU devices, through the public API (`kt.Transformer`, `compile_model`, `model.fit`); print the
-per-step losses and the largest weight difference as JSON.
+per-step losses, then `model.evaluate`'s loss on the same batches, and the largest weight
+difference as JSON.
 
     python tests/replica_parity.py STRATEGY SIZES   # SIZES: sequences per batch, e.g. 4,5,4
 """
@@ -61,7 +62,8 @@ def run(strategy, sizes, initial):
         ),
     )
     model.fit(dataset.repeat(), steps_per_epoch=len(data), epochs=1, verbose=0, callbacks=[logger], shuffle=False)
-    return losses, model.get_weights(), initial, int(model.optimizer.iterations.numpy())
+    validation = model.evaluate(dataset, verbose=0, return_dict=True)["loss"]  # finite: ends with an empty step
+    return losses + [validation], model.get_weights(), initial, int(model.optimizer.iterations.numpy())
 
 
 sizes = [int(size) for size in sys.argv[2].split(",")]

@@ -7,6 +7,7 @@ import zipfile
 
 import keras
 import numpy as np
+import pytest
 
 from keras_transformer import TrainingConfig, Transformer, TransformerConfig
 from keras_transformer.keras_compat import ReplicaShareMean
@@ -19,6 +20,24 @@ TARGET_IN = np.array([[1, 11, 12], [1, 14, 0]], np.int32)
 def test_a_compiled_transformer_logs_the_loss_per_step():
     model = compile_model(Transformer(TransformerConfig.tiny(vocab_size=50)), TrainingConfig())
     assert isinstance(model.metrics[0], ReplicaShareMean) and model.metrics[0].name == "loss"
+
+
+def test_evaluate_on_a_finite_dataset_is_the_mean_of_its_batch_losses():
+    """Keras ends a finite dataset with an empty step; it must not count as a step of loss 0
+    (it did: three batches averaged over four steps, one batch over two)."""
+    import tensorflow as tf
+
+    from keras_transformer.losses import LabelSmoothedCrossEntropy
+
+    model = compile_model(Transformer(TransformerConfig.tiny(vocab_size=50, dropout=0.0)), TrainingConfig())
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(3, 50, size=(3, size, 6)).astype("int32") for size in (2, 3, 2)]
+    data = [((ids[0], ids[1]), ids[2]) for ids in batches]
+    losses = [float(LabelSmoothedCrossEntropy()(target, model(inputs))) for inputs, target in data]
+    spec = ((tf.TensorSpec([None, None], tf.int32),) * 2, tf.TensorSpec([None, None], tf.int32))
+    dataset = tf.data.Dataset.from_generator(lambda: iter(data), output_signature=spec)
+    assert model.evaluate(dataset, verbose=0, return_dict=True)["loss"] == pytest.approx(np.mean(losses), rel=1e-5)
+    assert model.evaluate(dataset.take(1), verbose=0, return_dict=True)["loss"] == pytest.approx(losses[0], rel=1e-5)
 
 
 def test_a_keras_file_of_the_distributed_transformer_loads_as_a_transformer(tmp_path):
