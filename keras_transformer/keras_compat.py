@@ -18,8 +18,8 @@ each one when the upstream issue it cites is fixed in the pinned version.
   `ReplicaShareMean` counts each replica as 1 / num_replicas of a step (and a step whose
   global batch is empty, which Keras runs at the end of a finite dataset, as none: counted
   as a step of loss 0, it pulled `evaluate`'s and the validation loss down by one step in
-  n + 1); `Model.compile` installs it, and `Model.compile_from_config` compiles a loaded model all the same (Keras
-  skips that for a class that overrides `compile`).
+  n + 1); `Model.compile` installs it, and `Model.compile_from_config` compiles a loaded
+  model all the same (Keras skips that for a class that overrides `compile`).
 - The logs of a multi-worker step: Keras reduces them with `strategy.reduce("MEAN", v, axis=0)`,
   which fails on scalars ("Invalid reduction dimension 0 for input with 0 dimensions";
   tensorflow/tensorflow#72388, the family of keras-team/keras#20329): `Model` gives it
