@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= runs/demo
 DEMO_BUDGET ?= 6m
+DEMO_EXPORT ?= $(DEMO_DIR)-export
 # Test processes: most of a test's time is single-threaded tracing, so two processes on two
 # cores take ~9 minutes where one takes ~15-17. A file's tests share a process (its fixtures).
 TEST_WORKERS ?= 2
@@ -36,6 +37,8 @@ demo: install
 		"Jesus wept." \
 		"The Lord is my shepherd; I shall not want."
 	$(BIN)/keras-transformer evaluate --model-dir $(DEMO_DIR) --show 3
+	$(BIN)/keras-transformer export --model-dir $(DEMO_DIR) --out $(DEMO_EXPORT)
+	$(BIN)/keras-transformer export --check $(DEMO_EXPORT)
 
 test: install-dev lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10
