@@ -5,7 +5,8 @@ plain text: the step, time elapsed and left, the loss, the accuracy and target t
 (non-pad target tokens, the paper's measure of batch size, §5.1). On a terminal one line is
 rewritten in place; anywhere else (a file, a pipe, a notebook) a line is added every
 `interval_s` seconds, so a log has no control characters. Each epoch end (validation and
-checkpoint) adds a line with the validation scores.
+checkpoint) adds a line with the validation scores, except after a stop, whose validation
+`TimeBudget` cuts to one batch: those figures are dropped, not reported as a validation loss.
 """
 
 from __future__ import annotations
@@ -124,9 +125,14 @@ class Progress(keras.callbacks.ProgbarLogger):
             self._last_report = now
 
     def on_epoch_end(self, epoch, logs=None):
+        logs = logs if logs is not None else {}
+        if getattr(self.model, "stop_evaluating", False):
+            # A validation cut short after a stop (`budget.TimeBudget`) saw one batch: it is no
+            # validation loss. Dropped from the logs, so Keras' History (after us) has none either.
+            for name in [name for name in logs if name.startswith("val_")]:
+                del logs[name]
         if self.quiet:
             return
-        logs = logs or {}
         line = self._line(logs)
         validation = [f"{name} {float(logs[name]):.3f}" for name in ("val_loss", "val_accuracy") if name in logs]
         self._write(" | ".join([line, *validation]), final=True)

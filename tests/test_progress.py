@@ -83,6 +83,24 @@ def test_on_a_terminal_one_line_is_rewritten_in_place(fit):
     assert text.rsplit("\r", 1)[1].startswith("step 6/100 | 0:12")
 
 
+class CutValidation(keras.callbacks.Callback):
+    """Cuts every validation to one batch, as `TimeBudget` does after a stop."""
+
+    def on_test_begin(self, logs=None):
+        self.model.stop_evaluating = True
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_a_validation_cut_short_is_not_reported(model, cut):
+    ids = np.array([[5, 6, 7, 8, 2], [5, 6, 2, 0, 0]], np.int32)
+    batches = tf.data.Dataset.from_tensors(((ids, ids), ids))
+    now, out = [0.0], io.StringIO()
+    callbacks = [Tick(now), *([CutValidation()] if cut else []), Progress(100, stream=out, terminal=False)]
+    history = model.fit(batches.repeat(), validation_data=batches.repeat(3), steps_per_epoch=2, callbacks=callbacks)
+    last = out.getvalue().splitlines()[-1]
+    assert ("val_loss" in last, "val_loss" in history.history) == (not cut, not cut)
+
+
 def test_verbose_0_reports_nothing(fit):
     now, out = [0.0], io.StringIO()
     fit(Progress(100, stream=out, terminal=False, clock=lambda: now[0]), now, verbose=0)
