@@ -20,11 +20,11 @@ from common import (
     load_average,
     matmul_ceiling_gflops,
     median,
-    model_flops_per_step,
     record,
     repeated,
     synthetic_batch,
 )
+from flops import model_flops_per_step
 from peers import build_keras_hub
 from train_throughput import build_ours
 

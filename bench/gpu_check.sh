@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 exec timeout 480 "${PYTHON:-python3}" - <<'PY'
-import json, os, time
+import json, os, sys, time
 
 import keras
 import numpy as np
@@ -18,6 +18,9 @@ from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.distribute import mixed_precision_policy, resolve_strategy
 from keras_transformer.model import Transformer
 from keras_transformer.training import compile_model
+
+sys.path.insert(0, "bench")
+from flops import model_flops_per_step  # the benchmarks' FLOP count
 
 preset, batch, length, steps = os.environ.get("PRESET", "base"), int(os.environ.get("BATCH", 256)), int(os.environ.get("LENGTH", 64)), int(os.environ.get("STEPS", 50))
 gpus = tf.config.list_logical_devices("GPU")
@@ -63,13 +66,8 @@ history = model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=Fa
 elapsed = time.perf_counter() - start
 loss = history.history["loss"][-1]
 
-d, f, n, v = config.d_model, config.d_ff, config.num_layers, config.vocab_size
 tokens = global_batch * length  # per side
-# Training FLOPs = 6 x weight-matrix parameters x tokens (output projection included) + attention scores.
-encoder_params, decoder_params = n * (4 * d * d + 2 * d * f), n * (8 * d * d + 2 * d * f)
-dense = 6 * (encoder_params * tokens + (decoder_params + d * v) * tokens)
-attention = 3 * 4 * d * global_batch * length * length * 3 * n  # QK^T and AV, forward x3, enc self + dec self + cross
-flops_per_step = dense + attention
+flops_per_step = model_flops_per_step(config, global_batch, length, length)
 step_s = elapsed / steps
 result = {
     "preset": preset, "replicas": replicas, "policy": policy, "jit_compile": True,

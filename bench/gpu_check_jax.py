@@ -25,6 +25,7 @@ os.environ["KERAS_BACKEND"] = "jax"  # before keras is imported; keras_transform
 
 import faulthandler  # noqa: E402
 import json  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
@@ -36,6 +37,9 @@ from keras_transformer.config import TrainingConfig, TransformerConfig  # noqa: 
 from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, SharedEmbedding  # noqa: E402
 from keras_transformer.layers.masking import padding_mask  # noqa: E402
 from keras_transformer.schedules import TransformerSchedule  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flops import model_flops_per_step  # noqa: E402  (bench/flops.py)
 
 POLICY = "mixed_bfloat16"  # bfloat16 needs no loss scaling (Micikevicius et al., 2018)
 
@@ -139,13 +143,8 @@ def main():
     elapsed = time.perf_counter() - start
     final_loss = history.history["loss"][-1]
 
-    d, f, n, v = config.d_model, config.d_ff, config.num_layers, config.vocab_size
     tokens = global_batch * length  # per side
-    # Training FLOPs = 6 x weight-matrix parameters x tokens (output projection included) + attention scores.
-    encoder_params, decoder_params = n * (4 * d * d + 2 * d * f), n * (8 * d * d + 2 * d * f)
-    dense = 6 * (encoder_params * tokens + (decoder_params + d * v) * tokens)
-    attention = 3 * 4 * d * global_batch * length * length * 3 * n  # QK^T and AV, forward x3, enc + dec self + cross
-    flops_per_step = dense + attention
+    flops_per_step = model_flops_per_step(config, global_batch, length, length)
     step_s = elapsed / steps
     result = {
         "preset": preset,

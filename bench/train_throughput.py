@@ -16,18 +16,17 @@ from __future__ import annotations
 import argparse
 
 from common import (
-    FLOPS_FORMULA,
     WORKLOADS,
     emit,
     fit_steps,
     load_average,
     matmul_ceiling_gflops,
     median,
-    model_flops_per_step,
     record,
     repeated,
     synthetic_batch,
 )
+from flops import FLOPS_FORMULA, model_flops_per_step
 
 
 def build_ours(workload, jit_compile: bool):

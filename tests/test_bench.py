@@ -27,7 +27,8 @@ def run_main(module_name, argv, capsys):
 
 
 def test_model_flops_match_the_issue_figures():
-    from common import WORKLOADS, model_flops_per_step
+    from common import WORKLOADS
+    from flops import model_flops_per_step
 
     medium = WORKLOADS["medium"]
     # 6 x 7,553,024 weights x 2048 tokens + 12 x 3 x 64 x 256 x 3 x 32^2 attention FLOPs
