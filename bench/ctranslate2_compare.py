@@ -54,14 +54,14 @@ from common import emit, load_average, median, record
 from peers import ctranslate2_translator
 
 from keras_transformer import beam_search
-from keras_transformer.ctranslate2_export import vocabulary
-from keras_transformer.data import read_pairs
-from keras_transformer.decoding import PATIENCE, decode_limits
-from keras_transformer.export import ids_saved_model_dir
-from keras_transformer.metrics import corpus_scores
+from keras_transformer.data.sources import read_pairs
+from keras_transformer.exporters.ctranslate2 import vocabulary
+from keras_transformer.exporters.signatures import TranslationModule
+from keras_transformer.exporters.tensorflow import ids_saved_model_dir
+from keras_transformer.inference.decoding import PATIENCE, decode_limits
+from keras_transformer.inference.evaluation import corpus_scores
+from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import load_model
-from keras_transformer.serving import TranslationModule
-from keras_transformer.translation import Translator
 
 FORCED_RUNNERS = [
     "savedmodel",

@@ -44,7 +44,7 @@ def child(data: str, steps: int, valid_pairs: int) -> None:
     import keras
 
     from keras_transformer import DataConfig, TrainingConfig, TransformerConfig
-    from keras_transformer.training import train
+    from keras_transformer.training.trainer import train
 
     class FirstStep(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):

@@ -65,9 +65,9 @@ from common import FIRST_TOKEN, WORKLOADS, emit, load_average, median, record
 from peers import ctranslate2_translator, keras_hub_generate, numbered_tokens
 
 from keras_transformer import Transformer, beam_search
-from keras_transformer.decoding import search_beams
-from keras_transformer.export import ids_saved_model_dir, tflite_models
-from keras_transformer.serving import IDS_SPEC, TranslationModule
+from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule
+from keras_transformer.exporters.tensorflow import ids_saved_model_dir, tflite_models
+from keras_transformer.inference.decoding import search_beams
 
 
 def forbid_eos(model) -> None:

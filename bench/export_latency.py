@@ -17,10 +17,10 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  the SavedModel holds tensorflow-text ops
 from ai_edge_litert.interpreter import Interpreter
 
-from keras_transformer.data import read_pairs
-from keras_transformer.export import ids_saved_model_dir, next_version, saved_model_dir
-from keras_transformer.metrics import corpus_scores
-from keras_transformer.tokenizer import SubwordTokenizer
+from keras_transformer.data.sources import read_pairs
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.exporters.tensorflow import ids_saved_model_dir, next_version, saved_model_dir
+from keras_transformer.inference.evaluation import corpus_scores
 
 
 def size(path):

@@ -15,9 +15,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import TrainingConfig, TransformerConfig
-from keras_transformer.distribute import mixed_precision_policy, resolve_strategy
+from keras_transformer.training.distribute import mixed_precision_policy, resolve_strategy
 from keras_transformer.model import Transformer
-from keras_transformer.training import compile_model
+from keras_transformer.training.trainer import compile_model
 
 sys.path.insert(0, "bench")
 from flops import model_flops_per_step  # the benchmarks' FLOP count

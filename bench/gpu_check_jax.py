@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 from keras_transformer.config import TrainingConfig, TransformerConfig  # noqa: E402
 from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, SharedEmbedding  # noqa: E402
 from keras_transformer.layers.masking import padding_mask  # noqa: E402
-from keras_transformer.schedules import TransformerSchedule  # noqa: E402
+from keras_transformer.training.schedules import TransformerSchedule  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flops import model_flops_per_step  # noqa: E402  (bench/flops.py)

@@ -37,14 +37,11 @@ def main(argv=None):
     import tensorflow as tf
 
     from keras_transformer import TrainingConfig, TransformerConfig
-    from keras_transformer.data import (
-        WHOLE,
-        has_own_splits,
-        make_batches,
-        pairs_dataset,
-        sentences,
-    )
-    from keras_transformer.tokenizer import SubwordTokenizer
+    from keras_transformer.data.batching import make_batches
+    from keras_transformer.data.files import has_own_splits
+    from keras_transformer.data.sources import pairs_dataset, sentences
+    from keras_transformer.data.splits import WHOLE
+    from keras_transformer.data.tokenizer import SubwordTokenizer
 
     config, training = TransformerConfig.base(), TrainingConfig.preset("base")
     split = "train" if has_own_splits(args.data) else WHOLE

@@ -134,7 +134,7 @@ def keras_hub_generate(config, search: str, generate: int, beam_size: int):
 def numbered_tokens(config) -> list[str]:
     """Token strings for a model without a tokenizer (random weights): "t<id>", pad named as
     CTranslate2 names it."""
-    from keras_transformer.ctranslate2_export import PAD_TOKEN
+    from keras_transformer.exporters.ctranslate2 import PAD_TOKEN
 
     tokens = [f"t{i}" for i in range(config.vocab_size)]
     tokens[config.pad_id] = PAD_TOKEN
@@ -142,14 +142,14 @@ def numbered_tokens(config) -> list[str]:
 
 
 def ctranslate2_translator(model, tokens: list[str], compute_type: str = "float32", add_source_eos: bool = True):
-    """CTranslate2's `Translator` on our model's weights (`keras_transformer.ctranslate2_export`),
+    """CTranslate2's `Translator` on our model's weights (`keras_transformer.exporters.ctranslate2`),
     `tokens` naming every id. Exported in float32 and loaded as `compute_type`: CTranslate2
     quantizes at load time, so "int8" runs what an int8 export runs. As many threads as
     TensorFlow's intra-op pool, one translation at a time. `add_source_eos=False`: the sources
     are taken as given (random-token batches without EOS, as our search gets them)."""
     import ctranslate2
 
-    from keras_transformer.ctranslate2_export import transformer_spec, write_spec
+    from keras_transformer.exporters.ctranslate2 import transformer_spec, write_spec
 
     spec = transformer_spec(model, tokens)
     spec.config.add_source_eos = add_source_eos

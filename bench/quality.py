@@ -8,7 +8,7 @@ The flags of `keras-transformer train` override the preset's `TransformerConfig`
 `TrainingConfig` fields (how the recipe was chosen: bench/RESULTS.md, "Quality on a CPU
 budget"), e.g. `--no-norm-first --learning-rate-scale 2`.
 
-Training goes through `keras_transformer.training.train`, exactly as `keras-transformer train
+Training goes through `keras_transformer.training.trainer.train`, exactly as `keras-transformer train
 --preset small --time-budget 30m` does. Epochs and target tokens/s are estimated: the real
 (non-pad) target tokens per batch are averaged over `--sample-batches` batches of the same
 pipeline, times the steps trained, over the training split's target tokens.
@@ -23,13 +23,14 @@ import numpy as np
 from common import emit, load_average, record
 
 from keras_transformer import TrainingConfig, TransformerConfig
-from keras_transformer.data import make_batches, pairs_dataset, read_pairs
-from keras_transformer.flags import add_train_flags, configs
-from keras_transformer.metrics import corpus_scores
+from keras_transformer.cli.flags import add_train_flags, configs
+from keras_transformer.data.batching import make_batches
+from keras_transformer.data.sources import pairs_dataset, read_pairs
+from keras_transformer.inference.evaluation import corpus_scores
+from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir
-from keras_transformer.schedules import trained_steps
-from keras_transformer.training import train
-from keras_transformer.translation import Translator
+from keras_transformer.training.schedules import trained_steps
+from keras_transformer.training.trainer import train
 
 DATA = "bible-en-de"
 

@@ -18,9 +18,9 @@ import argparse
 import tensorflow as tf
 from common import emit, record
 
-from keras_transformer.data import read_pairs
+from keras_transformer.data.sources import read_pairs
+from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import load_model
-from keras_transformer.translation import Translator
 
 RULES = {"patience_1": 1.0, "exact": None}
 

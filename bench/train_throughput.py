@@ -1,6 +1,6 @@
 """Training throughput of full steps through the real `model.fit` path.
 
-The model is compiled by `keras_transformer.training.compile_model` (Adam on the Eq. 3
+The model is compiled by `keras_transformer.training.trainer.compile_model` (Adam on the Eq. 3
 schedule, label-smoothed cross-entropy, masked accuracy) and fed one fixed synthetic batch
 repeated, so the figure is the training step alone. After `--warmup` steps (tracing, XLA
 compilation) it times `--steps` steps and prints one JSON line:
@@ -32,7 +32,7 @@ from flops import FLOPS_FORMULA, model_flops_per_step
 def build_ours(workload, jit_compile: bool):
     """Our Transformer, compiled exactly as `keras-transformer train` compiles it."""
     from keras_transformer import TrainingConfig, Transformer
-    from keras_transformer.training import compile_model
+    from keras_transformer.training.trainer import compile_model
 
     model = compile_model(Transformer(workload.config), TrainingConfig())
     model.jit_compile = jit_compile

@@ -13,9 +13,9 @@ import time
 import numpy as np
 import sacrebleu
 
-from keras_transformer.data import read_pairs
+from keras_transformer.data.sources import read_pairs
+from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import load_model
-from keras_transformer.translation import Translator
 
 
 def main(model_dir: str) -> None:

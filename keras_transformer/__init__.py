@@ -20,12 +20,12 @@ _EXPORTS = {
     "DataConfig": "keras_transformer.config",
     "TrainingConfig": "keras_transformer.config",
     "TransformerConfig": "keras_transformer.config",
-    "DecodeResult": "keras_transformer.decoding",
-    "beam_search": "keras_transformer.decoding",
-    "greedy_search": "keras_transformer.decoding",
+    "DecodeResult": "keras_transformer.inference.decoding",
+    "beam_search": "keras_transformer.inference.decoding",
+    "greedy_search": "keras_transformer.inference.decoding",
     "Transformer": "keras_transformer.model",
     "load_model": "keras_transformer.model_dir",
-    "Translator": "keras_transformer.translation",
+    "Translator": "keras_transformer.inference.translator",
 }
 __all__ = [
     "PRESETS",
@@ -42,10 +42,10 @@ __all__ = [
 
 if typing.TYPE_CHECKING:
     from keras_transformer.config import PRESETS, DataConfig, TrainingConfig, TransformerConfig
-    from keras_transformer.decoding import DecodeResult, beam_search, greedy_search
+    from keras_transformer.inference.decoding import DecodeResult, beam_search, greedy_search
+    from keras_transformer.inference.translator import Translator
     from keras_transformer.model import Transformer
     from keras_transformer.model_dir import load_model
-    from keras_transformer.translation import Translator
 
 del os, typing  # the package's namespace is its API
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from keras_transformer.cli import main
+from keras_transformer.cli.main import main
 
 sys.exit(main())

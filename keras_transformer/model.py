@@ -5,10 +5,10 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_transformer import keras_compat
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, SharedEmbedding
 from keras_transformer.layers.masking import padding_mask
+from keras_transformer.training import keras_compat
 
 
 @keras_compat.also_loads("keras_transformer>DistributedTransformer")  # training's model class in 0.1.0

@@ -1,6 +1,6 @@
 """The model directory: config.json, tokenizer.model, checkpoints/ and logs/ of one model, and
 the weights-only checkpoints averaged/ (`keras-transformer average`) and best/ (the best
-validation BLEU, `keras_transformer.callbacks.BleuCallback`).
+validation BLEU, `keras_transformer.training.callbacks.bleu.BleuCallback`).
 
 Everything needed to rebuild and use a trained model lives here; `load_model` restores the
 latest (or a chosen) checkpoint.
@@ -15,7 +15,7 @@ import os
 import tensorflow as tf
 
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
-from keras_transformer.tokenizer import SubwordTokenizer
+from keras_transformer.data.tokenizer import SubwordTokenizer
 
 WEIGHTS_CHECKPOINTS = ("averaged", "best")
 

@@ -31,7 +31,7 @@ def fixture_pairs():
 
 @pytest.fixture(scope="session")
 def tokenizer(fixture_pairs):
-    from keras_transformer.tokenizer import SubwordTokenizer
+    from keras_transformer.data.tokenizer import SubwordTokenizer
 
     sources, targets = fixture_pairs
     return SubwordTokenizer.train(sources + targets, 400)

@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import TrainingConfig, Transformer, TransformerConfig
-from keras_transformer.averaging import average_checkpoints, average_last
 from keras_transformer.model_dir import ModelDir, ModelDirError, load_model
+from keras_transformer.training.averaging import average_checkpoints, average_last
 
 
 def constant_checkpoints(model, manager, values):

@@ -11,7 +11,7 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 from test_decoding import CONFIG, model, reference_greedy  # noqa: F401  (model: the shared fixture)
 
 from keras_transformer import TransformerConfig, beam_search
-from keras_transformer.decoding import compiled, search_beams
+from keras_transformer.inference.decoding import compiled, search_beams
 
 EOS = 2
 SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
@@ -271,7 +271,7 @@ def test_an_empty_batch_gives_empty_results(model):
 
 @pytest.mark.parametrize("vocab_size, k", [(1000, 8), (300, 2), (129, 4), (64, 8)])
 def test_top_k_rows_equals_top_k_with_ties(vocab_size, k):
-    from keras_transformer.decoding import top_k_rows
+    from keras_transformer.inference.decoding import top_k_rows
 
     rng = np.random.default_rng(vocab_size)
     values = np.round(rng.normal(size=(6, vocab_size)), 1).astype(np.float32)  # many exact ties

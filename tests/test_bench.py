@@ -97,7 +97,7 @@ def test_ctranslate2_compare_verses(capsys, tmp_path):
     from conftest import FIXTURE
 
     from keras_transformer import TrainingConfig, TransformerConfig
-    from keras_transformer.training import train
+    from keras_transformer.training.trainer import train
 
     model_dir = str(tmp_path / "model")
     training = TrainingConfig(max_steps=1, batch_tokens=512, steps_per_epoch=1)
@@ -125,7 +125,7 @@ def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, tmp_path):
     from conftest import FIXTURE
 
     from keras_transformer import TrainingConfig, TransformerConfig
-    from keras_transformer.training import train
+    from keras_transformer.training.trainer import train
 
     model_dir = str(tmp_path / "model")
     training = TrainingConfig(max_steps=1, batch_tokens=512, steps_per_epoch=1)

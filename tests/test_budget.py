@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from keras_transformer import TrainingConfig
-from keras_transformer.budget import Interrupted, StopOnSignal, TimeBudget
-from keras_transformer.cli import main
-from keras_transformer.flags import parse_duration
-from keras_transformer.schedules import StepBudgetSchedule, TransformerSchedule
+from keras_transformer.cli.flags import parse_duration
+from keras_transformer.cli.main import main
+from keras_transformer.training.callbacks.budget import Interrupted, StopOnSignal, TimeBudget
+from keras_transformer.training.schedules import StepBudgetSchedule, TransformerSchedule
 
 
 @pytest.mark.parametrize(

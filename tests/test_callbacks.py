@@ -7,8 +7,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.callbacks import BleuCallback
 from keras_transformer.model_dir import weights_checkpoint
+from keras_transformer.training.callbacks.bleu import BleuCallback
 
 REFERENCES = ["the lord is my shepherd", "and god said let there be light"]
 

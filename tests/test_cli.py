@@ -11,8 +11,8 @@ import pytest
 from conftest import FIXTURE, TINY_TRAINING
 
 import keras_transformer
-from keras_transformer.cli import main
-from keras_transformer.quiet import drop_native_logs
+from keras_transformer.cli.main import main
+from keras_transformer.cli.quiet import drop_native_logs
 
 TINY = [*TINY_TRAINING, "--steps-per-epoch", "15"]
 
@@ -50,7 +50,7 @@ def test_verbose_and_debug_let_tensorflow_log(tmp_path):
 def test_version_and_help_answer_without_importing_tensorflow():
     assert run("--version").stdout == f"keras-transformer {keras_transformer.__version__}\n"
     probe = (
-        "import sys\nfrom keras_transformer.cli import main\n"
+        "import sys\nfrom keras_transformer.cli.main import main\n"
         "for argv in (['--help'], ['train', '--help'], ['export', '--help'], ['--version']):\n"
         "    try:\n        main(argv)\n    except SystemExit as exit:\n        assert exit.code == 0\n"
         "print('tensorflow' in sys.modules, 'keras' in sys.modules, file=sys.stderr)"
@@ -272,7 +272,7 @@ def test_train_takes_the_presets_model_and_training_settings_and_flags_override_
 
     calls = []
     monkeypatch.setattr(
-        "keras_transformer.training.train",
+        "keras_transformer.training.trainer.train",
         lambda model_dir, config, training, data, **_: calls.append((config, training)),
     )
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "small", "--time-budget", "30m"])
@@ -321,7 +321,7 @@ def test_train_keeps_a_presets_steps_seed_checkpoints_and_accumulation(monkeypat
     monkeypatch.setitem(config.PRESETS, "custom", config.Preset(model=dict(vocab_size=500), training=recipe))
     calls = []
     fake_train = lambda _dir, _config, training, *_, **__: calls.append(training)  # noqa: E731
-    monkeypatch.setattr("keras_transformer.training.train", fake_train)
+    monkeypatch.setattr("keras_transformer.training.trainer.train", fake_train)
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "custom"])
     assert calls == [TrainingConfig(**recipe)]
 
@@ -331,7 +331,7 @@ def test_data_flags_make_the_data_config(monkeypatch, tmp_path):
 
     calls = []
     record = lambda model_dir, config, training, data, **_: calls.append((training, data))  # noqa: E731
-    monkeypatch.setattr("keras_transformer.training.train", record)
+    monkeypatch.setattr("keras_transformer.training.trainer.train", record)
     main(["train", "--model-dir", str(tmp_path / "m")])
     assert calls[-1][1] == DataConfig()
     flags = [

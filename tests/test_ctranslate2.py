@@ -12,15 +12,15 @@ import tensorflow as tf
 from conftest import FIXTURE
 
 from keras_transformer import Transformer, TransformerConfig, greedy_search
-from keras_transformer.cli import main
+from keras_transformer.cli.main import main
 from keras_transformer.config import TrainingConfig
-from keras_transformer.ctranslate2_export import CTranslate2ExportError, export_ctranslate2, vocabulary
-from keras_transformer.data import read_pairs
-from keras_transformer.decoding import decode_limits
+from keras_transformer.data.sources import read_pairs
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.exporters.ctranslate2 import CTranslate2ExportError, export_ctranslate2, vocabulary
+from keras_transformer.inference.decoding import decode_limits
+from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir
-from keras_transformer.tokenizer import SubwordTokenizer
-from keras_transformer.training import train
-from keras_transformer.translation import Translator
+from keras_transformer.training.trainer import train
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 (the `ctranslate2` extra) is not installed")
 

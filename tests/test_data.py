@@ -6,20 +6,11 @@ import pytest
 import tensorflow as tf
 from conftest import FIXTURE
 
-from keras_transformer.config import DataConfig
-from keras_transformer.data import (
-    BIBLE_EN_DE,
-    WHOLE,
-    DataError,
-    SkippedPairs,
-    bucket_batch_sizes,
-    bucket_lengths,
-    data_errors,
-    make_batches,
-    pairs_dataset,
-    read_pairs,
-    split_source,
-)
+from keras_transformer.config import BIBLE_EN_DE, DataConfig
+from keras_transformer.data.batching import SkippedPairs, bucket_batch_sizes, bucket_lengths, make_batches
+from keras_transformer.data.errors import DataError, data_errors
+from keras_transformer.data.sources import pairs_dataset, read_pairs
+from keras_transformer.data.splits import WHOLE, split_source
 
 
 def test_bucket_lengths_and_batch_sizes():

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import Transformer, TransformerConfig
-from keras_transformer.decoding import compiled, decode_limits, greedy_search, search_beams
+from keras_transformer.inference.decoding import compiled, decode_limits, greedy_search, search_beams
 
 CONFIG = TransformerConfig.tiny(vocab_size=40, dropout=0.0, max_length=20)
 SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
@@ -90,7 +90,7 @@ def test_xla_on_bucket_shapes_gives_the_graphs_beams(model):
     "shape, bucket", [((1, 1), (1, 16)), ((3, 16), (4, 16)), ((32, 17), (32, 20)), ((200, 7), (200, 16))]
 )
 def test_bucket_shapes(shape, bucket):
-    from keras_transformer.decoding import bucket_shape
+    from keras_transformer.inference.decoding import bucket_shape
 
     assert tuple(int(n) for n in bucket_shape(*shape, max_length=20)) == bucket
 

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 from conftest import FIXTURE
 
-from keras_transformer.distribute import check_jit_compile, resolve_strategy, tf_config_workers
+from keras_transformer.training.distribute import check_jit_compile, resolve_strategy, tf_config_workers
 
 HERE = os.path.dirname(__file__)
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}

@@ -14,14 +14,14 @@ import sentencepiece
 import tensorflow as tf
 from conftest import FIXTURE
 
-from keras_transformer.cli import main
+from keras_transformer.cli.main import main
 from keras_transformer.config import TrainingConfig, TransformerConfig
-from keras_transformer.data import read_pairs
-from keras_transformer.decoding import decode_limits, paper_beam_search
-from keras_transformer.export import export, next_version, prediction_log
+from keras_transformer.data.sources import read_pairs
+from keras_transformer.exporters.tensorflow import export, next_version, prediction_log
+from keras_transformer.inference.decoding import decode_limits, paper_beam_search
+from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir
-from keras_transformer.training import train
-from keras_transformer.translation import Translator
+from keras_transformer.training.trainer import train
 
 PROBE = os.path.join(os.path.dirname(__file__), "probes", "run_artifact.py")
 PACKAGE_MODULES = {"keras_transformer", "sentencepiece"}  # tensorflow_text itself imports keras
@@ -326,7 +326,7 @@ def test_too_long_ids_are_truncated_in_the_tflite_model(exported):
 BLOCK_SERVING_API = """
 import sys
 sys.modules["tensorflow_serving"] = None  # as on an install without the [export] extra: importing it fails
-from keras_transformer.cli import main
+from keras_transformer.cli.main import main
 status = main(sys.argv[1:])
 assert "tensorflow_serving" not in sys.modules or sys.modules["tensorflow_serving"] is None
 sys.exit(status)

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from keras_transformer import config as config_module
+from keras_transformer.cli.flags import add_config_flags, add_train_flags, configs, flag_name, overrides
 from keras_transformer.config import Preset, TrainingConfig, TransformerConfig
-from keras_transformer.flags import add_config_flags, add_train_flags, configs, flag_name, overrides
 
 OLD_FLAGS = [
     "--max-steps", "7", "--steps-per-epoch", "5", "--batch-tokens", "512", "--warmup-steps", "10",
@@ -88,7 +88,7 @@ def test_the_flags_need_no_tensorflow():
         # the package without its __init__, which imports the model
         f"package = types.ModuleType('keras_transformer'); package.__path__ = [{package!r}]\n"
         "sys.modules['keras_transformer'] = package\n"
-        "import keras_transformer.flags\n"
+        "import keras_transformer.cli.flags\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')], 'imports TensorFlow'\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from keras_transformer import TrainingConfig, Transformer, TransformerConfig
-from keras_transformer.keras_compat import ReplicaShareMean
-from keras_transformer.training import compile_model
+from keras_transformer.training.keras_compat import ReplicaShareMean
+from keras_transformer.training.trainer import compile_model
 
 SOURCE = np.array([[5, 6, 7, 2], [9, 10, 2, 0]], np.int32)
 TARGET_IN = np.array([[1, 11, 12], [1, 14, 0]], np.int32)
@@ -27,7 +27,7 @@ def test_evaluate_on_a_finite_dataset_is_the_mean_of_its_batch_losses():
     (it did: three batches averaged over four steps, one batch over two)."""
     import tensorflow as tf
 
-    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 
     model = compile_model(Transformer(TransformerConfig.tiny(vocab_size=50, dropout=0.0)), TrainingConfig())
     rng = np.random.default_rng(0)
@@ -53,7 +53,7 @@ def test_a_keras_file_of_the_distributed_transformer_loads_as_a_transformer(tmp_
                 config = json.loads(data)
                 assert config["registered_name"] == "keras_transformer>Transformer"
                 config.update(
-                    module="keras_transformer.distribute",
+                    module="keras_transformer.training.distribute",
                     class_name="DistributedTransformer",
                     registered_name="keras_transformer>DistributedTransformer",
                 )

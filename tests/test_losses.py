@@ -2,9 +2,10 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.losses import LabelSmoothedCrossEntropy
-from keras_transformer.metrics import MaskedAccuracy, corpus_scores
-from keras_transformer.schedules import TransformerSchedule
+from keras_transformer.inference.evaluation import corpus_scores
+from keras_transformer.training.losses import LabelSmoothedCrossEntropy
+from keras_transformer.training.metrics import MaskedAccuracy
+from keras_transformer.training.schedules import TransformerSchedule
 
 RNG = np.random.default_rng(0)
 LOGITS = RNG.normal(size=(2, 4, 7)).astype("float32")

@@ -23,7 +23,7 @@ NOTEBOOKS = ["01_quickstart.ipynb", "02_attention.ipynb", "03_distributed_traini
 REPO = "keras-aiayn/keras-aiayn"  # placeholder GitHub org/repo, the same in every badge
 DISTRIBUTION = "keras-aiayn"
 # Modules of the package that import an optional dependency, lazily.
-OPTIONAL_IMPORTS = {"keras_transformer.visualize": "matplotlib"}
+OPTIONAL_IMPORTS = {"keras_transformer.inference.visualize": "matplotlib"}
 BADGE = "https://colab.research.google.com/github/" + REPO + "/blob/main/colab/{name}"
 CELL_TIMEOUT_S = 600
 

@@ -5,9 +5,9 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
-from keras_transformer.serving import TranslationModule, truncate_source_ids
-from keras_transformer.serving_check import check_saved_model
-from keras_transformer.translation import Translator
+from keras_transformer.exporters.serving_check import check_saved_model
+from keras_transformer.exporters.signatures import TranslationModule, truncate_source_ids
+from keras_transformer.inference.translator import Translator
 
 
 def test_too_long_source_ids_keep_max_length_minus_one_then_eos():
@@ -63,7 +63,7 @@ def test_check_reports_every_broken_rule(tmp_path):
 
 
 def test_export_command_needs_a_model_dir_and_an_output(capsys, tmp_path):
-    from keras_transformer.cli import main
+    from keras_transformer.cli.main import main
 
     assert main(["export", "--out", str(tmp_path)]) == 2
     assert "export needs --model-dir and --out (or --check OUT)" in capsys.readouterr().err
@@ -76,7 +76,7 @@ def test_a_savedmodel_decoding_with_xla_gives_the_graphs_translations(served, tm
     fresh object (as TF Serving loads it), translates as the TensorFlow graph does."""
     import functools
 
-    from keras_transformer.decoding import beam_search
+    from keras_transformer.inference.decoding import beam_search
 
     module, python = served
     xla = TranslationModule(module.model, module.tokenizer, functools.partial(beam_search, jit_compile=True))

@@ -11,7 +11,8 @@ import pytest
 import tensorflow_datasets as tfds
 from conftest import FIXTURE
 
-from keras_transformer.data import DataError, pairs_dataset, read_pairs
+from keras_transformer.data.errors import DataError
+from keras_transformer.data.sources import pairs_dataset, read_pairs
 
 TINY = ["--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10"]
 

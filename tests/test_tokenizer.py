@@ -5,10 +5,10 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
+from keras_transformer.data.tokenizer import SubwordTokenizer, TokenizerError
+from keras_transformer.inference.translator import Translator
+from keras_transformer.inference.visualize import attention_maps, token_pieces
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
-from keras_transformer.tokenizer import SubwordTokenizer, TokenizerError
-from keras_transformer.translation import Translator
-from keras_transformer.visualize import attention_maps, token_pieces
 
 LONG = "In the beginning God created the heavens and the earth."
 

@@ -27,7 +27,7 @@ def translator(model_dir):
 
 
 def test_the_package_exports_the_translator_and_the_loader_and_no_module_names():
-    assert kt.Translator.__module__ == "keras_transformer.translation"
+    assert kt.Translator.__module__ == "keras_transformer.inference.translator"
     assert kt.load_model.__module__ == "keras_transformer.model_dir"
     public = [name for name in dir(kt) if not name.startswith("_")]
     assert "os" not in public and "typing" not in public and "importlib" not in public

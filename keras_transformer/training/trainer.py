@@ -18,36 +18,32 @@ from collections.abc import Callable, Sequence
 import keras
 import tensorflow as tf
 
-from keras_transformer.budget import Interrupted, StopOnSignal, TimeBudget
-from keras_transformer.callbacks import BleuCallback
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
-from keras_transformer.data import (
-    SkippedPairs,
-    data_errors,
-    make_batches,
-    pairs_dataset,
-    read_pairs,
-    sentences,
-    split_source,
-)
-from keras_transformer.distribute import (
+from keras_transformer.data.batching import SkippedPairs, make_batches
+from keras_transformer.data.errors import data_errors
+from keras_transformer.data.sources import pairs_dataset, read_pairs, sentences
+from keras_transformer.data.splits import split_source
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.inference.translator import Translator
+from keras_transformer.model import Transformer
+from keras_transformer.model_dir import ModelDir, ModelDirError, restore
+from keras_transformer.training.callbacks.bleu import BleuCallback
+from keras_transformer.training.callbacks.budget import Interrupted, StopOnSignal, TimeBudget
+from keras_transformer.training.callbacks.checkpoint import CheckpointCallback
+from keras_transformer.training.callbacks.progress import Progress
+from keras_transformer.training.distribute import (
     check_jit_compile,
     mixed_precision_policy,
     resolve_strategy,
     worker_id,
 )
-from keras_transformer.losses import LabelSmoothedCrossEntropy
-from keras_transformer.metrics import MaskedAccuracy
-from keras_transformer.model import Transformer
-from keras_transformer.model_dir import ModelDir, ModelDirError, restore
-from keras_transformer.progress import Progress
-from keras_transformer.schedules import (
+from keras_transformer.training.losses import LabelSmoothedCrossEntropy
+from keras_transformer.training.metrics import MaskedAccuracy
+from keras_transformer.training.schedules import (
     StepBudgetSchedule,
     TransformerSchedule,
     trained_steps,
 )
-from keras_transformer.tokenizer import SubwordTokenizer
-from keras_transformer.translation import Translator
 
 
 def learning_rate_schedule(d_model: int, training: TrainingConfig):
@@ -94,53 +90,6 @@ def compile_model(model: Transformer, training: TrainingConfig, schedule=None) -
 
 class TrainingDiverged(ValueError):
     """The training loss became NaN or infinite."""
-
-
-class CheckpointCallback(keras.callbacks.Callback):
-    """Saves model and optimizer every `every` steps (0: never), at every epoch end and when
-    training ends, numbered by step; stops training at `max_steps`, or at the first non-finite
-    loss, which it never saves (`diverged_at` then holds the step).
-
-    `tf.train.CheckpointManager` writes the new files before it points `checkpoint` at them
-    (itself replaced atomically), so a crash mid-write leaves the previous checkpoint in use.
-    """
-
-    def __init__(self, manager: tf.train.CheckpointManager, max_steps: int, every: int = 0):
-        super().__init__()
-        self.manager = manager
-        self.max_steps = max_steps
-        self.every = every
-        self.diverged_at = None
-
-    def _step(self) -> int:
-        return trained_steps(self.model)
-
-    def on_train_begin(self, logs=None):
-        self._saved_step = self._step()  # already on disk (a resumed run) or the initial state
-
-    def save(self):
-        """Checkpoint the current step, unless it is on disk already or the loss diverged."""
-        step = self._step()
-        if step != self._saved_step and self.diverged_at is None:
-            self.manager.save(checkpoint_number=step)
-            self._saved_step = step
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = self._step()
-        if logs and "loss" in logs and not math.isfinite(float(logs["loss"])):
-            self.diverged_at = step
-            self.model.stop_training = True
-            return
-        if step >= self.max_steps:
-            self.model.stop_training = True
-        if self.every and step % self.every == 0:
-            self.save()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.save()
-
-    def on_train_end(self, logs=None):
-        self.save()
 
 
 def prepare_model_dir(

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import keras
 
-from keras_transformer.metrics import corpus_scores
+from keras_transformer.inference.evaluation import corpus_scores
 from keras_transformer.model_dir import save_weights
-from keras_transformer.schedules import trained_steps
+from keras_transformer.training.schedules import trained_steps
 
 
 class BleuCallback(keras.callbacks.Callback):

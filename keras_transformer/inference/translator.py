@@ -17,7 +17,7 @@ from typing import overload
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.decoding import PATIENCE, beam_search
+from keras_transformer.inference.decoding import PATIENCE, beam_search
 
 
 class Translator:

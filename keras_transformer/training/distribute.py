@@ -15,7 +15,7 @@ import os
 import tensorflow as tf
 
 from keras_transformer.config import STRATEGIES
-from keras_transformer.keras_compat import is_multi_worker
+from keras_transformer.training.keras_compat import is_multi_worker
 
 
 def use_cpu_devices(count: int) -> None:

@@ -9,7 +9,7 @@ all in the graph.
   a row of more than `max_length` ids is cut to its first `max_length - 1`, then EOS.
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
 
-Text goes through the same steps as `keras_transformer.translation.Translator`
+Text goes through the same steps as `keras_transformer.inference.translator.Translator`
 (`SubwordTokenizer.source_ids`: tokens truncated to `max_length - 1`, then EOS); a text with
 no tokens (empty or only spaces) translates to "" with score 0. Invalid UTF-8 bytes are
 replaced by U+FFFD (the unknown token) instead of failing the batch.
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from keras_transformer.decoding import DecodeResult, paper_beam_search
+from keras_transformer.inference.decoding import DecodeResult, paper_beam_search
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")

@@ -65,7 +65,7 @@ class StepBudgetSchedule(keras.optimizers.schedules.LearningRateSchedule):
     post-LN Transformer to predicting end-of-sentence everywhere.
 
     `total_steps` (T) is a variable so that a wall-clock budget can set it once the speed of
-    the first steps is known (`keras_transformer.budget.TimeBudget`).
+    the first steps is known (`keras_transformer.training.callbacks.budget.TimeBudget`).
     """
 
     def __init__(

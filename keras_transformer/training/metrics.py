@@ -1,9 +1,8 @@
-"""Training metrics and translation quality (sacreBLEU; Post, 2018)."""
+"""Training metrics: the accuracy of the next-token predictions on non-pad target tokens."""
 
 from __future__ import annotations
 
 import keras
-import sacrebleu
 import tensorflow as tf
 from keras import ops
 
@@ -38,18 +37,3 @@ class MaskedAccuracy(keras.metrics.Metric):
 
     def get_config(self):
         return {**super().get_config(), "pad_id": self.pad_id}
-
-
-def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
-    """sacreBLEU BLEU and chrF of detokenized hypotheses against one reference each, with signatures."""
-    bleu = sacrebleu.metrics.BLEU()
-    chrf = sacrebleu.metrics.CHRF()
-    bleu_score = bleu.corpus_score(hypotheses, [references])
-    chrf_score = chrf.corpus_score(hypotheses, [references])
-    return {
-        "bleu": round(bleu_score.score, 2),
-        "chrf": round(chrf_score.score, 2),
-        "bleu_signature": str(bleu.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
-        "sentences": len(hypotheses),
-    }

@@ -29,9 +29,9 @@ from tensorflow.python.framework.convert_to_constants import (
     convert_variables_to_constants_v2,
 )
 
-from keras_transformer.decoding import PATIENCE, beam_search
-from keras_transformer.serving import IDS_SPEC, TEXT_SPEC, TranslationModule
-from keras_transformer.tokenizer import UNK_ID
+from keras_transformer.data.tokenizer import UNK_ID
+from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule
+from keras_transformer.inference.decoding import PATIENCE, beam_search
 
 WARMUP_TEXTS = ("In the beginning God created the heavens and the earth.", "Jesus wept.")
 METADATA = "translator.json"

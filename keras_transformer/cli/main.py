@@ -17,14 +17,14 @@ import os
 import sys
 
 from keras_transformer import __version__
-from keras_transformer.config import PRESETS, STRATEGIES, DataConfig
-from keras_transformer.flags import (
+from keras_transformer.cli.flags import (
     add_config_flags,
     add_train_flags,
     configs,
     overrides,
 )
-from keras_transformer.quiet import filter_native_logs, quiet_python_logs
+from keras_transformer.cli.quiet import filter_native_logs, quiet_python_logs
+from keras_transformer.config import PRESETS, STRATEGIES, DataConfig
 
 EXIT_USAGE = 2
 PATIENCE_HELP = (
@@ -171,8 +171,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _train(args):
-    from keras_transformer.distribute import resolve_strategy, use_cpu_devices
-    from keras_transformer.training import train
+    from keras_transformer.training.distribute import resolve_strategy, use_cpu_devices
+    from keras_transformer.training.trainer import train
 
     if args.cpu_devices:
         use_cpu_devices(args.cpu_devices)
@@ -182,7 +182,7 @@ def _train(args):
 
 
 def _translator(args):
-    from keras_transformer.translation import Translator
+    from keras_transformer.inference.translator import Translator
 
     settings = {"batch_size": args.batch_size, "beam_size": args.beam_size, "alpha": args.alpha}
     settings.update(jit_compile=args.jit_compile, **_search_rule(args))
@@ -198,14 +198,11 @@ def _translate(args):
 
 
 def _evaluate(args):
-    from keras_transformer.data import (
-        WHOLE,
-        DataError,
-        has_own_splits,
-        read_pairs,
-        split_source,
-    )
-    from keras_transformer.metrics import corpus_scores
+    from keras_transformer.data.errors import DataError
+    from keras_transformer.data.files import has_own_splits
+    from keras_transformer.data.sources import read_pairs
+    from keras_transformer.data.splits import WHOLE, split_source
+    from keras_transformer.inference.evaluation import corpus_scores
     from keras_transformer.model_dir import ModelDir
 
     translator = _translator(args)
@@ -229,14 +226,14 @@ def _evaluate(args):
 
 
 def _average(args):
-    from keras_transformer.averaging import average_last
+    from keras_transformer.training.averaging import average_last
 
     _log(f"averaged the last {args.last} checkpoints into {average_last(args.model_dir, args.last)}")
 
 
 def _export(args):
     if args.check:
-        from keras_transformer.serving_check import check_export
+        from keras_transformer.exporters.serving_check import check_export
 
         problems = check_export(args.check)
         for problem in problems:
@@ -253,11 +250,11 @@ def _export(args):
 
     model, tokenizer, _ = load_model(args.model_dir)
     if args.format == "ctranslate2":
-        from keras_transformer.ctranslate2_export import export_ctranslate2
+        from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
         paths = export_ctranslate2(model, tokenizer, args.out, args.quantization)
     else:
-        from keras_transformer.export import export
+        from keras_transformer.exporters.tensorflow import export
 
         paths = export(
             model,
@@ -287,10 +284,10 @@ def main(argv=None) -> int:
         quiet_python_logs()
         if argv is None:
             filter_native_logs()
-    from keras_transformer.budget import Interrupted
-    from keras_transformer.data import DataError
+    from keras_transformer.data.errors import DataError
+    from keras_transformer.data.tokenizer import TokenizerError
     from keras_transformer.model_dir import ModelDirError
-    from keras_transformer.tokenizer import TokenizerError
+    from keras_transformer.training.callbacks.budget import Interrupted
 
     command = {"train": _train, "translate": _translate, "evaluate": _evaluate, "average": _average, "export": _export}[
         args.command

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import keras
 
-from keras_transformer.schedules import trained_steps
+from keras_transformer.training.schedules import trained_steps
 
 
 class TimeBudget(keras.callbacks.Callback):

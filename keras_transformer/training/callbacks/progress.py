@@ -16,7 +16,7 @@ import time
 
 import keras
 
-from keras_transformer.metrics import MaskedAccuracy
+from keras_transformer.training.metrics import MaskedAccuracy
 
 TERMINAL_INTERVAL_S = 0.5  # a line rewritten in place is refreshed this often
 
