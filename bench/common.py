@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import TransformerConfig  # noqa: E402
-from keras_transformer.special_tokens import RESERVED_IDS  # noqa: E402
+from keras_transformer.special_tokens import RESERVED_IDS, START_ID  # noqa: E402
 
 FIRST_TOKEN = len(RESERVED_IDS)  # synthetic batches use no reserved id (pad, start, EOS, unknown)
 
@@ -63,9 +63,7 @@ def synthetic_batch(workload: Workload, seed: int = 0):
         return rng.integers(FIRST_TOKEN, vocab, size=(workload.batch, length), dtype=np.int32)
 
     target = ids(workload.target_length)
-    target_in = np.concatenate(
-        [np.full((workload.batch, 1), workload.config.start_id, np.int32), target[:, :-1]], axis=1
-    )
+    target_in = np.concatenate([np.full((workload.batch, 1), START_ID, np.int32), target[:, :-1]], axis=1)
     return (ids(workload.source_length), target_in), target
 
 

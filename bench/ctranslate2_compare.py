@@ -54,14 +54,16 @@ from common import emit, load_average, median, record
 from peers import ctranslate2_translator
 
 from keras_transformer import beam_search
+from keras_transformer.config import DecodingConfig
 from keras_transformer.data.sources import read_pairs
 from keras_transformer.exporters.ctranslate2 import vocabulary
 from keras_transformer.exporters.signatures import TranslationModule
 from keras_transformer.exporters.tensorflow import ids_saved_model_dir
-from keras_transformer.inference.decoding import PATIENCE, decode_limits
+from keras_transformer.inference.decoding import decode_limits
 from keras_transformer.inference.evaluation import corpus_scores
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import load_model
+from keras_transformer.special_tokens import PAD_ID
 
 FORCED_RUNNERS = [
     "savedmodel",
@@ -88,11 +90,11 @@ class CountingTranslator(Translator):
 
     def decode(self, source_ids, n=None):
         ids, scores = self.search(source_ids, n)
-        self.target_tokens += int(tf.math.count_nonzero(ids[:, 0] != self.model.config.pad_id))
+        self.target_tokens += int(tf.math.count_nonzero(ids[:, 0] != PAD_ID))
         return ids[:, :n], scores[:, :n]  # [B, n, L], [B, n]
 
 
-def ours(model, tokenizer, args, savedmodel: bool = False, jit_compile: bool = False, patience=PATIENCE):
+def ours(model, tokenizer, args, savedmodel: bool = False, jit_compile: bool = False, patience=DecodingConfig.patience):
     """translate(texts) -> (translations, target tokens) by our search, in Python or through the
     SavedModel, in the TensorFlow graph or compiled by XLA, with the exact stopping rule or `patience`."""
     settings = dict(beam_size=args.beam_size, alpha=args.alpha, patience=patience)
@@ -143,8 +145,8 @@ def ctranslate2_system(model, tokenizer, args, compute_type: str):
         hypotheses = [[] for _ in rows]
         for start in range(0, len(order), args.batch_size):
             chunk = order[start : start + args.batch_size]
-            sources = padded([rows[k] for k in chunk], config.pad_id)  # [B, S]
-            limit = int(np.max(decode_limits(sources, config.pad_id, config.max_length)))  # the longest source's
+            sources = padded([rows[k] for k in chunk], PAD_ID)  # [B, S]
+            limit = int(np.max(decode_limits(sources, config.max_length)))  # the longest source's
             results = translator.translate_batch(
                 [[tokens[i] for i in rows[k][:-1]] for k in chunk],
                 beam_size=args.beam_size,
@@ -154,7 +156,7 @@ def ctranslate2_system(model, tokenizer, args, compute_type: str):
             )
             for k, result in zip(chunk, results):
                 hypotheses[k] = [ids[token] for token in result.hypotheses[0]]
-        translations = tokenizer.detokenize(padded(hypotheses, config.pad_id)).numpy()
+        translations = tokenizer.detokenize(padded(hypotheses, PAD_ID)).numpy()
         return [text.decode("utf-8") for text in translations], sum(map(len, hypotheses))
 
     return translate
@@ -163,7 +165,7 @@ def ctranslate2_system(model, tokenizer, args, compute_type: str):
 def verses(args):
     load_before = load_average()
     model, tokenizer, values = load_model(args.model_dir, args.checkpoint)
-    sources, references = read_pairs(values["data"], "test", limit=args.limit)
+    sources, references = read_pairs(values["data_config"].data, "test", limit=args.limit)
     systems = {"ours": ours(model, tokenizer, args)}
     if args.savedmodel:
         systems["ours_savedmodel"] = ours(model, tokenizer, args, savedmodel=True)
@@ -209,7 +211,7 @@ def verses(args):
             mode="verses",
             model_dir=args.model_dir,
             checkpoint=args.checkpoint,
-            data=values["data"],
+            data=values["data_config"].data,
             split="test",
             sentences=len(sources),
             beam_size=args.beam_size,

@@ -68,6 +68,7 @@ from keras_transformer import Transformer, beam_search
 from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule
 from keras_transformer.exporters.tensorflow import ids_saved_model_dir, tflite_models
 from keras_transformer.inference.decoding import search_beams
+from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 
 def forbid_eos(model) -> None:
@@ -82,7 +83,7 @@ def forbid_eos(model) -> None:
     )  # pre-LN or post-LN
     norm.beta.assign(np.ones(norm.beta.shape, "float32"))
     table = model.embedding.embeddings.numpy()
-    table[model.config.eos_id] = -1.0
+    table[EOS_ID] = -1.0
     model.embedding.embeddings.assign(table)
 
 
@@ -92,7 +93,7 @@ def search_settings(search: str, generate: int, beam_size: int, alpha: float) ->
     cache grows; XLA's `static_shapes` search takes the same length from the input's shape)."""
     if search == "greedy":
         beam_size, alpha = 1, 0.0
-    return dict(beam_size=beam_size, alpha=alpha, a=0.0, b=generate)
+    return dict(beam_size=beam_size, alpha=alpha, length_a=0.0, length_b=generate)
 
 
 def python_runner(model, settings: dict):
@@ -138,7 +139,7 @@ def ctranslate2_runner(model, settings: dict, compute_type: str = "float32"):
     translator = ctranslate2_translator(model, tokens, compute_type, add_source_eos=False)
 
     def run(source_ids):
-        sources = [[tokens[i] for i in row if i != config.pad_id] for row in source_ids]
+        sources = [[tokens[i] for i in row if i != PAD_ID] for row in source_ids]
         results = translator.translate_batch(
             sources,
             beam_size=settings["beam_size"],
@@ -146,7 +147,7 @@ def ctranslate2_runner(model, settings: dict, compute_type: str = "float32"):
             max_decoding_length=settings["b"],
         )
         hypotheses = [[ids[token] for token in result.hypotheses[0]] for result in results]
-        out = np.full((len(hypotheses), 1, max(map(len, hypotheses))), config.pad_id, np.int32)  # [B, 1, L]
+        out = np.full((len(hypotheses), 1, max(map(len, hypotheses))), PAD_ID, np.int32)  # [B, 1, L]
         for row, hypothesis in zip(out, hypotheses):
             row[0, : len(hypothesis)] = hypothesis
         return out
@@ -225,11 +226,10 @@ def source_batch(config, sentences: int, source_length: int) -> np.ndarray:
 def prepare(name: str, model, batch, args):
     """Runner `name`, warmed on the batch and on its first sentence (tracing, XLA compilation,
     allocation are not timed), with the work checked. Returns (run, generated tokens per hypothesis)."""
-    config = model.config
     run = RUNNERS[name](model, search_settings(args.search, args.generate, args.beam_size, args.alpha))
     ids = np.asarray(run(batch))  # [B, beam, L]
-    generated = (ids != config.pad_id).sum(axis=-1)  # [B, beam]
-    if not (generated == args.generate).all() or (ids == config.eos_id).any():
+    generated = (ids != PAD_ID).sum(axis=-1)  # [B, beam]
+    if not (generated == args.generate).all() or (ids == EOS_ID).any():
         raise SystemExit(
             f"{name}: the work is not fixed: generated lengths {sorted(set(generated.ravel()))}, want {args.generate}"
         )

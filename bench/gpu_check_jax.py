@@ -6,10 +6,10 @@ label-smoothed cross-entropy (§5.4). Prints target tokens/s, step time and MFU 
 device's measured bf16 matmul rate, then one JSON line: gpu_check.sh's fields plus "backend",
 the jax and keras versions and the device.
 
-The model is the same layers as `kt.Transformer` (SharedEmbedding, PositionalEncoding, Encoder,
-Decoder, composed as in keras_transformer/model.py) minus the TF-only `keras_compat` fixes
-(tf.distribute builds and loss logs): `keras_transformer.model` imports TensorFlow, this script
-never does. The loss has no pad mask (a synthetic batch holds no pad) and no accuracy metric.
+The model is `kt.Transformer` itself (keras_transformer/model.py imports no TensorFlow; the
+fixes that `model.fit` needs under `tf.distribute` are applied by TensorFlow training alone);
+this script never imports TensorFlow. The loss has no pad mask (a synthetic batch holds no pad)
+and no accuracy metric.
 The policy is mixed_bfloat16 on every device; gpu_check.sh takes mixed_float16 (with loss
 scaling) on GPUs, so compare the two scripts' figures with that in mind.
 
@@ -34,51 +34,13 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from keras_transformer.config import TrainingConfig, TransformerConfig  # noqa: E402
-from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, SharedEmbedding  # noqa: E402
-from keras_transformer.layers.masking import padding_mask  # noqa: E402
+from keras_transformer.model import Transformer  # noqa: E402
 from keras_transformer.training.schedules import TransformerSchedule  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flops import model_flops_per_step  # noqa: E402  (bench/flops.py)
 
 POLICY = "mixed_bfloat16"  # bfloat16 needs no loss scaling (Micikevicius et al., 2018)
-
-
-class Transformer(keras.Model):
-    """`kt.Transformer`'s forward pass: ((source_ids, target_in_ids)) -> logits [B, T, vocab] float32."""
-
-    def __init__(self, config: TransformerConfig, **kwargs):
-        super().__init__(**kwargs)
-        self.config, policy = config, self.dtype_policy
-        self.embedding = SharedEmbedding(config.vocab_size, config.d_model, name="shared_embedding", dtype=policy)
-        self.positional_encoding = PositionalEncoding(config.max_length, name="positional_encoding", dtype=policy)
-        self.embedding_dropout = keras.layers.Dropout(config.dropout, name="embedding_dropout", dtype=policy)
-        self.encoder = Encoder(config, name="encoder", dtype=policy)
-        self.decoder = Decoder(config, name="decoder", dtype=policy)
-
-    def build(self, input_shape=None):
-        hidden = (None, None, self.config.d_model)
-        self.embedding.build((None, None))
-        self.positional_encoding.build(hidden)
-        self.encoder.build(hidden)
-        self.decoder.build(hidden, hidden)
-
-    def _embed(self, ids, training=None):
-        """Token embedding * sqrt(d_model) + positional encoding, then dropout (§3.4, §3.5, §5.4)."""
-        return self.embedding_dropout(self.positional_encoding(self.embedding(ids)), training=training)
-
-    def call(self, inputs, training=None):
-        source_ids, target_in_ids = inputs  # [B, S], [B, T]
-        source_mask = padding_mask(source_ids, self.config.pad_id)  # [B, S]
-        memory = self.encoder(self._embed(source_ids, training), padding_mask=source_mask, training=training)
-        x = self.decoder(
-            self._embed(target_in_ids, training),
-            memory,
-            padding_mask=padding_mask(target_in_ids, self.config.pad_id),
-            memory_padding_mask=source_mask,
-            training=training,
-        )  # [B, T, d_model]
-        return self.embedding.project(x)  # [B, T, vocab]
 
 
 def matmul_rate(n: int, repeats: int = 20) -> float:
@@ -109,7 +71,7 @@ def main():
         preset, vocab_size=32000 if preset in ("base", "big") else 1000, max_length=max(length, 8)
     )
     training = TrainingConfig(mixed_precision=True, jit_compile=True, warmup_steps=4000)
-    vocab, smoothing = config.vocab_size, config.label_smoothing
+    vocab, smoothing = config.vocab_size, training.label_smoothing
 
     def loss(target_out_ids, logits):
         """Cross-entropy against targets smoothed by epsilon_ls (§5.4); one-hot built on the device."""

@@ -16,6 +16,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
+
 
 def build_keras_hub(config, jit_compile: bool):
     """keras-hub's `TransformerEncoder`/`TransformerDecoder` stacks with our `TransformerConfig`'s sizes,
@@ -78,7 +80,7 @@ def keras_hub_generate(config, search: str, generate: int, beam_size: int):
     decoders = [layer for layer in layers if isinstance(layer, keras_hub.layers.TransformerDecoder)]
     head = layers[-1]
     bias = head.bias.numpy()
-    bias[[config.pad_id, config.start_id, config.eos_id]] = np.finfo(np.float32).min / 2
+    bias[[PAD_ID, START_ID, EOS_ID]] = np.finfo(np.float32).min / 2
     head.bias.assign(bias)
     if search == "beam":
         sampler = keras_hub.samplers.BeamSampler(num_beams=beam_size)
@@ -105,11 +107,11 @@ def keras_hub_generate(config, search: str, generate: int, beam_size: int):
 
     def run(source_ids):
         batch, source_length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
-        source_mask = source_ids != config.pad_id  # [B, S]
+        source_mask = source_ids != PAD_ID  # [B, S]
         memory = embedding(source_ids)  # [B, S, d_model]
         for encoder in encoders:
             memory = encoder(memory)  # the source mask travels with `memory` (mask_zero), as in build_keras_hub
-        prompt = tf.pad(tf.fill([batch, 1], config.start_id), [[0, 0], [0, generate]])  # [B, 1 + generate]
+        prompt = tf.pad(tf.fill([batch, 1], START_ID), [[0, 0], [0, generate]])  # [B, 1 + generate]
         n, h, d_k = len(decoders), config.num_heads, config.d_k
         self_cache = tf.zeros([batch, n, 2, 1 + generate, h, d_k])  # [B, N, 2, 1 + generate, h, d_k]
         cross_cache = tf.zeros([batch, n, 2, source_length, h, d_k])  # [B, N, 2, S, h, d_k]
@@ -137,7 +139,7 @@ def numbered_tokens(config) -> list[str]:
     from keras_transformer.exporters.ctranslate2 import PAD_TOKEN
 
     tokens = [f"t{i}" for i in range(config.vocab_size)]
-    tokens[config.pad_id] = PAD_TOKEN
+    tokens[PAD_ID] = PAD_TOKEN
     return tokens
 
 

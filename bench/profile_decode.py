@@ -45,7 +45,9 @@ def main(argv=None):
     model = Transformer(config)
     model.build()
     forbid_eos(model)
-    settings = dict(beam_size=args.beam_size, alpha=0.6, a=0.0, b=args.generate)  # the default search, forced length
+    settings = dict(
+        beam_size=args.beam_size, alpha=0.6, length_a=0.0, length_b=args.generate
+    )  # the default search, forced length
     rng = np.random.default_rng(0)
     source = rng.integers(FIRST_TOKEN, config.vocab_size, (args.batch, args.source_length), dtype=np.int32)
     load_before = load_average()

@@ -29,6 +29,7 @@ from keras_transformer.data.sources import pairs_dataset, read_pairs
 from keras_transformer.inference.evaluation import corpus_scores
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir
+from keras_transformer.special_tokens import PAD_ID
 from keras_transformer.training.schedules import trained_steps
 from keras_transformer.training.trainer import train
 
@@ -46,11 +47,8 @@ def target_tokens_per_batch(
         batch_tokens=training.batch_tokens,
         training=True,
         seed=training.seed,
-        start_id=config.start_id,
-        eos_id=config.eos_id,
-        pad_id=config.pad_id,
     )
-    counts = [int(np.count_nonzero(target.numpy() != config.pad_id)) for _, target in pipeline.take(batches)]
+    counts = [int(np.count_nonzero(target.numpy() != PAD_ID)) for _, target in pipeline.take(batches)]
     _, targets = read_pairs(DATA, "train")
     split_tokens = int(tokenizer.tokenize(targets).flat_values.shape[0]) + len(targets)
     return float(np.mean(counts)), split_tokens

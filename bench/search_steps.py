@@ -57,7 +57,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     model, tokenizer, values = load_model(args.model_dir, args.checkpoint)
-    sources, _ = read_pairs(values["data"], "test", limit=args.limit)
+    sources, _ = read_pairs(values["data_config"].data, "test", limit=args.limit)
     rules = {}
     for name, patience in RULES.items():
         counting = CountingModel(model)

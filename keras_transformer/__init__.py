@@ -18,47 +18,73 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "PRESETS": "keras_transformer.config",
     "DataConfig": "keras_transformer.config",
+    "DecodingConfig": "keras_transformer.config",
     "TrainingConfig": "keras_transformer.config",
     "TransformerConfig": "keras_transformer.config",
+    "read_pairs": "keras_transformer.data.sources",
     "DecodeResult": "keras_transformer.inference.decoding",
     "beam_search": "keras_transformer.inference.decoding",
     "greedy_search": "keras_transformer.inference.decoding",
-    "Transformer": "keras_transformer.model",
-    "load_model": "keras_transformer.model_dir",
+    "evaluate": "keras_transformer.inference.evaluation",
     "Translator": "keras_transformer.inference.translator",
+    "Transformer": "keras_transformer.model",
+    "ModelDir": "keras_transformer.model_dir",
+    "load_model": "keras_transformer.model_dir",
+    "resolve_strategy": "keras_transformer.training.distribute",
+    "use_cpu_devices": "keras_transformer.training.distribute",
+    "compile_model": "keras_transformer.training.trainer",
+    "train": "keras_transformer.training.trainer",
 }
+_MODULES = {"visualize": "keras_transformer.inference.visualize"}  # attention and training plots
 __all__ = [
-    "PRESETS",
     "DataConfig",
     "DecodeResult",
+    "DecodingConfig",
+    "PRESETS",
     "TrainingConfig",
     "Transformer",
     "TransformerConfig",
     "Translator",
     "beam_search",
+    "compile_model",
+    "evaluate",
     "greedy_search",
+    "ModelDir",
     "load_model",
+    "read_pairs",
+    "resolve_strategy",
+    "use_cpu_devices",
+    "visualize",
+    "train",
 ]
 
 if typing.TYPE_CHECKING:
-    from keras_transformer.config import PRESETS, DataConfig, TrainingConfig, TransformerConfig
+    from keras_transformer.config import PRESETS, DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
+    from keras_transformer.data.sources import read_pairs
+    from keras_transformer.inference import visualize
     from keras_transformer.inference.decoding import DecodeResult, beam_search, greedy_search
+    from keras_transformer.inference.evaluation import evaluate
     from keras_transformer.inference.translator import Translator
     from keras_transformer.model import Transformer
-    from keras_transformer.model_dir import load_model
+    from keras_transformer.model_dir import ModelDir, load_model
+    from keras_transformer.training.distribute import resolve_strategy, use_cpu_devices
+    from keras_transformer.training.trainer import compile_model, train
 
 del os, typing  # the package's namespace is its API
 
 
 def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # later lookups skip this function
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *_EXPORTS, *_MODULES})

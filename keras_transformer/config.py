@@ -1,8 +1,11 @@
 """Configuration: model presets (Vaswani et al., 2017, Table 3), data, training and decoding settings.
 
-One frozen dataclass per concern. A preset names a model and the training settings that go
-with it, both in `PRESETS`; `TransformerConfig.preset` and `TrainingConfig.preset` apply
-overrides to them, so every preset is validated by `__post_init__`.
+One frozen dataclass per concern, each the one owner of its settings and their checks
+(`__post_init__`): `TransformerConfig` (the architecture), `TrainingConfig` (§5), `DataConfig`
+(where the text comes from) and `DecodingConfig` (§6.1). A preset names a model and the training
+settings that go with it, both in `PRESETS`; `TransformerConfig.preset` and
+`TrainingConfig.preset` apply overrides to them. The command line's flags are made from these
+fields (`cli/flags.py`), so a field's comment is its flag's help.
 """
 
 from __future__ import annotations
@@ -69,9 +72,9 @@ class TransformerConfig:
     """Hyperparameters of the model (§3, Table 3), in the paper's names.
 
     Source and target share one subword vocabulary and one embedding matrix (§3.4), so
-    `vocab_size` is the size of that joint vocabulary. Reserved ids (`special_tokens`, the only
-    ones the tokenizer accepts): `pad_id` pads batches, `start_id` starts every decoder input,
-    `eos_id` ends every sequence.
+    `vocab_size` is the size of that joint vocabulary, the reserved ids of `special_tokens`
+    included. `dropout` is the one field that shapes no weight: a resumed or fine-tuned run may
+    change it (`architecture()` is what must match).
     """
 
     vocab_size: int = 8000  # subword vocabulary size, source and target shared (§3.4)
@@ -80,11 +83,7 @@ class TransformerConfig:
     d_ff: int = 2048  # d_ff, inner width of the position-wise feed-forward network
     num_heads: int = 8  # h, parallel attention heads; d_k = d_v = d_model / h
     dropout: float = 0.1  # P_drop, residual and embedding dropout (§5.4)
-    label_smoothing: float = 0.1  # epsilon_ls (§5.4)
     max_length: int = 256  # longest sequence, in subword tokens including start/EOS
-    pad_id: int = PAD_ID  # reserved ids: the tokenizer's own (special_tokens.py)
-    start_id: int = START_ID  # reserved
-    eos_id: int = EOS_ID  # reserved
     layer_norm_epsilon: float = 1e-6  # added to the variance in every LayerNorm
     norm_first: bool = False  # False: the paper's LayerNorm(x + Sublayer(x)); True: x + Sublayer(LayerNorm(x))
 
@@ -103,14 +102,7 @@ class TransformerConfig:
             f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})",
         )
         _check(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
-        _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         _check(self.max_length >= 2, f"max_length must be >= 2, got {self.max_length}")
-        reserved = (self.pad_id, self.start_id, self.eos_id)
-        _check(
-            reserved == (PAD_ID, START_ID, EOS_ID),
-            f"(pad_id, start_id, eos_id) must be the tokenizer's reserved ids {(PAD_ID, START_ID, EOS_ID)}, "
-            f"got {reserved}",
-        )
 
     @property
     def d_k(self) -> int:
@@ -142,16 +134,36 @@ class TransformerConfig:
         """The model of preset `name` (one of `PRESETS`), with `overrides`."""
         return cls(**{**preset(name).model, **overrides})
 
+    def architecture(self) -> dict[str, Any]:
+        """The fields that shape the weights and the computation: all but `dropout`."""
+        return {name: value for name, value in self.to_dict().items() if name != "dropout"}
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        """The config of `values` (a `to_dict`), also as written by 0.1.0 (config.json, `.keras`
+        files), whose model config held the reserved ids and `label_smoothing`: the ids must be
+        `special_tokens`' (they always were), label smoothing is a training setting now
+        (`ModelDir.read` moves it to the training config)."""
+        values = dict(values)
+        reserved = tuple(values.pop(name, default) for name, default in LEGACY_RESERVED_IDS.items())
+        _check(
+            reserved == tuple(LEGACY_RESERVED_IDS.values()),
+            f"(pad_id, start_id, eos_id) must be the tokenizer's reserved ids {(PAD_ID, START_ID, EOS_ID)}, "
+            f"got {reserved}",
+        )
+        values.pop("label_smoothing", None)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown TransformerConfig fields: {', '.join(unknown)}")
         return cls(**values)
+
+
+# The reserved ids' fields of a 0.1.0 TransformerConfig, and the only values they could have.
+LEGACY_RESERVED_IDS = {"pad_id": PAD_ID, "start_id": START_ID, "eos_id": EOS_ID}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,8 +190,9 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
-    """Optimisation settings (§5.2-5.3) and the batching of the data pipeline."""
+    """Optimisation and regularisation settings (§5.2-5.4) and the batching of the data pipeline."""
 
+    label_smoothing: float = 0.1  # epsilon_ls of the loss (§5.4)
     warmup_steps: int = 4000  # warmup_steps of Eq. 3
     learning_rate_scale: float = 1.0  # multiplies Eq. 3 (1.0 is the paper's)
     beta_1: float = 0.9  # Adam (§5.3)
@@ -202,6 +215,7 @@ class TrainingConfig:
     bleu_sentences: int = 100  # validation sentences translated for that BLEU
 
     def __post_init__(self):
+        _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         _check(self.bleu_every_epochs >= 0, f"bleu_every_epochs must be >= 0, got {self.bleu_every_epochs}")
         _check(self.bleu_sentences >= 1, f"bleu_sentences must be >= 1, got {self.bleu_sentences}")
         _check(self.warmup_steps >= 1, f"warmup_steps must be >= 1, got {self.warmup_steps}")
@@ -232,3 +246,88 @@ class TrainingConfig:
     def fits_schedule_to_budget(self) -> bool:
         """Warm-up and decay as fractions of the step budget (max_steps, or what the time budget buys)."""
         return self.warmup_fraction is not None
+
+
+def parse_patience(text: str) -> float | None:
+    """A `--patience` value: a positive number, or "exact" (None: the exact stopping rule)."""
+    if text == "exact":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ValueError(f"patience must be a positive number or 'exact', got {text!r}")
+    return value
+
+
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingConfig:
+    """How a trained model translates (§6.1): beam search with beam size 4 and length penalty
+    alpha 0.6, outputs of at most |source| + 50 tokens. Read by `beam_search`, `Translator`,
+    `export`, the command line (`translate`, `evaluate`, `export` flags of the same names),
+    the evaluation's JSON line and `translator.json`.
+
+    A hypothesis's score is its summed token log-probability divided by the length penalty
+    lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al., 2016, Eq. 14). The stopping rule (`patience`):
+    a sentence stops once round(patience x beam_size) of its hypotheses have ended (1: the rule
+    of fairseq and CTranslate2; Kasai et al., 2022), or, with None ("exact"), once no alive
+    hypothesis can beat the kept ones (tensor2tensor's; slower, the same BLEU here).
+    """
+
+    beam_size: int = 4  # beam size K (default 4, the paper's; 1 with --alpha 0: greedy decoding)
+    alpha: float = 0.6  # length penalty alpha (default 0.6, the paper's; 0: none)
+    patience: float | None = (
+        dataclasses.field(  # stop a sentence once round(P x K) hypotheses ended; 'exact': once none alive can win
+            default=1.0, metadata={"parse": parse_patience, "metavar": "P|exact"}
+        )
+    )
+    length_a: float = 1.0  # a of the output length limit a x |source| + b tokens (§6.1: 1)
+    length_b: int = 50  # b of that limit (§6.1: 50)
+    max_decode_length: int | None = None  # a fixed output length (static shapes), also a cap on that limit
+    nbest: int | None = (
+        None  # hypotheses returned per sentence, best first (default: the best one; translate_nbest: all K)
+    )
+    dtype: str | None = (
+        dataclasses.field(  # float32 (as trained) or bfloat16: faster on CPUs with AVX512_BF16 or AMX, slower elsewhere
+            default=None, metadata={"choices": DTYPES}
+        )
+    )
+    jit_compile: bool = False  # decode with XLA: seconds to compile each bucket shape, then faster at small batches
+    batch_size: int = 32  # sentences per search, sorted by length
+
+    def __post_init__(self):
+        _check(self.beam_size >= 1, f"beam_size must be >= 1, got {self.beam_size}")
+        _check(self.alpha >= 0, f"alpha must be >= 0, got {self.alpha}")
+        _check(
+            self.nbest is None or 1 <= self.nbest <= self.beam_size,
+            f"nbest must be between 1 and the beam size {self.beam_size}, got {self.nbest}",
+        )
+        kept = self.nbest or self.beam_size  # the hypotheses returned
+        _check(
+            self.patience is None or round(self.patience * self.beam_size) >= kept,
+            f"patience must keep at least nbest hypotheses, round(patience x beam_size) >= {kept}, got {self.patience}",
+        )
+        _check(self.length_a >= 0, f"length_a must be >= 0, got {self.length_a}")
+        _check(self.length_b >= 1, f"length_b must be >= 1, got {self.length_b}")
+        _check(
+            self.max_decode_length is None or self.max_decode_length >= 1,
+            f"max_decode_length must be >= 1, got {self.max_decode_length}",
+        )
+        _check(self.dtype in (None, *DTYPES), f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+
+    @classmethod
+    def greedy(cls, **overrides: Any) -> DecodingConfig:
+        """Greedy decoding: beam search with one beam and no length penalty."""
+        return cls(**{"beam_size": 1, "alpha": 0.0, **overrides})
+
+    def replace(self, **overrides: Any) -> DecodingConfig:
+        """A copy with `overrides` (checked)."""
+        return dataclasses.replace(self, **overrides) if overrides else self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

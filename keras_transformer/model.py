@@ -1,4 +1,8 @@
-"""The Transformer encoder-decoder (Vaswani et al., 2017, §3, Figure 1)."""
+"""The Transformer encoder-decoder (Vaswani et al., 2017, §3, Figure 1).
+
+Backend-neutral: `keras.ops` only, no TensorFlow, so the same model runs on Keras' JAX backend
+(e.g. bench/gpu_check_jax.py). What TensorFlow training needs beyond Keras (the fixes for
+`model.fit` under `tf.distribute`) is applied by `training.compile_model`."""
 
 from __future__ import annotations
 
@@ -8,17 +12,16 @@ from keras import ops
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, SharedEmbedding
 from keras_transformer.layers.masking import padding_mask
-from keras_transformer.training import keras_compat
+from keras_transformer.special_tokens import PAD_ID
 
 
-@keras_compat.also_loads("keras_transformer>DistributedTransformer")  # training's model class in 0.1.0
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(keras_compat.Model):
+class Transformer(keras.Model):
     """Encoder-decoder Transformer with one shared embedding matrix (§3.4).
 
     `model((source_ids, target_in_ids), training=...)` -> logits [B, T, vocab] (float32), where
-    `target_in_ids` is the target shifted right (starting with `start_id`). Masks come from
-    `config.pad_id`. For decoding: `start_decoding`, then `decode_step` per position.
+    `target_in_ids` is the target shifted right (starting with `START_ID`). Masks come from
+    `PAD_ID`. For decoding: `start_decoding`, then `decode_step` per position.
     """
 
     def __init__(self, config: TransformerConfig | dict, **kwargs):
@@ -45,13 +48,13 @@ class Transformer(keras_compat.Model):
 
     def encode(self, source_ids, training=None):
         """source_ids [B, S] -> (memory [B, S, d_model], source padding mask [B, S] bool)."""
-        source_mask = padding_mask(source_ids, self.config.pad_id)
+        source_mask = padding_mask(source_ids, PAD_ID)
         memory = self.encoder(self._embed(source_ids, training), padding_mask=source_mask, training=training)
         return memory, source_mask
 
     def decode(self, target_in_ids, memory, source_mask, training=None):
         """target_in_ids [B, T] and the encoder output -> logits [B, T, vocab] (float32)."""
-        target_mask = padding_mask(target_in_ids, self.config.pad_id)
+        target_mask = padding_mask(target_in_ids, PAD_ID)
         x = self.decoder(
             self._embed(target_in_ids, training),
             memory,
@@ -72,14 +75,14 @@ class Transformer(keras_compat.Model):
         Returns {"encoder": [[B, h, S, S]] * N, "decoder_self": [[B, h, T, T]] * N,
         "decoder_cross": [[B, h, T, S]] * N}.
         """
-        source_mask = padding_mask(source_ids, self.config.pad_id)
+        source_mask = padding_mask(source_ids, PAD_ID)
         memory, encoder_weights = self.encoder(
             self._embed(source_ids, False), padding_mask=source_mask, training=False, return_attention_scores=True
         )
         _, decoder_weights = self.decoder(
             self._embed(target_in_ids, False),
             memory,
-            padding_mask=padding_mask(target_in_ids, self.config.pad_id),
+            padding_mask=padding_mask(target_in_ids, PAD_ID),
             memory_padding_mask=source_mask,
             training=False,
             return_attention_scores=True,
@@ -152,3 +155,7 @@ class Transformer(keras_compat.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+# `.keras` files of 0.1.0 name training's model class of then, which was a Transformer.
+keras.saving.get_custom_objects()["keras_transformer>DistributedTransformer"] = Transformer

@@ -79,7 +79,6 @@ class ModelDir:
         values = {
             "model": model.to_dict(),
             "training": dataclasses.asdict(training),
-            "data": data.data,
             "data_config": dataclasses.asdict(data),
         }
         if requested_vocab_size is not None:
@@ -91,8 +90,9 @@ class ModelDir:
         os.replace(temporary, self.config_path)  # atomic: never a half-written config
 
     def read(self) -> dict:
-        """{"model": TransformerConfig, "training": dict, "data": str, "data_config": DataConfig,
-        "requested_vocab_size": int} (the last two: newer dirs; `data_config` then made from "data")."""
+        """{"model": TransformerConfig, "training": dict, "data_config": DataConfig,
+        "requested_vocab_size": int (newer dirs)}; also of 0.1.0's dirs, whose config.json held
+        label smoothing in the model config and the data source's name alone ("data")."""
         if not os.path.isdir(self.path):
             raise ModelDirError(f"no such model directory: {self.path}")
         if not self.exists():
@@ -100,8 +100,13 @@ class ModelDir:
         try:
             with open(self.config_path, encoding="utf-8") as f:
                 values = json.load(f)
+            smoothing = values["model"].get("label_smoothing")  # a model setting in 0.1.0's config.json
+            if smoothing is not None:
+                values["training"].setdefault("label_smoothing", smoothing)
             values["model"] = TransformerConfig.from_dict(values["model"])
-            values["data_config"] = DataConfig(**values.get("data_config", {"data": values["data"]}))
+            values["data_config"] = DataConfig(
+                **values.get("data_config", {"data": values.get("data")})
+            )  # 0.1.0: "data"
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
             raise ModelDirError(f"{self.config_path} is corrupt: {error}") from None
         return values

@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_transformer as kt  # noqa: E402
+from keras_transformer.special_tokens import PAD_ID
 from keras_transformer.training.distribute import resolve_strategy, use_cpu_devices  # noqa: E402
 from keras_transformer.training.trainer import compile_model  # noqa: E402
 
@@ -36,7 +37,7 @@ def batches(sizes):
     for size in sizes:
         ids = rng.integers(3, CONFIG.vocab_size, size=(3, size, 8)).astype("int32")
         for row in range(size):  # ragged lengths: pad the tails
-            ids[:, row, rng.integers(2, 9) :] = CONFIG.pad_id
+            ids[:, row, rng.integers(2, 9) :] = PAD_ID
         ids[2, :, 0] = 3  # every target has at least one token
         out.append(((ids[0], ids[1]), ids[2]))
     return out

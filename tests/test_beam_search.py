@@ -10,8 +10,9 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 from test_decoding import CONFIG, model, reference_greedy  # noqa: F401  (model: the shared fixture)
 
-from keras_transformer import TransformerConfig, beam_search
+from keras_transformer import DecodingConfig, TransformerConfig, beam_search
 from keras_transformer.inference.decoding import compiled, search_beams
+from keras_transformer.special_tokens import PAD_ID, START_ID
 
 EOS = 2
 SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
@@ -169,36 +170,35 @@ class Uncached:
 
 @pytest.mark.parametrize("b", [5, 30], ids=["short", "long"])
 def test_n_best_contract_and_cached_equals_uncached(model, b):
-    result = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=b)
+    result = beam_search(model, SOURCE, beam_size=3, alpha=0.6, length_b=b)
     ids, scores = result.ids.numpy(), result.scores.numpy()
     assert ids.dtype == np.int32 and ids.shape == (2, 3, min(4 + b, CONFIG.max_length))  # |source| + b
     assert scores.dtype == np.float32
     assert np.all(np.diff(scores, axis=1) <= 0) and np.all(np.isfinite(scores))
     for hypothesis in ids.reshape(-1, ids.shape[-1]):
         length = np.count_nonzero(hypothesis)
-        assert np.all(hypothesis[:length] > CONFIG.start_id) and np.all(hypothesis[length:] == CONFIG.pad_id)
+        assert np.all(hypothesis[:length] > START_ID) and np.all(hypothesis[length:] == PAD_ID)
         assert EOS not in hypothesis[: length - 1]
     assert len({tuple(h) for h in ids[0]}) == 3  # n distinct hypotheses
-    uncached = beam_search(Uncached(model), SOURCE, beam_size=3, alpha=0.6, b=b)
+    uncached = beam_search(Uncached(model), SOURCE, beam_size=3, alpha=0.6, length_b=b)
     np.testing.assert_array_equal(uncached.ids.numpy(), ids)
     np.testing.assert_allclose(uncached.scores.numpy(), scores, rtol=1e-4)
 
 
 def test_beam_1_with_alpha_0_is_greedy(model):
     """K = 1: the best candidate either ends (and is finished) or stays alive, as greedy's argmax."""
-    ids = beam_search(model, SOURCE, beam_size=1, alpha=0.0, b=5).ids.numpy()[:, 0]
+    ids = beam_search(model, SOURCE, beam_size=1, alpha=0.0, length_b=5).ids.numpy()[:, 0]
     expected = reference_greedy(model, SOURCE, ids.shape[1])
     for row, reference, limit in zip(ids, expected, [9, 7]):  # |source| + 5
         eos = np.flatnonzero(reference == EOS)
         end = min(eos[0] + 1 if len(eos) else limit, limit)
         np.testing.assert_array_equal(row[:end], reference[:end])
-        assert np.all(row[end:] == CONFIG.pad_id)
+        assert np.all(row[end:] == PAD_ID)
 
 
 def test_no_retracing_on_new_shapes(model):
     beam_search(model, SOURCE)
-    static = dict(beam_size=4, alpha=0.6, max_decode_length=None, a=1.0, b=50, nbest=None, patience=1.0)
-    function = compiled(model, "beam", search_beams, **static)
+    function = compiled(model, "beam", search_beams, decoding=DecodingConfig())
     beam_search(model, np.array([[5, 6, 7, 8, 9, 2]], np.int32))
     beam_search(model, SOURCE)
     assert function.experimental_get_tracing_count() == 1
@@ -206,19 +206,21 @@ def test_no_retracing_on_new_shapes(model):
 
 def test_xla_gives_the_same_beams(model):
     expected = beam_search(model, SOURCE, beam_size=3, max_decode_length=12)
-    xla = tf.function(lambda s: search_beams(model, s, beam_size=3, alpha=0.6, max_decode_length=12), jit_compile=True)
+    xla = tf.function(
+        lambda s: search_beams(model, s, DecodingConfig(beam_size=3, max_decode_length=12)), jit_compile=True
+    )
     ids, scores = xla(tf.constant(SOURCE))
     np.testing.assert_array_equal(ids.numpy(), expected.ids.numpy())
     np.testing.assert_allclose(scores.numpy(), expected.scores.numpy(), rtol=1e-4)
 
 
-def tflite_beam_search(model, **static) -> bytes:
+def tflite_beam_search(model, decoding: DecodingConfig) -> bytes:
     """The compiled beam search as a TFLite flatbuffer of builtin ops only (no Flex).
 
     The variables are frozen first: the converter leaves those read inside the `while` body as
     READ_VARIABLE ops, which fail at run time ("read_variable.cc ... variable != nullptr").
     """
-    concrete = compiled(model, "beam", search_beams, **static).get_concrete_function()
+    concrete = compiled(model, "beam", search_beams, decoding=decoding).get_concrete_function()
     frozen = convert_variables_to_constants_v2(concrete)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
@@ -230,15 +232,15 @@ def tflite_beam_search(model, **static) -> bytes:
 def test_tflite_builtins_give_the_same_beams(model, patience):
     from ai_edge_litert.interpreter import Interpreter
 
-    static = dict(beam_size=3, alpha=0.6, max_decode_length=None, a=1.0, b=30, patience=patience)
-    interpreter = Interpreter(model_content=tflite_beam_search(model, **static))
+    decoding = DecodingConfig(beam_size=3, length_b=30, patience=patience)
+    interpreter = Interpreter(model_content=tflite_beam_search(model, decoding))
     (source,) = interpreter.get_input_details()
     interpreter.resize_tensor_input(source["index"], SOURCE.shape)
     interpreter.allocate_tensors()
     interpreter.set_tensor(source["index"], SOURCE)
     interpreter.invoke()
     outputs = {d["dtype"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
-    expected = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=30, patience=patience)
+    expected = beam_search(model, SOURCE, decoding)
     np.testing.assert_array_equal(outputs[np.int32], expected.ids.numpy())
     np.testing.assert_allclose(outputs[np.float32], expected.scores.numpy(), rtol=1e-4)
 
@@ -286,11 +288,11 @@ def test_top_k_rows_equals_top_k_with_ties(vocab_size, k):
 def test_sentences_that_stop_early_leave_the_batch_and_keep_their_results(model):
     """The batch shrinks as sentences stop: each sentence's beams equal its beams decoded alone."""
     source = np.array([[5, 6, 7, 8, 9, 2], [8, 2, 0, 0, 0, 0], [11, 12, 2, 0, 0, 0], [5, 2, 0, 0, 0, 0]], np.int32)
-    batched = beam_search(model, source, beam_size=3, alpha=0.6, b=8)
+    batched = beam_search(model, source, beam_size=3, alpha=0.6, length_b=8)
     lengths = [np.count_nonzero(h) for h in batched.ids.numpy()[:, 0]]
     assert len(set(lengths)) > 1  # the sentences stop at different steps
     for row in range(len(source)):
-        alone = beam_search(model, source[row : row + 1], beam_size=3, alpha=0.6, b=8)
+        alone = beam_search(model, source[row : row + 1], beam_size=3, alpha=0.6, length_b=8)
         width = alone.ids.shape[-1]
         np.testing.assert_array_equal(batched.ids.numpy()[row, :, :width], alone.ids.numpy()[0])
         assert not batched.ids.numpy()[row, :, width:].any()
@@ -316,8 +318,8 @@ def test_one_best_stops_as_soon_as_the_best_is_final():
 
 def test_one_best_equals_the_full_search_best_on_the_model(model):
     for b in (5, 30):
-        everything = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=b, patience=None)
-        one = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=b, nbest=1, patience=None)
+        everything = beam_search(model, SOURCE, beam_size=3, alpha=0.6, length_b=b, patience=None)
+        one = beam_search(model, SOURCE, beam_size=3, alpha=0.6, length_b=b, nbest=1, patience=None)
         np.testing.assert_array_equal(one.ids[:, 0, : everything.ids.shape[-1]], everything.ids[:, 0])
         np.testing.assert_allclose(one.scores[:, 0], everything.scores[:, 0], rtol=1e-5)
 
@@ -344,10 +346,12 @@ def test_patience_counts_every_ended_hypothesis(model, jit_compile):
     """Stopping after more hypotheses than can ever end runs every sentence to its limit, which
     finds what the exact rule finds (it stops only when nothing can change); patience 1 stops
     sooner on the same beams, so its hypotheses are among what the longer search saw."""
-    exact = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=6, jit_compile=jit_compile)
-    never = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=6, patience=100.0, jit_compile=jit_compile)
+    exact = beam_search(model, SOURCE, beam_size=3, alpha=0.6, length_b=6, jit_compile=jit_compile)
+    never = beam_search(model, SOURCE, beam_size=3, alpha=0.6, length_b=6, patience=100.0, jit_compile=jit_compile)
     np.testing.assert_array_equal(never.ids[..., : exact.ids.shape[-1]], exact.ids)
     np.testing.assert_allclose(never.scores, exact.scores, rtol=1e-5)
-    first = beam_search(model, SOURCE, beam_size=3, alpha=0.6, b=6, patience=1.0, nbest=1, jit_compile=jit_compile)
+    first = beam_search(
+        model, SOURCE, beam_size=3, alpha=0.6, length_b=6, patience=1.0, nbest=1, jit_compile=jit_compile
+    )
     assert np.all(np.isfinite(first.scores))
     assert np.all(first.scores[:, 0] <= exact.scores[:, 0] + 1e-5)

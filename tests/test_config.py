@@ -3,16 +3,15 @@ import re
 
 import pytest
 
-from keras_transformer import TrainingConfig, TransformerConfig
+from keras_transformer import DecodingConfig, TrainingConfig, TransformerConfig
 
 
 def test_presets_follow_table_3():
     base, big = TransformerConfig.base(), TransformerConfig.big()
     assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.dropout) == (6, 512, 2048, 8, 0.1)
     assert (big.num_layers, big.d_model, big.d_ff, big.num_heads, big.dropout) == (6, 1024, 4096, 16, 0.3)
-    assert base.label_smoothing == big.label_smoothing == 0.1
+    assert TrainingConfig.preset("base").label_smoothing == TrainingConfig.preset("big").label_smoothing == 0.1
     assert base.d_k == big.d_k == 64
-    assert (base.pad_id, base.start_id, base.eos_id) == (0, 1, 2)
 
 
 def test_overrides_and_named_presets():
@@ -28,11 +27,6 @@ def test_overrides_and_named_presets():
         ({"d_model": 100, "num_heads": 8}, "divisible by num_heads"),
         ({"dropout": 1.0}, "dropout"),
         ({"vocab_size": 4}, re.escape("vocab_size must exceed the 4 reserved ids (pad, start, EOS, unknown), got 4")),
-        ({"eos_id": 0}, re.escape("must be the tokenizer's reserved ids (0, 1, 2), got (0, 1, 0)")),
-        (
-            {"pad_id": 3},
-            re.escape("(pad_id, start_id, eos_id) must be the tokenizer's reserved ids (0, 1, 2), got (3, 1, 2)"),
-        ),
         ({"max_length": 1}, "max_length"),
     ],
 )
@@ -48,6 +42,46 @@ def test_dict_round_trip_and_unknown_fields():
         TransformerConfig.from_dict({**config.to_dict(), "colour": "red"})
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.d_model = 3
+
+
+def test_a_config_of_0_1_0_with_the_reserved_ids_and_label_smoothing_loads():
+    legacy = {**TransformerConfig.tiny().to_dict(), "pad_id": 0, "start_id": 1, "eos_id": 2, "label_smoothing": 0.2}
+    assert TransformerConfig.from_dict(legacy) == TransformerConfig.tiny()
+    message = re.escape("(pad_id, start_id, eos_id) must be the tokenizer's reserved ids (0, 1, 2), got (3, 1, 2)")
+    with pytest.raises(ValueError, match=message):
+        TransformerConfig.from_dict({**legacy, "pad_id": 3})
+
+
+def test_the_architecture_is_every_field_but_dropout():
+    assert TransformerConfig.tiny(dropout=0.3).architecture() == TransformerConfig.tiny().architecture()
+    assert TransformerConfig.tiny(d_ff=64).architecture() != TransformerConfig.tiny().architecture()
+    assert set(TransformerConfig.tiny().architecture()) == set(TransformerConfig.tiny().to_dict()) - {"dropout"}
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"beam_size": 0}, "beam_size must be >= 1, got 0"),
+        ({"alpha": -1.0}, "alpha must be >= 0, got -1.0"),
+        ({"beam_size": 2, "nbest": 3}, "nbest must be between 1 and the beam size 2, got 3"),
+        ({"beam_size": 4, "nbest": 1, "patience": 0.1}, re.escape("round(patience x beam_size) >= 1, got 0.1")),
+        ({"beam_size": 4, "nbest": 3, "patience": 0.5}, re.escape("round(patience x beam_size) >= 3, got 0.5")),
+        ({"max_decode_length": 0}, "max_decode_length must be >= 1, got 0"),
+        ({"dtype": "float16"}, "dtype must be one of float32, bfloat16, got 'float16'"),
+        ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+        ({"length_b": 0}, "length_b must be >= 1, got 0"),
+    ],
+)
+def test_invalid_decoding_configs_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        DecodingConfig(**overrides)
+
+
+def test_decoding_defaults_are_the_papers():
+    decoding = DecodingConfig()  # §6.1
+    assert (decoding.beam_size, decoding.alpha, decoding.length_a, decoding.length_b) == (4, 0.6, 1.0, 50)
+    assert DecodingConfig.greedy() == DecodingConfig(beam_size=1, alpha=0.0)
+    assert DecodingConfig().replace(beam_size=2).beam_size == 2
 
 
 def test_training_config_validation():

@@ -20,6 +20,7 @@ from keras_transformer.exporters.ctranslate2 import CTranslate2ExportError, expo
 from keras_transformer.inference.decoding import decode_limits
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 from keras_transformer.training.trainer import train
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 (the `ctranslate2` extra) is not installed")
@@ -74,7 +75,7 @@ def test_greedy_translations_equal_ours_token_for_token(trained):
     rows = trained.source_rows(sources)
     batch = padded(rows)
     ours = greedy_search(trained.model, batch).ids.numpy()[:, 0]  # [B, L]
-    limits = decode_limits(batch, trained.model.config.pad_id, trained.model.config.max_length).numpy()  # [B]
+    limits = decode_limits(batch, trained.model.config.max_length).numpy()  # [B]
     theirs = []
     for row, limit in zip(rows, limits):  # one call per sentence: CTranslate2's length limit is per call
         (result,) = trained.translator.translate_batch(
@@ -82,7 +83,7 @@ def test_greedy_translations_equal_ours_token_for_token(trained):
         )
         theirs.append([trained.ids[token] for token in result.hypotheses[0]])
     for i, hypothesis in enumerate(theirs):
-        assert hypothesis == [int(t) for t in ours[i] if t != trained.model.config.pad_id], sources[i]
+        assert hypothesis == [int(t) for t in ours[i] if t != PAD_ID], sources[i]
     assert len({token for hypothesis in theirs for token in hypothesis}) > 5  # not one token repeated
     texts = trained.tokenizer.detokenize(padded(theirs)).numpy()
     want = Translator(trained.model, trained.tokenizer, beam_size=1, alpha=0.0).translate(sources)
@@ -92,12 +93,11 @@ def test_greedy_translations_equal_ours_token_for_token(trained):
 def log_probs_of_ours(model, source_ids, target):
     """log p(y_t | y_<t, x) of `target` + EOS under our model, with pad and start banned before the
     softmax, as the exported bias bans them."""
-    config = model.config
-    target_in = np.array([[config.start_id, *target]], np.int32)
+    target_in = np.array([[START_ID, *target]], np.int32)
     logits = model((source_ids[None], target_in), training=False).numpy()[0]  # [T + 1, V]
-    logits[:, [config.pad_id, config.start_id]] = -np.inf
+    logits[:, [PAD_ID, START_ID]] = -np.inf
     log_probs = tf.nn.log_softmax(logits, axis=-1).numpy()
-    return log_probs[np.arange(len(target) + 1), [*target, config.eos_id]]
+    return log_probs[np.arange(len(target) + 1), [*target, EOS_ID]]
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])

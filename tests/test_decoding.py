@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from keras_transformer import Transformer, TransformerConfig
+from keras_transformer import DecodingConfig, Transformer, TransformerConfig
 from keras_transformer.inference.decoding import compiled, decode_limits, greedy_search, search_beams
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 CONFIG = TransformerConfig.tiny(vocab_size=40, dropout=0.0, max_length=20)
 SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
@@ -22,44 +23,42 @@ def model():
 
 def reference_greedy(model, source, steps):
     """Uncached greedy decoding: the full forward pass over the growing prefix."""
-    target = np.full((len(source), 1), CONFIG.start_id, np.int32)
+    target = np.full((len(source), 1), START_ID, np.int32)
     for _ in range(steps):
         logits = np.array(model((source, target)))[:, -1]
-        logits[:, [CONFIG.pad_id, CONFIG.start_id]] = -np.inf
+        logits[:, [PAD_ID, START_ID]] = -np.inf
         target = np.concatenate([target, logits.argmax(-1)[:, None].astype(np.int32)], axis=1)
     return target[:, 1:]
 
 
 def test_greedy_equals_uncached_argmax_decoding(model):
-    result = greedy_search(model, SOURCE, b=5)
+    result = greedy_search(model, SOURCE, length_b=5)
     assert result.ids.shape[:2] == (2, 1) and result.scores.shape == (2, 1)
     ids = result.ids.numpy()[:, 0]
     expected = reference_greedy(model, SOURCE, ids.shape[1])
     assert len(np.unique(expected)) >= 3
     for row, reference, limit in zip(ids, expected, [9, 7]):  # |source| + 5
-        eos = np.flatnonzero(reference == CONFIG.eos_id)
+        eos = np.flatnonzero(reference == EOS_ID)
         end = min(eos[0] + 1 if len(eos) else len(reference), limit)
         np.testing.assert_array_equal(row[:end], reference[:end])
-        assert np.all(row[end:] == CONFIG.pad_id)
+        assert np.all(row[end:] == PAD_ID)
     assert np.all(result.scores.numpy() < 0)
 
 
 def test_length_limits():
-    limits = decode_limits(SOURCE, pad_id=0, max_length=20, a=1.0, b=5).numpy()
+    limits = decode_limits(SOURCE, max_length=20, a=1.0, b=5).numpy()
     np.testing.assert_array_equal(limits, [9, 7])  # |source| + 5
-    np.testing.assert_array_equal(decode_limits(SOURCE, 0, 8, 1.0, 50).numpy(), [8, 8])  # capped
+    np.testing.assert_array_equal(decode_limits(SOURCE, 8, 1.0, 50).numpy(), [8, 8])  # capped
 
 
 def test_limits_bound_the_output(model):
-    ids = greedy_search(model, SOURCE, a=0.0, b=3).ids.numpy()
+    ids = greedy_search(model, SOURCE, length_a=0.0, length_b=3).ids.numpy()
     assert ids.shape[-1] == 3
 
 
 def test_no_retracing_for_new_shapes(model):
     greedy_search(model, SOURCE)
-    function = compiled(
-        model, "beam", search_beams, beam_size=1, alpha=0.0, max_decode_length=None, a=1.0, b=50, nbest=1, patience=1.0
-    )
+    function = compiled(model, "beam", search_beams, decoding=DecodingConfig.greedy())
     greedy_search(model, np.array([[5, 6, 7, 8, 9, 2]], np.int32))
     greedy_search(model, SOURCE[:1])
     assert function.experimental_get_tracing_count() == 1
@@ -68,9 +67,11 @@ def test_no_retracing_for_new_shapes(model):
 def test_a_model_never_called_builds_itself_to_decode():
     fresh = Transformer(CONFIG)
     assert not fresh.built
-    result = greedy_search(fresh, SOURCE, b=3)
+    result = greedy_search(fresh, SOURCE, length_b=3)
     assert fresh.built and result.ids.shape == (2, 1, 7)  # |source| + 3
-    np.testing.assert_array_equal(greedy_search(fresh, SOURCE, b=3).ids, result.ids)  # the same weights both times
+    np.testing.assert_array_equal(
+        greedy_search(fresh, SOURCE, length_b=3).ids, result.ids
+    )  # the same weights both times
 
 
 def test_xla_on_bucket_shapes_gives_the_graphs_beams(model):
@@ -80,8 +81,8 @@ def test_xla_on_bucket_shapes_gives_the_graphs_beams(model):
 
     sources = [SOURCE, SOURCE[:1, :2], np.array([[9, 8, 7, 6, 5, 2], [3, 2, 0, 0, 0, 0], [4, 4, 2, 0, 0, 0]], np.int32)]
     for source in sources:
-        expected = beam_search(model, source, beam_size=3, alpha=0.6, b=6)
-        result = beam_search(model, source, beam_size=3, alpha=0.6, b=6, jit_compile=True)
+        expected = beam_search(model, source, beam_size=3, alpha=0.6, length_b=6)
+        result = beam_search(model, source, beam_size=3, alpha=0.6, length_b=6, jit_compile=True)
         np.testing.assert_array_equal(result.ids, expected.ids)
         np.testing.assert_allclose(result.scores, expected.scores, rtol=1e-5)
 
@@ -97,5 +98,5 @@ def test_bucket_shapes(shape, bucket):
 
 def test_an_empty_source_ends_at_once(model):
     source = np.array([[5, 6, 7, 2], [0, 0, 0, 0]], np.int32)
-    result = greedy_search(model, source, b=5)
+    result = greedy_search(model, source, length_b=5)
     assert result.ids.shape == (2, 1, 9) and np.count_nonzero(result.ids.numpy()[1]) == 1

@@ -17,8 +17,8 @@ from conftest import FIXTURE
 from keras_transformer.cli.main import main
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.data.sources import read_pairs
-from keras_transformer.exporters.tensorflow import export, next_version, prediction_log
-from keras_transformer.inference.decoding import decode_limits, paper_beam_search
+from keras_transformer.exporters.tensorflow import export_tensorflow, next_version, prediction_log
+from keras_transformer.inference.decoding import beam_search, decode_limits
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir
 from keras_transformer.training.trainer import train
@@ -39,7 +39,7 @@ class Exported:
         self.model = train(model_dir, config, training, str(FIXTURE), verbose=0, log=lambda message: None)
         self.tokenizer = ModelDir(model_dir).tokenizer()
         self.out = str(root / "export")
-        self.paths = export(self.model, self.tokenizer, self.out, log=lambda message: None)
+        self.paths = export_tensorflow(self.model, self.tokenizer, self.out, log=lambda message: None)
         self.translator = Translator(self.model, self.tokenizer, batch_size=256)
         self.sentences = read_pairs(str(FIXTURE), "test")[0] + read_pairs(str(FIXTURE), "validation")[0]
 
@@ -163,7 +163,7 @@ def test_next_version_is_one_above_both_base_paths(tmp_path):
 def test_saved_model_signatures_equal_the_python_model(exported):
     sentences = exported.sentences[:6]
     source_ids = exported.source_ids(sentences)
-    reference = paper_beam_search(exported.model, source_ids)
+    reference = beam_search(exported.model, source_ids)
     outputs = run_artifact(
         "saved_model",
         exported.paths["saved_model"],
@@ -194,7 +194,7 @@ def test_session_run_as_the_model_server_does(exported):
         [("serving_default", {"text": texts(sentences)}), ("translate_ids", {"source_ids": source_ids})],
     )
     assert decoded(outputs[0]["translation"]) == exported.translator.translate(sentences)
-    reference = paper_beam_search(exported.model, source_ids)
+    reference = beam_search(exported.model, source_ids)
     assert_same_beams(outputs[1]["ids"], reference.ids.numpy(), outputs[1]["scores"], reference.scores.numpy())
 
 
@@ -226,7 +226,7 @@ def test_text_tflite_ids_equal_the_saved_model(exported):
     outputs = run_artifact(
         "litert_text", exported.paths["tflite_text"], [("serving_default", {"text": texts(sentences)})]
     )
-    want = paper_beam_search(exported.model, exported.source_ids(sentences[:5]))
+    want = beam_search(exported.model, exported.source_ids(sentences[:5]))
     length = want.ids.shape[2]
     assert_same_beams(
         outputs[0]["ids"][:5, :, :length], want.ids.numpy(), outputs[0]["scores"][:5], want.scores.numpy()
@@ -267,7 +267,7 @@ def test_hostile_input_through_serving_default(exported):
     for text, translation in zip(HOSTILE, hostile["translation"]):
         translation.decode("utf-8")  # valid UTF-8 out, whatever came in
         source_tokens = min(len(text), config.max_length - 1) + 1
-        limit = int(decode_limits(np.ones((1, source_tokens), np.int32), config.pad_id, config.max_length)[0])
+        limit = int(decode_limits(np.ones((1, source_tokens), np.int32), config.max_length)[0])
         assert len(translation) <= limit * longest_piece
     assert np.all(np.isfinite(hostile["score"]))
 
@@ -327,6 +327,7 @@ BLOCK_SERVING_API = """
 import sys
 sys.modules["tensorflow_serving"] = None  # as on an install without the [export] extra: importing it fails
 from keras_transformer.cli.main import main
+from keras_transformer.special_tokens import PAD_ID
 status = main(sys.argv[1:])
 assert "tensorflow_serving" not in sys.modules or sys.modules["tensorflow_serving"] is None
 sys.exit(status)

@@ -44,13 +44,12 @@ def test_every_config_field_has_a_flag():
 def test_todays_flag_names_parse_and_override_the_preset():
     model, training = parse(*OLD_FLAGS)
     assert model == TransformerConfig.small(
-        num_layers=2, d_model=96, d_ff=384, num_heads=3, vocab_size=500, max_length=64, dropout=0.2,
-        label_smoothing=0.05, norm_first=False,
+        num_layers=2, d_model=96, d_ff=384, num_heads=3, vocab_size=500, max_length=64, dropout=0.2, norm_first=False,
     )  # fmt: skip
     assert training == TrainingConfig.preset(
         "small", max_steps=7, steps_per_epoch=5, batch_tokens=512, warmup_steps=10, learning_rate_scale=3.0,
         time_budget_s=5400.0, warmup_fraction=0.2, cooldown_fraction=0.3, seed=9, checkpoint_every=4,
-        grad_accumulation=2, mixed_precision=True, jit_compile=True, bleu_every_epochs=3,
+        grad_accumulation=2, mixed_precision=True, jit_compile=True, bleu_every_epochs=3, label_smoothing=0.05,
     )  # fmt: skip
 
 

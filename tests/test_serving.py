@@ -84,6 +84,5 @@ def test_a_savedmodel_decoding_with_xla_gives_the_graphs_translations(served, tm
     loaded = tf.saved_model.load(str(tmp_path / "1")).signatures["serving_default"]
     texts = ["And God said,", "", "Jesus wept."]
     assert [t.decode() for t in loaded(text=tf.constant(texts))["translation"].numpy()] == python.translate(texts)
-    python.jit_compile = True
-    assert python.translate(texts) == module.translate(tf.constant(texts))["translation"].numpy().astype(str).tolist()
-    python.jit_compile = False
+    with_xla = Translator(python.model, python.tokenizer, python.decoding, jit_compile=True)
+    assert with_xla.translate(texts) == module.translate(tf.constant(texts))["translation"].numpy().astype(str).tolist()

@@ -8,12 +8,13 @@ from conftest import FIXTURE
 
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.model import Transformer
+from keras_transformer.special_tokens import PAD_ID
 from keras_transformer.training.trainer import TrainingDiverged, compile_model, train
 
 CONFIG = TransformerConfig.tiny(vocab_size=60, dropout=0.0)
 RNG = np.random.default_rng(0)
 SOURCE, TARGET_IN, TARGET_OUT = (RNG.integers(3, 60, size=(4, 8)).astype("int32") for _ in range(3))
-TARGET_OUT[:, 6:] = CONFIG.pad_id
+TARGET_OUT[:, 6:] = PAD_ID
 
 
 def compiled(training, dtype=None, weights=None):

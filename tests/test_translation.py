@@ -36,22 +36,34 @@ def test_the_package_exports_the_translator_and_the_loader_and_no_module_names()
             "PRESETS",
             "DataConfig",
             "DecodeResult",
+            "DecodingConfig",
             "TrainingConfig",
             "Transformer",
             "TransformerConfig",
             "Translator",
             "beam_search",
+            "compile_model",
+            "evaluate",
             "greedy_search",
+            "ModelDir",
             "load_model",
+            "read_pairs",
+            "resolve_strategy",
+            "train",
+            "use_cpu_devices",
+            "visualize",
         ]
     )
+    assert all(callable(getattr(kt, name)) for name in kt.__all__ if name not in ("PRESETS", "visualize"))
+    assert kt.visualize.__name__ == "keras_transformer.inference.visualize"
+    assert kt.evaluate.__module__ == "keras_transformer.inference.evaluation"
     with pytest.raises(AttributeError, match="has no attribute 'translate'"):
         _ = kt.translate
 
 
 def test_from_model_dir_loads_the_checkpoint_and_the_settings(model_dir, translator):
     _, model = model_dir
-    assert (translator.beam_size, translator.alpha, translator.batch_size) == (3, 0.6, 32)
+    assert translator.decoding == kt.DecodingConfig(beam_size=3)
     assert len(translator.model.weights) == len(model.weights)
     for loaded, original in zip(translator.model.weights, model.weights):
         assert loaded.shape == original.shape and bool(tf.reduce_all(loaded == original))

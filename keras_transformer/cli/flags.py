@@ -1,10 +1,11 @@
-"""Command-line flags generated from the config dataclasses, for `keras-transformer train` and bench/.
+"""Command-line flags generated from the config dataclasses, for every command and bench/.
 
 Every field gets a flag named after it (`--d-model` for `d_model`), whose help is the comment
-on the field's line and whose default is unset, so that the preset's value stands unless the
-flag is given. A boolean field gives a pair (`--norm-first` / `--no-norm-first`); a field in
-seconds (`time_budget_s`) drops the suffix and takes a duration (`--time-budget 30m`). A new
-field gets its flag with no edit here.
+on the field's line and whose default is unset, so that the config's (or the preset's) value
+stands unless the flag is given. A boolean field gives a pair (`--norm-first` /
+`--no-norm-first`); a field in seconds (`time_budget_s`) drops the suffix and takes a duration
+(`--time-budget 30m`); a field's metadata may name its `parse` function (text -> value),
+`choices` and `metavar`. A new field gets its flag with no edit here.
 
 No TensorFlow here: the command line's help and argument errors come before TensorFlow starts.
 """
@@ -17,7 +18,7 @@ import inspect
 import re
 import typing
 
-from keras_transformer.config import TrainingConfig, TransformerConfig
+from keras_transformer.config import DecodingConfig, TrainingConfig, TransformerConfig
 
 SECONDS = "_s"  # the suffix of fields in seconds
 METAVARS = {int: "N", float: "X", str: "TEXT"}
@@ -48,16 +49,38 @@ def _comments(config_class) -> dict[str, str]:
     return {match[1]: match[2] for match in map(_COMMENTED_FIELD.match, lines) if match}
 
 
-def add_config_flags(parser: argparse.ArgumentParser, config_class, title: str) -> None:
-    """One flag per field of the dataclass `config_class`, in an argument group called `title`."""
+def _checked(parse):
+    """An argparse type that checks the text with `parse` and keeps the text (`overrides` parses it)."""
+
+    def check(text: str) -> str:
+        try:
+            parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return text
+
+    return check
+
+
+def add_config_flags(parser: argparse.ArgumentParser, config_class, title: str, exclude: tuple[str, ...] = ()) -> None:
+    """One flag per field of the dataclass `config_class` (but those in `exclude`), in an argument
+    group called `title`."""
     group = parser.add_argument_group(title)
     hints = typing.get_type_hints(config_class)
     comments = _comments(config_class)
     for field in dataclasses.fields(config_class):
+        if field.name in exclude:
+            continue
         value_type = next(t for t in (*typing.get_args(hints[field.name]), hints[field.name]) if t is not type(None))
         help_text = comments.get(field.name, field.name.replace("_", " ")).replace("%", "%%")
         options = {"dest": field.name, "default": None}
-        if field.name.endswith(SECONDS):
+        if "parse" in field.metadata:
+            options.update(
+                type=_checked(field.metadata["parse"]), metavar=field.metadata.get("metavar"), help=help_text
+            )
+        elif "choices" in field.metadata:
+            options.update(choices=field.metadata["choices"], help=help_text)
+        elif field.name.endswith(SECONDS):
             options.update(metavar="DURATION", help=f"{help_text}; e.g. 90s, 30m, 2h")
         elif value_type is bool:
             options.update(action=argparse.BooleanOptionalAction, help=help_text)
@@ -71,8 +94,13 @@ def overrides(args: argparse.Namespace, config_class) -> dict[str, typing.Any]:
     values = {}
     for field in dataclasses.fields(config_class):
         value = getattr(args, field.name, None)
-        if value is not None:
-            values[field.name] = parse_duration(value) if field.name.endswith(SECONDS) else value
+        if value is None:
+            continue
+        if "parse" in field.metadata:
+            value = field.metadata["parse"](value)
+        elif field.name.endswith(SECONDS):
+            value = parse_duration(value)
+        values[field.name] = value
     return values
 
 
@@ -88,3 +116,13 @@ def configs(args: argparse.Namespace, preset: str) -> tuple[TransformerConfig, T
         TransformerConfig.preset(preset, **overrides(args, TransformerConfig)),
         TrainingConfig.preset(preset, **overrides(args, TrainingConfig)),
     )
+
+
+def add_decoding_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = ()) -> None:
+    """The flags of every field of `DecodingConfig` (but those in `exclude`)."""
+    add_config_flags(parser, DecodingConfig, "decoding (DecodingConfig; the README's Decoding)", exclude)
+
+
+def decoding(args: argparse.Namespace) -> DecodingConfig:
+    """The decoding settings, overridden by the flags given in `args`."""
+    return DecodingConfig(**overrides(args, DecodingConfig))

@@ -19,48 +19,16 @@ import sys
 from keras_transformer import __version__
 from keras_transformer.cli.flags import (
     add_config_flags,
+    add_decoding_flags,
     add_train_flags,
     configs,
+    decoding,
     overrides,
 )
 from keras_transformer.cli.quiet import filter_native_logs, quiet_python_logs
 from keras_transformer.config import PRESETS, STRATEGIES, DataConfig
 
 EXIT_USAGE = 2
-PATIENCE_HELP = (
-    "stopping rule: a sentence stops once round(P x beam size) of its hypotheses have ended (default 1, "
-    "the rule of fairseq and CTranslate2), or 'exact': once no alive hypothesis can beat the kept ones (slower)"
-)
-
-
-DTYPES = ("float32", "bfloat16")
-DTYPE_HELP = (
-    "float32 (default, as trained) or bfloat16: weights and matmuls in bf16, faster on CPUs with AVX512_BF16 "
-    "or AMX (slower elsewhere)"
-)
-
-
-def _patience(text: str) -> float | str:
-    """--patience: a positive number, or 'exact'."""
-    if text == "exact":
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number or 'exact', got {text!r}")
-    return value
-
-
-def _search_rule(args) -> dict:
-    """The `patience` argument of the search, if --patience was given (None: the exact rule)."""
-    if args.patience is None:
-        return {}
-    return {"patience": None if args.patience == "exact" else args.patience}
-
-
-JIT_HELP = "decode with XLA: a few seconds to compile each bucket shape, then faster, most at small batches"
 
 
 def _add_train(subparsers):
@@ -77,24 +45,18 @@ def _add_train(subparsers):
     add_config_flags(p, DataConfig, "data (DataConfig; the README's Data)")
 
 
-def _add_decoding(p):
-    p.add_argument(
-        "--beam-size", type=int, default=4, help="beam size K (default 4, the paper's; 1 with --alpha 0: greedy)"
-    )
-    p.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha (default 0.6, the paper's)")
+def _add_decoding(p, exclude=()):
     p.add_argument("--checkpoint", default="latest", help="latest (default), averaged, best, or a checkpoint path")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--jit-compile", action="store_true", help=JIT_HELP)
-    p.add_argument("--patience", type=_patience, metavar="P", help=PATIENCE_HELP)
-    p.add_argument("--dtype", choices=DTYPES, help=DTYPE_HELP)
+    add_decoding_flags(p, exclude)
 
 
 def _add_translate(subparsers):
     p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
     p.add_argument("--model-dir", required=True)
     _add_decoding(p)
-    p.add_argument("--nbest", type=int, default=1, help="N > 1: N lines per input, INDEX<TAB>SCORE<TAB>TRANSLATION")
-    p.add_argument("text", nargs="*", help="sentences; none: read stdin")
+    p.add_argument(
+        "text", nargs="*", help="sentences; none: read stdin (with --nbest N: INDEX<TAB>SCORE<TAB>TEXT lines)"
+    )
 
 
 def _add_evaluate(subparsers):
@@ -127,15 +89,7 @@ def _add_export(subparsers):
         "--quantization", help="with --format ctranslate2: weight type, e.g. int8, float16 (default float32)"
     )
     p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
-    p.add_argument("--beam-size", type=int, default=4, help="the exported search's beam size K (default 4)")
-    p.add_argument("--alpha", type=float, default=0.6, help="the exported search's length penalty alpha (default 0.6)")
-    p.add_argument(
-        "--jit-compile",
-        action="store_true",
-        help="the SavedModels decode with XLA (TF Serving: --xla_cpu_compilation_enabled; export/README.md)",
-    )
-    p.add_argument("--patience", type=_patience, metavar="P", help=f"the exported search's {PATIENCE_HELP}")
-    p.add_argument("--dtype", choices=DTYPES, help=f"the SavedModels': {DTYPE_HELP}; the TFLite models stay float32")
+    add_decoding_flags(p, exclude=("batch_size",))
     p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
 
 
@@ -184,17 +138,19 @@ def _train(args):
 def _translator(args):
     from keras_transformer.inference.translator import Translator
 
-    settings = {"batch_size": args.batch_size, "beam_size": args.beam_size, "alpha": args.alpha}
-    settings.update(jit_compile=args.jit_compile, **_search_rule(args))
-    return Translator.from_model_dir(args.model_dir, args.checkpoint, args.dtype, **settings)
+    return Translator.from_model_dir(args.model_dir, args.checkpoint, decoding(args))
 
 
 def _translate(args):
     translator = _translator(args)
     texts = args.text or [line.rstrip("\r\n") for line in sys.stdin]
-    for index, hypotheses in enumerate(translator.translate_nbest(texts, n=args.nbest)):
+    if (translator.decoding.nbest or 1) == 1:  # one line per input
+        for translation in translator.translate(texts):
+            print(translation)
+        return
+    for index, hypotheses in enumerate(translator.translate_nbest(texts)):
         for translation, score in hypotheses:
-            print(f"{index}\t{score:.4f}\t{translation}" if args.nbest > 1 else translation)
+            print(f"{index}\t{score:.4f}\t{translation}")
 
 
 def _evaluate(args):
@@ -202,7 +158,7 @@ def _evaluate(args):
     from keras_transformer.data.files import has_own_splits
     from keras_transformer.data.sources import read_pairs
     from keras_transformer.data.splits import WHOLE, split_source
-    from keras_transformer.inference.evaluation import corpus_scores
+    from keras_transformer.inference.evaluation import evaluate
     from keras_transformer.model_dir import ModelDir
 
     translator = _translator(args)
@@ -217,12 +173,10 @@ def _evaluate(args):
         if source is None:
             raise DataError(f"{trained_on.data} was trained with --valid-data, without --test-data: pass --data")
     sources, references = read_pairs(*source, reverse, args.limit, tfds_data_dir=tfds_data_dir)
-    hypotheses = translator.translate(sources)
-    for source, reference, hypothesis in list(zip(sources, references, hypotheses))[: args.show]:
+    scores = evaluate(translator, (sources, references))
+    for source, reference, hypothesis in list(zip(sources, references, scores.pop("translations")))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
-    decoding = {"beam_size": args.beam_size, "alpha": args.alpha, "patience": translator.patience}
-    decoding.update(checkpoint=args.checkpoint, dtype=translator.model.dtype_policy.name)
-    print(json.dumps({**corpus_scores(hypotheses, references), **decoding}))
+    print(json.dumps({**scores, **translator.decoding.to_dict(), "checkpoint": args.checkpoint}))
 
 
 def _average(args):
@@ -254,20 +208,9 @@ def _export(args):
 
         paths = export_ctranslate2(model, tokenizer, args.out, args.quantization)
     else:
-        from keras_transformer.exporters.tensorflow import export
+        from keras_transformer.exporters.tensorflow import export_tensorflow
 
-        paths = export(
-            model,
-            tokenizer,
-            args.out,
-            args.name,
-            args.beam_size,
-            args.alpha,
-            jit_compile=args.jit_compile,
-            dtype=args.dtype,
-            log=_log,
-            **_search_rule(args),
-        )
+        paths = export_tensorflow(model, tokenizer, args.out, args.name, decoding(args), log=_log)
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from keras_transformer.config import TrainingConfig
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 
@@ -78,14 +79,11 @@ def make_batches(
     max_length: int,
     batch_tokens: int,
     training: bool,
-    shuffle_buffer: int = 20_000,
+    shuffle_buffer: int = TrainingConfig.shuffle_buffer,
     seed: int = 0,
     batch_multiple: int = 1,
     max_length_ratio: float | None = None,
     skipped: SkippedPairs | None = None,
-    start_id: int = START_ID,
-    eos_id: int = EOS_ID,
-    pad_id: int = PAD_ID,
 ) -> tf.data.Dataset:
     """Tokenized, filtered, bucketed batches (see the module docstring).
 
@@ -115,9 +113,9 @@ def make_batches(
         column = tf.ones_like(source[:, :1])  # [M, (1)]
         target_column = tf.ones_like(target[:, :1])
         return (
-            tf.concat([source, column * eos_id], axis=1),
-            tf.concat([target_column * start_id, target], axis=1),
-            tf.concat([target, target_column * eos_id], axis=1),
+            tf.concat([source, column * EOS_ID], axis=1),
+            tf.concat([target_column * START_ID, target], axis=1),
+            tf.concat([target, target_column * EOS_ID], axis=1),
         )
 
     dataset = (
@@ -133,7 +131,7 @@ def make_batches(
         element_length_func=lambda s, ti, to: tf.maximum(tf.size(s), tf.size(ti)),
         bucket_boundaries=[length + 1 for length in lengths],  # a bucket holds lengths < boundary
         bucket_batch_sizes=bucket_batch_sizes(max_length, batch_tokens, batch_multiple) + [1],
-        padding_values=pad_id,
+        padding_values=PAD_ID,
         pad_to_bucket_boundary=True,  # pads to boundary - 1 = the bucket's length
         drop_remainder=training,
     )
@@ -143,7 +141,7 @@ def make_batches(
         # Pad targets carry no loss and no accuracy (but weigh in Keras' per-batch mean of the loss).
         def pad_rows(*ids):  # [B, L] each -> [B', L], B' the next multiple of batch_multiple
             rows = -tf.shape(ids[0])[0] % batch_multiple
-            return tuple(tf.pad(x, [[0, rows], [0, 0]], constant_values=pad_id) for x in ids)
+            return tuple(tf.pad(x, [[0, rows], [0, 0]], constant_values=PAD_ID) for x in ids)
 
         dataset = dataset.map(pad_rows)
     options = tf.data.Options()

@@ -30,7 +30,7 @@ import os
 import numpy as np
 import sentencepiece
 
-from keras_transformer.special_tokens import UNK_ID
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
 
 PAD_TOKEN = "<blank>"  # CTranslate2's name for the padding token (not configurable)
 EXTRA = "ctranslate2"  # pyproject.toml's extra that installs the package
@@ -153,7 +153,7 @@ def never_generated_bias(config) -> np.ndarray:
     are renormalised over the other tokens (higher by -log(1 - p(pad) - p(start))); the argmax is the same.
     """
     bias = np.zeros(config.vocab_size, np.float32)
-    bias[[config.pad_id, config.start_id]] = -np.inf
+    bias[[PAD_ID, START_ID]] = -np.inf
     return bias
 
 
@@ -164,7 +164,7 @@ def vocabulary(tokenizer, config) -> list[str]:
     tokens = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
     if PAD_TOKEN in tokens:
         raise CTranslate2ExportError(f"the tokenizer has a piece {PAD_TOKEN!r}, CTranslate2's name for the pad token")
-    tokens[config.pad_id] = PAD_TOKEN
+    tokens[PAD_ID] = PAD_TOKEN
     return tokens
 
 
@@ -191,9 +191,9 @@ def transformer_spec(model, tokens: list[str]):
     spec.register_source_vocabulary(tokens)
     spec.register_target_vocabulary(tokens)
     spec.config.unk_token = tokens[UNK_ID]
-    spec.config.bos_token = tokens[config.start_id]
-    spec.config.eos_token = tokens[config.eos_id]
-    spec.config.decoder_start_token = tokens[config.start_id]
+    spec.config.bos_token = tokens[START_ID]
+    spec.config.eos_token = tokens[EOS_ID]
+    spec.config.decoder_start_token = tokens[START_ID]
     spec.config.add_source_eos = True
     spec.config.layer_norm_epsilon = config.layer_norm_epsilon
     return spec

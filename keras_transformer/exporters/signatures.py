@@ -14,7 +14,7 @@ Text goes through the same steps as `keras_transformer.inference.translator.Tran
 no tokens (empty or only spaces) translates to "" with score 0. Invalid UTF-8 bytes are
 replaced by U+FFFD (the unknown token) instead of failing the batch.
 
-The search is any `decode(model, source_ids, nbest=None) -> DecodeResult` (`paper_beam_search`
+The search is any `decode(model, source_ids, nbest=None) -> DecodeResult` (`beam_search`
 by default, or `greedy_search`); its output length follows `decoding.decode_limits`.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from keras_transformer.inference.decoding import DecodeResult, paper_beam_search
+from keras_transformer.inference.decoding import DecodeResult, beam_search
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
@@ -53,7 +53,7 @@ class TranslationModule(tf.Module):
     tf.lite alike; the device detokenizes with its SentencePiece library).
     """
 
-    def __init__(self, model, tokenizer=None, decode: Decode = paper_beam_search, *, lite_text: bool = False):
+    def __init__(self, model, tokenizer=None, decode: Decode = beam_search, *, lite_text: bool = False):
         super().__init__(name="translator")
         self.model = model
         # Tracked one by one as well, so the SavedModel's saver (what TF Serving and the
@@ -82,7 +82,7 @@ class TranslationModule(tf.Module):
         source_ids, token_counts = self.tokenizer.source_ids(text, self.model.config.max_length)
         empty = token_counts == 0  # [B]
         result = self._decode(self.model, source_ids, nbest=nbest)
-        ids = tf.where(empty[:, None, None], self.model.config.pad_id, result.ids)  # [B, n, L]
+        ids = tf.where(empty[:, None, None], PAD_ID, result.ids)  # [B, n, L]
         return ids, tf.where(empty[:, None], 0.0, result.scores)
 
     def _detokenize_beams(self, ids):

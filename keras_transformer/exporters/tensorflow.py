@@ -29,9 +29,11 @@ from tensorflow.python.framework.convert_to_constants import (
     convert_variables_to_constants_v2,
 )
 
+from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import UNK_ID
 from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule
-from keras_transformer.inference.decoding import PATIENCE, beam_search
+from keras_transformer.inference.decoding import beam_search
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 WARMUP_TEXTS = ("In the beginning God created the heavens and the earth.", "Jesus wept.")
 METADATA = "translator.json"
@@ -93,27 +95,30 @@ def write_warmup_requests(path: str, model_name: str, signature: str, inputs: di
         writer.write(prediction_log(model_name, signature, inputs))
 
 
-def tflite_metadata(config, beam_size: int, alpha: float, patience: float | None) -> dict:
+def tflite_metadata(config, decoding: DecodingConfig) -> dict:
     """`OUT/translator.json`: what a device needs besides the TFLite models: the input limit, the
-    reserved ids, the search the models run, and the steps around them."""
+    reserved ids, the search the models run (every `DecodingConfig` field), and the steps around them."""
     return {
         "models": {"ids": "translator.tflite", "ids_int8": "translator_int8.tflite", "text": "translator_text.tflite"},
         "tokenizer": "tokenizer.model",
         "vocab_size": config.vocab_size,
         "max_length": config.max_length,
-        "pad_id": config.pad_id,
-        "start_id": config.start_id,
-        "eos_id": config.eos_id,
+        "pad_id": PAD_ID,
+        "start_id": START_ID,
+        "eos_id": EOS_ID,
         "unk_id": UNK_ID,
-        "beam_size": beam_size,
-        "alpha": alpha,
-        "patience": patience,
+        **tflite_decoding(decoding).to_dict(),
         "input": "source_ids int32 [batch, length]: SentencePiece ids, at most max_length - 1, then eos_id, "
         "padded with pad_id (longer rows are cut to max_length - 1 ids + eos_id in the model)",
         "output": "ids int32 [batch, beam_size, length] and scores float32 [batch, beam_size], best first; "
         "keep the ids before the first eos_id or pad_id, drop start_id and unk_id, detokenize with "
         "SentencePiece, collapse double spaces",
     }
+
+
+def tflite_decoding(decoding: DecodingConfig) -> DecodingConfig:
+    """The search the TFLite models run: the SavedModels', in float32 and without XLA."""
+    return decoding.replace(dtype=None, jit_compile=False)
 
 
 def tflite_models(function, spec: tf.TensorSpec, quantize=(False,), *, custom_ops: bool = False) -> list[bytes]:
@@ -153,31 +158,27 @@ def _save_version(module: TranslationModule, path: str, warmup: dict | None = No
     os.replace(temporary, path)
 
 
-def export(
+def export_tensorflow(
     model,
     tokenizer,
     out: str,
     name: str = "translator",
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    jit_compile: bool = False,
-    patience: float | None = PATIENCE,
-    dtype: str | None = None,
+    decoding: DecodingConfig | None = None,
     log=print,
+    **overrides,
 ) -> dict:
-    """Write every artifact (see the module docstring) to `out`, decoding by beam search (§6.1:
-    beam size 4, length penalty alpha 0.6 by default); returns {artifact: path}.
+    """Write every artifact (see the module docstring) to `out`, decoding with `decoding` and
+    `overrides` of its fields (`DecodingConfig`; default the paper's search, §6.1); returns
+    {artifact: path}.
 
-    `jit_compile`: the SavedModels' search runs compiled by XLA (`beam_search(jit_compile=True)`),
-    which TF Serving runs on CPU only with `--xla_cpu_compilation_enabled`; the TFLite models
-    never use XLA. `patience`: the search's stopping rule (`beam_search`; None: exact).
-    `dtype`: the SavedModels compute in it (`Transformer.with_dtype`, e.g. "bfloat16"); the
-    TFLite models stay float32 (and int8 weights)."""
-    if beam_size < 1 or alpha < 0:
-        raise ValueError(f"export needs beam_size >= 1 and alpha >= 0, got {beam_size} and {alpha}")
-    decode = functools.partial(beam_search, beam_size=beam_size, alpha=alpha, patience=patience)
-    served = functools.partial(decode, jit_compile=jit_compile)
-    served_model = model if dtype is None else model.with_dtype(dtype)
+    `jit_compile`: the SavedModels' search runs compiled by XLA, which TF Serving runs on CPU
+    only with `--xla_cpu_compilation_enabled`; `dtype`: the SavedModels compute in it
+    (`Transformer.with_dtype`, e.g. "bfloat16"). The TFLite models run the same search in
+    float32 (and int8 weights), never with XLA (`tflite_decoding`)."""
+    decoding = (decoding or DecodingConfig()).replace(**overrides)
+    served = functools.partial(beam_search, decoding=decoding)
+    decode = functools.partial(beam_search, decoding=tflite_decoding(decoding))
+    served_model = model if decoding.dtype is None else model.with_dtype(decoding.dtype)
     version = next_version(out, name)
     paths = {
         "saved_model": saved_model_dir(out, name, version),
@@ -205,6 +206,6 @@ def export(
             f.write(flatbuffer)
     tokenizer.save(paths["tokenizer"])
     with open(paths["metadata"], "w", encoding="utf-8") as f:
-        json.dump(tflite_metadata(model.config, beam_size, alpha, patience), f, indent=2)
+        json.dump(tflite_metadata(model.config, decoding), f, indent=2)
         f.write("\n")
     return paths

@@ -34,11 +34,12 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-LENGTH_A, LENGTH_B = 1.0, 50
+from keras_transformer.config import DecodingConfig
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
+
 # Scores are float32 whatever the model's compute dtype; -inf is exact in every float dtype
 # (unlike -1e9, which overflows float16) and marks "no hypothesis" in a beam slot.
 NEG_INF = float("-inf")
-PATIENCE = 1.0  # the default stopping rule: a sentence stops once K of its hypotheses have ended
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +50,9 @@ class DecodeResult:
     scores: tf.Tensor
 
 
-def decode_limits(source_ids, pad_id: int, max_length: int, a: float = LENGTH_A, b: int = LENGTH_B):
+def decode_limits(source_ids, max_length: int, a: float = DecodingConfig.length_a, b: int = DecodingConfig.length_b):
     """Per-sentence maximum number of generated tokens, [B] int32: min(a * |source| + b, max_length)."""
-    source_length = tf.reduce_sum(tf.cast(source_ids != pad_id, tf.int32), axis=1)  # [B]
+    source_length = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), axis=1)  # [B]
     # An empty source (a batch's padding row) ends at once rather than keep the batch's search going.
     return tf.where(source_length > 0, length_limit(source_length, max_length, a, b), 1)
 
@@ -66,7 +67,7 @@ def _longest(limits):
     return tf.reduce_max(tf.concat([limits, [1]], axis=0))
 
 
-def length_limit(source_length, max_length: int, a: float = LENGTH_A, b: int = LENGTH_B):
+def length_limit(source_length, max_length: int, a: float, b: int):
     """min(a * source_length + b, max_length), at least 1 (int32, any shape)."""
     limit = tf.cast(tf.math.ceil(a * tf.cast(source_length, tf.float32)), tf.int32) + b
     return tf.clip_by_value(limit, 1, max_length)
@@ -93,7 +94,7 @@ class BeamState(NamedTuple):
     position: tf.Tensor  # [] int32, decoder position of the next step = tokens generated so far
     alive_ids: tf.Tensor  # [B, K, L] int32, generated tokens, pad from `position` on
     alive_log_probs: tf.Tensor  # [B, K] float32, sum of token log-probabilities, descending; -inf: empty slot
-    alive_token: tf.Tensor  # [B, K] int32, the last token (start_id before the first step)
+    alive_token: tf.Tensor  # [B, K] int32, the last token (START_ID before the first step)
     finished_ids: tf.Tensor  # [B, K, L] int32, ending in EOS (or at the length limit), pad after
     finished_scores: tf.Tensor  # [B, K] float32, log-probability / lp, descending; -inf: empty slot
     finished_count: tf.Tensor  # [B] int32, hypotheses that have ended so far (more than K may have)
@@ -130,9 +131,7 @@ def top_k_rows(values, k: int, block: int = 128):
     return top_values, tf.gather(best_blocks, top_index // block, batch_dims=1) * block + top_index % block
 
 
-def _beam_step(
-    state: BeamState, tokens_to_log_probs, limits, *, beam_size: int, alpha: float, eos_id: int, banned
-) -> BeamState:
+def _beam_step(state: BeamState, tokens_to_log_probs, limits, *, beam_size: int, alpha: float, banned) -> BeamState:
     """Extend every alive hypothesis by one token; refill the alive and the finished sets."""
     k = beam_size
     batch = tf.shape(state.alive_log_probs)[0]
@@ -148,7 +147,7 @@ def _beam_step(
     write = tf.one_hot(state.position, length, dtype=tf.int32)  # [L]
     top_ids = _gather_beams(state.alive_ids, top_beam) + write * top_token[:, :, None]  # [B, 2K, L]
     generated = state.position + 1  # |y| of every candidate
-    ends = (top_token == eos_id) | (generated >= limits[:, None])  # [B, 2K]
+    ends = (top_token == EOS_ID) | (generated >= limits[:, None])  # [B, 2K]
 
     # Alive: the best K candidates that do not end (at most K of the 2K end in EOS).
     alive_log_probs, alive_rank = tf.math.top_k(tf.where(ends, NEG_INF, top_log_probs), k=k)  # [B, K]
@@ -232,21 +231,9 @@ def _retire(search: Search, beam_size: int, alpha: float, nbest: int, patience: 
     return tf.cond(tf.reduce_any(stopped), retire, lambda: search)
 
 
-def search_beams(
-    model,
-    source_ids,
-    *,
-    beam_size: int,
-    alpha: float,
-    max_decode_length: int | None = None,
-    a: float = LENGTH_A,
-    b: int = LENGTH_B,
-    static_shapes: bool = False,
-    nbest: int | None = None,
-    patience: float | None = PATIENCE,
-):
+def search_beams(model, source_ids, decoding: DecodingConfig, *, static_shapes: bool = False):
     """The traceable beam search: source_ids [B, S] int32 -> (ids [B, n, L] int32, scores [B, n] float32),
-    the n = `nbest` (default K) best hypotheses; `patience`: the stopping rule (`beam_search`).
+    the n = `decoding.nbest` (default K) best hypotheses, by the stopping rule `decoding.patience`.
 
     Wrap it in `tf.function` or a `tf.Module` signature; `beam_search` is the checked, compiled
     entry point. L = `max_decode_length` if given; else, with `static_shapes` (what XLA compiles:
@@ -254,12 +241,13 @@ def search_beams(
     min(a * S + b, max_length); else the longest per-sentence limit in the batch.
     """
     config = model.config
-    k = beam_size
-    nbest = k if nbest is None else nbest
+    k, alpha, patience = decoding.beam_size, decoding.alpha, decoding.patience
+    a, b, max_decode_length = decoding.length_a, decoding.length_b, decoding.max_decode_length
+    nbest = k if decoding.nbest is None else decoding.nbest
     source_ids = tf.cast(source_ids, tf.int32)  # [B, S]
     batch = tf.shape(source_ids)[0]
     cap = _cap(config, max_decode_length)
-    limits = decode_limits(source_ids, config.pad_id, cap, a, b)  # [B]
+    limits = decode_limits(source_ids, cap, a, b)  # [B]
     if max_decode_length is not None:
         length = cap
     elif static_shapes:
@@ -278,20 +266,20 @@ def search_beams(
 
         return tokens_to_log_probs
 
-    banned = (config.pad_id, config.start_id)
+    banned = (PAD_ID, START_ID)
     first_beam = tf.one_hot(0, k, on_value=0.0, off_value=NEG_INF)  # [K]: one hypothesis, the empty one
     state = BeamState(
         position=tf.constant(0),
         alive_ids=tf.zeros([batch, k, length], tf.int32),
         alive_log_probs=tf.tile(first_beam[None], [batch, 1]),
-        alive_token=tf.fill([batch, k], config.start_id),
+        alive_token=tf.fill([batch, k], START_ID),
         finished_ids=tf.zeros([batch, k, length], tf.int32),
         finished_scores=tf.fill([batch, k], NEG_INF),
         finished_count=tf.zeros([batch], tf.int32),
         cache=cache,
     )
 
-    step = functools.partial(_beam_step, beam_size=k, alpha=alpha, eos_id=config.eos_id, banned=banned)
+    step = functools.partial(_beam_step, beam_size=k, alpha=alpha, banned=banned)
     if fixed is not None:  # static shapes: the whole batch runs until its last sentence stops
         state = tf.while_loop(
             lambda state: tf.logical_and(
@@ -352,7 +340,7 @@ def bucket_shape(batch, width, max_length: int):
     return batch, tf.minimum(-(-width // LENGTH_BUCKET) * LENGTH_BUCKET, max_length)
 
 
-def _xla_search(model, source_ids, **static):
+def _xla_search(model, source_ids, decoding: DecodingConfig):
     """`search_beams` compiled by XLA on the input padded to a bucket shape (padding rows and
     columns change no result: `decode_limits` ends an empty source at once, and pad tokens are
     masked), so that a few compilations serve every batch; the result is cut back to the input's
@@ -361,54 +349,37 @@ def _xla_search(model, source_ids, **static):
     batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
     padded_batch, padded_width = bucket_shape(batch, width, config.max_length)
     padding = [[0, padded_batch - batch], [0, padded_width - width]]
-    search = compiled(model, "beam", search_beams, jit_compile=True, static_shapes=True, **static)
-    ids, scores = search(tf.pad(source_ids, padding, constant_values=config.pad_id))
-    cap = _cap(config, static["max_decode_length"])
-    length = _longest(decode_limits(source_ids, config.pad_id, cap, static["a"], static["b"]))
+    search = compiled(model, "beam", search_beams, jit_compile=True, static_shapes=True, decoding=decoding)
+    ids, scores = search(tf.pad(source_ids, padding, constant_values=PAD_ID))
+    cap = _cap(config, decoding.max_decode_length)
+    length = _longest(decode_limits(source_ids, cap, decoding.length_a, decoding.length_b))
     return ids[:batch, :, :length], scores[:batch]
 
 
-def beam_search(
-    model,
-    source_ids,
-    *,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_decode_length: int | None = None,
-    a: float = LENGTH_A,
-    b: int = LENGTH_B,
-    jit_compile: bool = False,
-    nbest: int | None = None,
-    patience: float | None = PATIENCE,
-) -> DecodeResult:
+def search_settings(decoding: DecodingConfig) -> DecodingConfig:
+    """The settings that shape the search's graph: those of `decoding` but for where and how it
+    runs (dtype, XLA, batch size), so that one traced search serves them all."""
+    defaults = DecodingConfig()
+    return decoding.replace(dtype=defaults.dtype, jit_compile=defaults.jit_compile, batch_size=defaults.batch_size)
+
+
+def beam_search(model, source_ids, decoding: DecodingConfig | None = None, **overrides) -> DecodeResult:
     """Beam search with the GNMT length penalty (§6.1; Wu et al., 2016): the `nbest` (default
     `beam_size`) best hypotheses of every sentence, best first.
 
-    source_ids: [B, S] int32, padded with `pad_id`, at most the model's `max_length` long
-    (`Translator` truncates longer sources with a warning). `max_decode_length`: a static output
-    length (for fixed-shape exports), also a cap on every sentence's limit `a * |source| + b`.
-    `jit_compile`: run the search compiled by XLA, on inputs padded to a few bucket shapes (each
-    compiled once, seconds each; then several times faster than the TensorFlow graph at small
-    batches). `patience` p: a sentence stops once round(p * beam_size) of its hypotheses have
-    ended (default 1: the rule of fairseq and CTranslate2; Kasai et al., 2022). `patience=None`:
-    exact, a sentence stops once no alive hypothesis can beat its `nbest` best finished ones
-    (so `nbest=1` stops sooner, with the same best hypothesis), which can find a longer
-    hypothesis that the length penalty prefers, at the cost of more steps.
+    `decoding`: the settings (`DecodingConfig`, whose docstring says what each does; default:
+    the paper's), with `overrides` of its fields, e.g. `beam_search(model, ids, beam_size=1,
+    alpha=0.0)`. source_ids: [B, S] int32, padded with `PAD_ID`, at most the model's
+    `max_length` long (`Translator` truncates longer sources with a warning).
+    `max_decode_length`: a static output length (for fixed-shape exports), also a cap on every
+    sentence's limit `length_a * |source| + length_b`. `jit_compile`: run the search compiled
+    by XLA, on inputs padded to a few bucket shapes (each compiled once, seconds each; then
+    several times faster than the TensorFlow graph at small batches). With the exact stopping
+    rule (`patience=None`) a sentence stops once no alive hypothesis can beat its `nbest` best
+    finished ones (so `nbest=1` stops sooner, with the same best hypothesis).
     Returns ids [B, nbest, L] and scores [B, nbest].
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha}")
-    if nbest is not None and not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must be between 1 and the beam size {beam_size}, got {nbest}")
-    if max_decode_length is not None and max_decode_length < 1:
-        raise ValueError(f"max_decode_length must be >= 1, got {max_decode_length}")
-    if patience is not None and not round(patience * beam_size) >= (nbest or beam_size) >= 1:
-        raise ValueError(
-            f"patience must keep at least nbest hypotheses, round(patience x beam_size) >= {nbest or beam_size}, "
-            f"got {patience}"
-        )
+    decoding = (decoding or DecodingConfig()).replace(**overrides)
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
     if source_ids.shape.rank != 2:
         raise ValueError(f"source_ids must be [batch, length], got shape {source_ids.shape}")
@@ -416,30 +387,18 @@ def beam_search(
         raise ValueError(
             f"source of {source_ids.shape[1]} tokens is longer than the model's max_length {model.config.max_length}"
         )
-    static = dict(
-        beam_size=int(beam_size),
-        alpha=float(alpha),
-        max_decode_length=max_decode_length,
-        a=float(a),
-        b=int(b),
-        nbest=None if nbest is None else int(nbest),
-        patience=None if patience is None else float(patience),
-    )
-    if jit_compile:
+    settings = search_settings(decoding)
+    if decoding.jit_compile:
         if not model.built:  # XLA cannot create the variables
             model.build()
-        ids, scores = compiled(model, "bucketed_xla", _xla_search, **static)(source_ids)
+        ids, scores = compiled(model, "bucketed_xla", _xla_search, decoding=settings)(source_ids)
     else:
-        ids, scores = compiled(model, "beam", search_beams, **static)(source_ids)
+        ids, scores = compiled(model, "beam", search_beams, decoding=settings)(source_ids)
     return DecodeResult(ids=ids, scores=scores)
 
 
-def paper_beam_search(model, source_ids, nbest: int | None = None) -> DecodeResult:
-    """The paper's decoding (§6.1): beam size 4, length penalty alpha 0.6, limit |source| + 50."""
-    return beam_search(model, source_ids, beam_size=4, alpha=0.6, nbest=nbest)
-
-
-def greedy_search(model, source_ids, *, a: float = LENGTH_A, b: int = LENGTH_B, nbest: int = 1) -> DecodeResult:
+def greedy_search(model, source_ids, **overrides) -> DecodeResult:
     """Greedy decoding, which is beam search with beam_size 1 and alpha 0: ids [B, 1, L], scores
-    [B, 1] = the sum of the chosen tokens' log-probabilities (`nbest` can only be 1)."""
-    return beam_search(model, source_ids, beam_size=1, alpha=0.0, a=a, b=b, nbest=nbest)
+    [B, 1] = the sum of the chosen tokens' log-probabilities; `overrides` of the other
+    `DecodingConfig` fields (e.g. `length_b`)."""
+    return beam_search(model, source_ids, DecodingConfig.greedy(**overrides))

@@ -1,8 +1,20 @@
-"""Translation quality: sacreBLEU BLEU and chrF (Post, 2018) of a model's translations of held-out pairs."""
+"""Translation quality: sacreBLEU BLEU and chrF (Post, 2018) of a model's translations of held-out pairs.
+
+import keras_transformer as kt
+
+scores = kt.evaluate("runs/small", kt.read_pairs("bible-en-de", "test"))
+scores["bleu"], scores["chrf"], scores["translations"][:3]
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+
 import sacrebleu
+
+from keras_transformer.config import DecodingConfig
+from keras_transformer.inference.translator import Translator
 
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
@@ -18,3 +30,27 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
         "chrf_signature": str(chrf.get_signature()),
         "sentences": len(hypotheses),
     }
+
+
+def evaluate(
+    translator: Translator | str | os.PathLike,
+    pairs: tuple[Sequence[str], Sequence[str]],
+    checkpoint: str = "latest",
+    decoding: DecodingConfig | None = None,
+    **overrides,
+) -> dict:
+    """Translate the sources of `pairs` (sources, references), as `read_pairs` returns them, and
+    score the translations: `corpus_scores` and "translations" (one per source, in order).
+
+    `translator`: a `Translator`, or a model directory (its `checkpoint`'s weights). `decoding`
+    and `overrides` (`DecodingConfig` fields) replace the translator's settings.
+    """
+    if isinstance(translator, str | os.PathLike):
+        translator = Translator.from_model_dir(os.fspath(translator), checkpoint, decoding, **overrides)
+    elif decoding is not None or overrides:
+        translator = Translator(translator.model, translator.tokenizer, (decoding or translator.decoding), **overrides)
+    sources, references = pairs
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references")
+    translations = translator.translate(list(sources))
+    return {**corpus_scores(translations, list(references)), "translations": translations}

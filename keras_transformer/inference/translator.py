@@ -17,52 +17,40 @@ from typing import overload
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.inference.decoding import PATIENCE, beam_search
+from keras_transformer.config import DecodingConfig
+from keras_transformer.inference.decoding import beam_search
+from keras_transformer.special_tokens import PAD_ID
 
 
 class Translator:
-    """Translates sentences with a trained model and its tokenizer, by beam search (§6.1: beam
-    size 4, length penalty alpha 0.6; `beam_size=1, alpha=0` is greedy decoding).
+    """Translates sentences with a trained model and its tokenizer, by beam search with the
+    settings of a `DecodingConfig` (default the paper's, §6.1: beam size 4, length penalty alpha
+    0.6; `DecodingConfig.greedy()` is greedy decoding), given whole (`decoding`) or as
+    `overrides` of its fields (`Translator(model, tokenizer, beam_size=1, alpha=0.0)`).
 
     A source longer than the model's `max_length` (EOS included) is truncated, with a warning on
     stderr. An empty (or all-space) source translates to the empty string (score 0). A score is
     the sum of the hypothesis's token log-probabilities divided by the length penalty
-    ((5 + |y|) / 6)^alpha (Wu et al., 2016).
+    ((5 + |y|) / 6)^alpha (Wu et al., 2016). With `decoding.dtype` "bfloat16" the model decodes
+    in a bf16 copy (`Transformer.with_dtype`).
     """
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        batch_size: int = 32,
-        beam_size: int = 4,
-        alpha: float = 0.6,
-        jit_compile: bool = False,
-        patience: float | None = PATIENCE,
-    ):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-        self.model = model
+    def __init__(self, model, tokenizer, decoding: DecodingConfig | None = None, **overrides):
+        self.decoding = (decoding or DecodingConfig()).replace(**overrides)
+        self.model = model if self.decoding.dtype is None else model.with_dtype(self.decoding.dtype)
         self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.beam_size = beam_size
-        self.alpha = alpha
-        self.jit_compile = jit_compile  # decode with XLA (`beam_search`): compiles per bucket shape first
-        self.patience = patience  # the stopping rule (`beam_search`): after round(p * K) ended; None: exact
 
     @classmethod
-    def from_model_dir(cls, path: str, checkpoint: str = "latest", dtype: str | None = None, **settings) -> Translator:
+    def from_model_dir(
+        cls, path: str, checkpoint: str = "latest", decoding: DecodingConfig | None = None, **overrides
+    ) -> Translator:
         """The translator of a model directory (`keras-transformer train --model-dir PATH`), with the
         weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path,
-        computing in `dtype` (None: float32, as trained; "bfloat16": faster on CPUs with bf16 units,
-        `Transformer.with_dtype`). `settings`: `batch_size`, `beam_size`, `alpha`, `jit_compile`,
-        `patience`."""
+        decoding with `decoding` and `overrides` of its fields (`DecodingConfig`)."""
         from keras_transformer.model_dir import load_model
 
-        model, tokenizer, _ = load_model(path, checkpoint, dtype)
-        return cls(model, tokenizer, **settings)
+        model, tokenizer, _ = load_model(path, checkpoint)
+        return cls(model, tokenizer, decoding, **overrides)
 
     def source_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each text, truncated to max_length - 1, then EOS (`SubwordTokenizer.source_ids`)."""
@@ -78,15 +66,7 @@ class Translator:
     def decode(self, source_ids, n: int | None = None):
         """[B, S] ids -> (hypothesis ids [B, n, L], scores [B, n]), the `n` best (default: the beam
         size), best first."""
-        result = beam_search(
-            self.model,
-            source_ids,
-            beam_size=self.beam_size,
-            alpha=self.alpha,
-            jit_compile=self.jit_compile,
-            nbest=n,
-            patience=self.patience,
-        )
+        result = beam_search(self.model, source_ids, self.decoding, nbest=n)
         return result.ids, result.scores
 
     @overload
@@ -109,10 +89,10 @@ class Translator:
 
     def translate_nbest(self, texts, n=None):
         """The `n` best (translation, score) pairs of a text, best first (for a list: one such list
-        per text); `n` defaults to the beam size."""
-        n = self.beam_size if n is None else n
-        if not 1 <= n <= self.beam_size:
-            raise ValueError(f"nbest must be between 1 and the beam size {self.beam_size}, got {n}")
+        per text); `n` defaults to the decoding's `nbest`, else the beam size."""
+        if n is None:
+            n = self.decoding.nbest or self.decoding.beam_size
+        self.decoding.replace(nbest=n)  # a DecodingConfig checks n against the beam size
         if isinstance(texts, str):
             return self._nbest([texts], n)[0]
         return self._nbest(list(texts), n)
@@ -124,10 +104,10 @@ class Translator:
             return translations
         rows = self.source_ids([texts[i] for i in todo])
         order = sorted(range(len(todo)), key=lambda k: len(rows[k]))  # similar lengths share a batch
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
+        for start in range(0, len(order), self.decoding.batch_size):
+            chunk = order[start : start + self.decoding.batch_size]
             width = max(len(rows[k]) for k in chunk)
-            batch = np.full((len(chunk), width), self.model.config.pad_id, np.int32)
+            batch = np.full((len(chunk), width), PAD_ID, np.int32)
             for row, k in enumerate(chunk):
                 batch[row, : len(rows[k])] = rows[k]
             ids, scores = self.decode(batch, n)  # [B, n, L], [B, n]

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from keras_transformer.special_tokens import PIECES
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, PIECES, START_ID
 
 KINDS = ("encoder", "decoder_self", "decoder_cross")
 KIND_TITLES = {
@@ -70,11 +70,11 @@ def attention_maps(model, tokenizer, source: str, target: str | None = None) -> 
     source_ids = tokenizer.source_ids([source], config.max_length)[0].numpy()[0]  # [S]: one text, no padding
     if target is None:
         hypothesis = greedy_search(model, source_ids[None]).ids.numpy()[0, 0]  # [L], EOS then pad
-        ends = np.flatnonzero(hypothesis == config.eos_id)
-        target_ids = hypothesis[: ends[0]] if len(ends) else hypothesis[hypothesis != config.pad_id]
+        ends = np.flatnonzero(hypothesis == EOS_ID)
+        target_ids = hypothesis[: ends[0]] if len(ends) else hypothesis[hypothesis != PAD_ID]
     else:
         target_ids = tokenizer.tokenize([target]).numpy()[0]
-    target_in_ids = np.concatenate([[config.start_id], target_ids])[: config.max_length].astype(np.int32)  # [T]
+    target_in_ids = np.concatenate([[START_ID], target_ids])[: config.max_length].astype(np.int32)  # [T]
     weights = model.attention_weights(source_ids[None], target_in_ids[None])
     return AttentionMaps(
         source_tokens=token_pieces(tokenizer, source_ids),

@@ -1,9 +1,10 @@
 """What Keras 3.15 needs to train a model right under every `tf.distribute` strategy.
 
-`Model` is a `keras.Model` with these fixes, which `Transformer` inherits, so that
-`model.fit` trains and logs the same on one device, on several (uneven batches included) and
-on several hosts. They touch private Keras methods, so keras is pinned (pyproject.toml); drop
-each one when the upstream issue it cites is fixed in the pinned version.
+`fit_under_tf_distribute(model)` applies these fixes to one compiled model (`compile_model`
+does), so that `model.fit` trains and logs the same on one device, on several (uneven batches
+included) and on several hosts; the model class itself stays backend-neutral. They touch
+private Keras methods of its TensorFlow trainer, so keras is pinned (pyproject.toml); drop each
+one when the upstream issue it cites is fixed in the pinned version.
 
 - The symbolic build before the first step: Keras builds from `strategy.reduce("MEAN", batch)`
   of the first distributed batch (keras-team/keras#20329). That collective fails under
@@ -18,11 +19,11 @@ each one when the upstream issue it cites is fixed in the pinned version.
   `ReplicaShareMean` counts each replica as 1 / num_replicas of a step (and a step whose
   global batch is empty, which Keras runs at the end of a finite dataset, as none: counted
   as a step of loss 0, it pulled `evaluate`'s and the validation loss down by one step in
-  n + 1); `Model.compile` installs it, and `Model.compile_from_config` compiles a loaded
-  model all the same (Keras skips that for a class that overrides `compile`).
+  n + 1). A model compiled again (or loaded from a `.keras` file and compiled by Keras) gets
+  Keras' own tracker back until `fit_under_tf_distribute` is applied again.
 - The logs of a multi-worker step: Keras reduces them with `strategy.reduce("MEAN", v, axis=0)`,
   which fails on scalars ("Invalid reduction dimension 0 for input with 0 dimensions";
-  tensorflow/tensorflow#72388, the family of keras-team/keras#20329): `Model` gives it
+  tensorflow/tensorflow#72388, the family of keras-team/keras#20329): the step's logs become
   [1]-vectors.
 """
 
@@ -57,51 +58,35 @@ class ReplicaShareMean(keras.metrics.Mean):
         super().update_state(values, sample_weight=tf.where(sequences > 0, 1.0 / replicas, 0.0))
 
 
-class Model(keras.Model):
-    """`keras.Model` with the Keras 3.15 fixes of this module's docstring."""
+def fit_under_tf_distribute(model: keras.Model) -> keras.Model:
+    """Apply this module's fixes to the compiled `model` (on the TensorFlow backend), in place:
+    its loss tracker, the symbolic build before the first step, and the logs of its train and
+    test steps. Returns `model`."""
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(f"these fixes are for Keras' TensorFlow trainer, not the {keras.backend.backend()} backend")
+    with tracking.DotNotTrackScope():  # as Keras' own `compile` sets it: a built model may be compiled
+        model._loss_tracker = ReplicaShareMean(name="loss")
+    trainer = type(model)
+    build, train_step, test_step = trainer._maybe_symbolic_build, trainer.train_step, trainer.test_step
 
-    @tracking.no_automatic_dependency_tracking  # as Keras' own `compile`: a built model may compile
-    def compile(self, *args, **kwargs):
-        super().compile(*args, **kwargs)
-        self._loss_tracker = ReplicaShareMean(name="loss")
-
-    def compile_from_config(self, config):
-        # Keras does not compile a loaded model whose class overrides `compile`; this `compile`
-        # only swaps the loss tracker, so compile as Keras would.
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        if self.built:
-            self.optimizer.build(self.trainable_variables)
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+    def maybe_symbolic_build(iterator=None, data_batch=None):
         # keras-team/keras#20329: build from the first replica's part of the first batch, not
         # from a collective MEAN over the replicas' parts (which need not have one shape).
-        if iterator is not None and self._distribute_strategy is not None:  # None: Keras builds later
-            local_results = self.distribute_strategy.experimental_local_results
+        if iterator is not None and model._distribute_strategy is not None:  # None: Keras builds later
+            local_results = model.distribute_strategy.experimental_local_results
             for _, _, batches in iterator:
                 data_batch = tf.nest.map_structure(lambda value: local_results(value)[0], next(batches))
                 break
             iterator = None
-        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        return build(model, iterator=iterator, data_batch=data_batch)
 
-    def _as_vectors(self, logs):
-        if is_multi_worker(self.distribute_strategy):  # tensorflow/tensorflow#72388
+    def as_vectors(logs):
+        if is_multi_worker(model.distribute_strategy):  # tensorflow/tensorflow#72388
             return {name: tf.reshape(value, [1]) for name, value in logs.items()}
         return logs
 
-    def train_step(self, data):
-        return self._as_vectors(super().train_step(data))
-
-    def test_step(self, data):
-        return self._as_vectors(super().test_step(data))
-
-
-def also_loads(*registered_names: str):
-    """Class decorator: register the class under names it had before (`package>Name`) as well,
-    so `.keras` files saved under those names load as this class."""
-
-    def register(cls):
-        for name in registered_names:
-            keras.saving.get_custom_objects()[name] = cls
-        return cls
-
-    return register
+    # Instance attributes: Keras calls `self._maybe_symbolic_build`, `self.train_step`, `self.test_step`.
+    model._maybe_symbolic_build = maybe_symbolic_build
+    model.train_step = lambda data: as_vectors(train_step(model, data))
+    model.test_step = lambda data: as_vectors(test_step(model, data))
+    return model

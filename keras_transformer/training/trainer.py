@@ -37,6 +37,7 @@ from keras_transformer.training.distribute import (
     resolve_strategy,
     worker_id,
 )
+from keras_transformer.training.keras_compat import fit_under_tf_distribute
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.metrics import MaskedAccuracy
 from keras_transformer.training.schedules import (
@@ -81,11 +82,11 @@ def compile_model(model: Transformer, training: TrainingConfig, schedule=None) -
     )
     model.compile(
         optimizer=optimizer,
-        loss=LabelSmoothedCrossEntropy(config.label_smoothing, config.pad_id),
-        metrics=[MaskedAccuracy(config.pad_id)],
+        loss=LabelSmoothedCrossEntropy(training.label_smoothing),
+        metrics=[MaskedAccuracy()],
         jit_compile=training.jit_compile,
     )
-    return model
+    return fit_under_tf_distribute(model)
 
 
 class TrainingDiverged(ValueError):
@@ -101,15 +102,15 @@ def prepare_model_dir(
     if model_dir.exists():
         values = model_dir.read()
         stored, tokenizer = values["model"], model_dir.tokenizer()
-        requested = dataclasses.replace(config, vocab_size=stored.vocab_size)
-        if requested != stored:
+        requested = dataclasses.replace(config, vocab_size=stored.vocab_size).architecture()
+        if requested != stored.architecture():
+            stored_values = stored.architecture()
             different = [
-                f"{k}: stored {v} != requested {requested.to_dict()[k]}"
-                for k, v in stored.to_dict().items()
-                if requested.to_dict()[k] != v
+                f"{k}: stored {v} != requested {requested[k]}" for k, v in stored_values.items() if requested[k] != v
             ]
             raise ModelDirError(
-                f"{model_dir.path} holds a model with another config ({'; '.join(different)}); use a new --model-dir"
+                f"{model_dir.path} holds a model with another architecture ({'; '.join(different)}); "
+                "use a new --model-dir"
             )
         asked = values.get("requested_vocab_size", stored.vocab_size)  # the learned size may be smaller
         if config.vocab_size != asked or tokenizer.vocab_size != stored.vocab_size:
@@ -117,7 +118,9 @@ def prepare_model_dir(
                 f"{model_dir.path} holds a {tokenizer.vocab_size}-token vocabulary learned for vocab_size "
                 f"{asked}, not {config.vocab_size}; use a new --model-dir"
             )
-        return stored, tokenizer
+        if stored.dropout != config.dropout:
+            log(f"dropout {config.dropout} (the model dir's runs so far: {stored.dropout})")
+        return dataclasses.replace(stored, dropout=config.dropout), tokenizer
     if data.tokenizer_model:
         tokenizer = SubwordTokenizer.load(data.tokenizer_model)
         log(f"using the {tokenizer.vocab_size}-token SentencePiece model {data.tokenizer_model}")
@@ -142,7 +145,6 @@ def train(
     training: TrainingConfig = TrainingConfig(),
     data: str | DataConfig = "bible-en-de",
     *,
-    reverse: bool = False,
     strategy: tf.distribute.Strategy | str | None = None,
     verbose: int | str = "auto",
     callbacks: Sequence[keras.callbacks.Callback] = (),
@@ -150,7 +152,7 @@ def train(
 ) -> Transformer:
     """Train (or resume training) the model in `model_dir` up to `training.max_steps` steps.
 
-    `data`: a `DataConfig`, or a data source's name (`reverse` swaps its sides).
+    `data`: a `DataConfig`, or a data source's name.
     `strategy`: a `tf.distribute.Strategy`, or a name from `distribute.STRATEGIES` (default
     "auto"). Batches hold `training.batch_tokens` tokens per side in all, split across replicas.
     `callbacks`: more Keras callbacks for `fit`.
@@ -158,7 +160,7 @@ def train(
     and `budget.Interrupted` after SIGTERM or SIGINT, once the step in flight is checkpointed.
     """
     if isinstance(data, str):
-        data = DataConfig(data=data, reverse=reverse)
+        data = DataConfig(data=data)
     with StopOnSignal() as stop_on_signal:  # from here on, a signal ends the run cleanly
         return _train(model_dir, config, training, data, strategy, verbose, list(callbacks), log, stop_on_signal)
 
@@ -211,9 +213,6 @@ def _train(
         batch_tokens=training.batch_tokens,
         batch_multiple=strategy.num_replicas_in_sync,
         max_length_ratio=data.max_length_ratio,
-        start_id=config.start_id,
-        eos_id=config.eos_id,
-        pad_id=config.pad_id,
     )
     reading = dict(reverse=data.reverse, tfds_data_dir=data.tfds_data_dir)
     seed = training.seed + step  # a restart does not replay the same order

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import keras
 
-from keras_transformer.inference.evaluation import corpus_scores
+from keras_transformer.inference.evaluation import evaluate
 from keras_transformer.model_dir import save_weights
 from keras_transformer.training.schedules import trained_steps
 
@@ -48,7 +48,7 @@ class BleuCallback(keras.callbacks.Callback):
         if (epoch + 1) % self.every_epochs:
             return
         step = trained_steps(self.model)
-        bleu = corpus_scores(self.translator.translate(self.sources), self.references)["bleu"]
+        bleu = evaluate(self.translator, (self.sources, self.references))["bleu"]
         if logs is not None:
             logs["val_bleu"] = bleu
         if self.best is None or bleu > self.best["bleu"]:

@@ -17,6 +17,7 @@ import time
 import keras
 
 from keras_transformer.training.metrics import MaskedAccuracy
+from keras_transformer.training.schedules import trained_steps
 
 TERMINAL_INTERVAL_S = 0.5  # a line rewritten in place is refreshed this often
 
@@ -70,7 +71,7 @@ class Progress(keras.callbacks.ProgbarLogger):
         stream.flush()
 
     def _step(self) -> int:
-        return int(self.model.optimizer.iterations.numpy())
+        return trained_steps(self.model)
 
     def on_train_begin(self, logs=None):
         self.start = self.clock()

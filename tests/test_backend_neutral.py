@@ -1,0 +1,51 @@
+"""The model and its layers are backend-neutral (`keras.ops` only): nothing they import, inside
+the package or out, is TensorFlow, so `kt.Transformer` runs on Keras' JAX backend too."""
+
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).parent.parent / "keras_transformer"
+
+
+def imported_modules(path: pathlib.Path) -> set[str]:
+    """The modules a source file imports (absolute names)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def source_of(module: str) -> pathlib.Path | None:
+    """The file of a `keras_transformer` module (or package), None for anything else."""
+    if module != "keras_transformer" and not module.startswith("keras_transformer."):
+        return None
+    path = PACKAGE.parent.joinpath(*module.split("."))
+    if path.is_dir():
+        return path / "__init__.py"
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+def test_the_model_and_its_layers_import_no_tensorflow():
+    todo = [
+        "keras_transformer.model",
+        *(f"keras_transformer.layers.{p.stem}" for p in (PACKAGE / "layers").glob("*.py")),
+    ]
+    seen, outside = set(), set()
+    while todo:
+        module = todo.pop()
+        path = source_of(module)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        for name in imported_modules(path):
+            if source_of(name) is not None:
+                todo.append(name)
+            elif name.split(".")[0] != "keras_transformer":  # else a name defined in a package module
+                outside.add(name.split(".")[0])
+    assert PACKAGE / "model.py" in seen and PACKAGE / "layers" / "attention.py" in seen
+    assert "tensorflow" not in outside, sorted(outside)
+    assert outside <= {"__future__", "keras", "numpy", "ml_dtypes", "dataclasses", "typing", "importlib", "os"}, outside
