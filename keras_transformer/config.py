@@ -179,6 +179,7 @@ class DataConfig:
     tokenizer_sample: int = 50_000  # pairs drawn uniformly from the training split to learn the vocabulary from
     tokenizer_model: str | None = None  # an existing SentencePiece model to use instead of learning one
     max_length_ratio: float = 9.0  # skip training pairs whose longer side has more than this many times the tokens
+    subword_alpha: float = 0.0  # subword regularisation: sample training segmentations with this alpha (0: off)
     tfds_data_dir: str | None = None  # TFDS data directory (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets)
 
     def __post_init__(self):
@@ -186,6 +187,7 @@ class DataConfig:
         _check(self.valid_pairs >= 1, f"valid_pairs must be >= 1, got {self.valid_pairs}")
         _check(self.tokenizer_sample >= 1, f"tokenizer_sample must be >= 1, got {self.tokenizer_sample}")
         _check(self.max_length_ratio >= 1.0, f"max_length_ratio must be >= 1, got {self.max_length_ratio}")
+        _check(self.subword_alpha >= 0.0, f"subword_alpha must be >= 0, got {self.subword_alpha}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -123,3 +123,38 @@ def test_an_existing_sentencepiece_model_with_other_reserved_ids_is_refused(tmp_
     message = "tokenizer reserves ids (pad, start, eos, unk) = (-1, 1, 2, 0), expected (0, 1, 2, 3)"
     with pytest.raises(TokenizerError, match=f"^{re.escape(message)}$"):
         SubwordTokenizer.load(str(path))
+
+
+def test_subword_sampling_varies_the_segmentation_and_keeps_the_text(tokenizer, fixture_pairs):
+    """Kudo (2018): each call samples a segmentation; every one detokenizes to the same text, and
+    alpha 0 is the deterministic (most probable) one that inference uses."""
+    sentence = tf.constant([fixture_pairs[0][0]])
+    best = tokenizer.tokenize(sentence).to_list()[0]
+    assert tokenizer.tokenize(sentence, alpha=0.0).to_list()[0] == best
+    samples = [tuple(tokenizer.tokenize(sentence, alpha=0.1).to_list()[0]) for _ in range(20)]
+    assert len(set(samples)) > 1 and any(list(sample) != best for sample in samples)
+    for sample in set(samples):
+        assert (
+            tokenizer.detokenize(tf.constant([sample])).numpy()[0]
+            == tokenizer.detokenize(tf.constant([best])).numpy()[0]
+        )
+
+
+def test_only_training_batches_sample_segmentations(tokenizer, fixture_pairs):
+    from keras_transformer.data.batching import make_batches
+
+    sources, targets = fixture_pairs
+    pairs = tf.data.Dataset.from_tensor_slices((sources[:8], targets[:8]))
+    best = {tuple(tokenizer.tokenize([s]).to_list()[0]) + (EOS_ID,): s for s in sources[:8]}
+
+    def rows(training: bool, batches: int | None = None) -> list[tuple]:
+        settings = dict(max_length=128, batch_tokens=256, shuffle_buffer=8, subword_alpha=0.1)
+        stream = make_batches(pairs, tokenizer, training=training, **settings)
+        stream = stream.take(batches) if batches else stream
+        return [tuple(row[row != PAD_ID]) for (source, _), _ in stream.as_numpy_iterator() for row in source]
+
+    assert sorted(rows(training=False)) == sorted(best)  # validation: the most probable segmentation
+    sampled = rows(training=True, batches=12)
+    assert len(sampled) >= 16 and any(row not in best for row in sampled)  # training: sampled anew
+    texts = tokenizer.detokenize(tf.ragged.constant(sampled).to_tensor()).numpy()
+    assert {text.decode() for text in texts} <= set(sources[:8])  # every sample is one of the sentences

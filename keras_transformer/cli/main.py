@@ -90,7 +90,13 @@ def _add_export(subparsers):
     )
     p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
     add_decoding_flags(p, exclude=("batch_size",))
-    p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
+    p.add_argument(
+        "--check",
+        metavar="OUT",
+        help="check the export in OUT: the TF Serving contract, and every artifact's translations of held-out "
+        "pairs against the checkpoint's (the model dir: --model-dir, or the one OUT was exported from)",
+    )
+    p.add_argument("--sample", type=int, default=100, help="with --check: held-out pairs translated (default 100)")
 
 
 def _add_average(subparsers):
@@ -185,17 +191,40 @@ def _average(args):
     _log(f"averaged the last {args.last} checkpoints into {average_last(args.model_dir, args.last)}")
 
 
+def _check_export(args) -> int:
+    """`export --check OUT`: the TF Serving contract of its SavedModels, then (with the model dir,
+    from --model-dir or translator.json) every artifact's translations against the checkpoint's."""
+    import json as json_module
+
+    from keras_transformer.exporters.quality_check import check_quality
+    from keras_transformer.exporters.serving_check import check_export
+
+    out = args.check
+    problems = []
+    if not os.path.isfile(os.path.join(out, "model.bin")):  # a CTranslate2 model has no SavedModel
+        problems = [f"contract: {problem}" for problem in check_export(out)]
+        if not problems:
+            print(f"{out}: every SavedModel meets the TF Serving contract")
+    model_dir = args.model_dir
+    metadata = os.path.join(out, "translator.json")
+    if model_dir is None and os.path.isfile(metadata):
+        with open(metadata, encoding="utf-8") as f:
+            model_dir = json_module.load(f).get("model_dir")
+    if model_dir is None:
+        print(f"{out}: translations not checked (no model dir: pass --model-dir)")
+    else:
+        reports, quality = check_quality(out, model_dir, args.sample)
+        for report in reports:
+            print(report.line())
+        problems += [f"quality: {problem}" for problem in quality]
+    for problem in problems:
+        _log(problem)
+    return 1 if problems else 0
+
+
 def _export(args):
     if args.check:
-        from keras_transformer.exporters.serving_check import check_export
-
-        problems = check_export(args.check)
-        for problem in problems:
-            _log(f"contract: {problem}")
-        if problems:
-            return 1
-        print(f"{args.check}: every SavedModel meets the TF Serving contract")
-        return 0
+        return _check_export(args)
     if not (args.model_dir and args.out):
         raise ValueError("export needs --model-dir and --out (or --check OUT)")
     if args.quantization and args.format != "ctranslate2":
@@ -210,7 +239,9 @@ def _export(args):
     else:
         from keras_transformer.exporters.tensorflow import export_tensorflow
 
-        paths = export_tensorflow(model, tokenizer, args.out, args.name, decoding(args), log=_log)
+        paths = export_tensorflow(
+            model, tokenizer, args.out, args.name, decoding(args), log=_log, model_dir=args.model_dir
+        )
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")
 

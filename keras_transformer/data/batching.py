@@ -84,6 +84,7 @@ def make_batches(
     batch_multiple: int = 1,
     max_length_ratio: float | None = None,
     skipped: SkippedPairs | None = None,
+    subword_alpha: float = 0.0,
 ) -> tf.data.Dataset:
     """Tokenized, filtered, bucketed batches (see the module docstring).
 
@@ -92,11 +93,14 @@ def make_batches(
     times the other's tokens; `skipped` counts them. With `training`, pairs are shuffled in a
     buffer of `shuffle_buffer` pairs and repeated forever, and partial batches dropped; without,
     a partial batch is padded with rows of pad to a multiple of `batch_multiple`.
+    `subword_alpha` > 0 (with `training` only): each pair's segmentation is sampled anew every
+    time the stream reads it (subword regularisation, Kudo, 2018; `SubwordTokenizer.tokenize`).
     """
+    alpha = subword_alpha if training else 0.0
 
     def tokenize(sources, targets):  # [N] strings -> ragged [M, (len)] int32, the pairs kept
-        source = tokenizer.tokenize(sources)  # [N, (len)]
-        target = tokenizer.tokenize(targets)
+        source = tokenizer.tokenize(sources, alpha)  # [N, (len)]
+        target = tokenizer.tokenize(targets, alpha)
         source_length, target_length = source.row_lengths(), target.row_lengths()  # [N]
         empty = tf.logical_or(source_length == 0, target_length == 0)
         too_long = tf.logical_and(tf.logical_not(empty), tf.maximum(source_length, target_length) + 1 > max_length)

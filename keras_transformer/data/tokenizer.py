@@ -7,6 +7,11 @@ tensorflow-text's `FastSentencepieceTokenizer`, so the tokenizer can live inside
 SavedModel and a TFLite model. Decoding restores spaces and punctuation exactly
 (SentencePiece is lossless up to its NFKC normalisation), which sacreBLEU needs.
 
+Subword regularisation (Kudo, 2018): `tokenize(strings, alpha=a)` samples one segmentation of
+each string from the unigram model's lattice, p(segmentation) proportional to its probability
+to the power a, afresh at every call; the training pipeline uses it to show the model several
+segmentations of a sentence, while inference always takes the most probable one.
+
 Every vocabulary reserves the ids of `special_tokens` (pad, start = SentencePiece's BOS, EOS,
 unknown). Characters that the model never saw map to the unknown id; `detokenize` drops it.
 """
@@ -101,9 +106,16 @@ class SubwordTokenizer(tf.Module):
         with open(path, "wb") as f:
             f.write(self.model_proto)
 
-    def tokenize(self, strings):
-        """strings [N] -> subword ids, RaggedTensor int32 [N, (len)], without start or EOS."""
-        return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
+    def tokenize(self, strings, alpha: float = 0.0):
+        """strings [N] -> subword ids, RaggedTensor int32 [N, (len)], without start or EOS: the most
+        probable segmentation, or with `alpha` > 0 one sampled with smoothing `alpha` (Kudo, 2018;
+        SentencePiece's `nbest_size=-1`: from every segmentation), different at every call."""
+        if alpha <= 0:
+            return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
+        # Made where it is called: its SentencePiece resource belongs to the graph that uses it (a
+        # tokenizer made outside a tf.data function is "Resource ... does not exist" inside it).
+        sampler = tf_text.SentencepieceTokenizer(self.model_proto, nbest_size=-1, alpha=alpha)
+        return tf.cast(sampler.tokenize(strings), tf.int32)
 
     def detokenize(self, ids):
         """ids [N, L] int32 -> strings [N]: the tokens before the first EOS or pad; start and

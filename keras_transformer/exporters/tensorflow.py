@@ -95,9 +95,10 @@ def write_warmup_requests(path: str, model_name: str, signature: str, inputs: di
         writer.write(prediction_log(model_name, signature, inputs))
 
 
-def tflite_metadata(config, decoding: DecodingConfig) -> dict:
+def tflite_metadata(config, decoding: DecodingConfig, model_dir: str | None = None) -> dict:
     """`OUT/translator.json`: what a device needs besides the TFLite models: the input limit, the
-    reserved ids, the search the models run (every `DecodingConfig` field), and the steps around them."""
+    reserved ids, the search the models run (every `DecodingConfig` field), and the steps around
+    them; also the SavedModels' dtype and the model dir exported (for `export --check`)."""
     return {
         "models": {"ids": "translator.tflite", "ids_int8": "translator_int8.tflite", "text": "translator_text.tflite"},
         "tokenizer": "tokenizer.model",
@@ -113,6 +114,8 @@ def tflite_metadata(config, decoding: DecodingConfig) -> dict:
         "output": "ids int32 [batch, beam_size, length] and scores float32 [batch, beam_size], best first; "
         "keep the ids before the first eos_id or pad_id, drop start_id and unk_id, detokenize with "
         "SentencePiece, collapse double spaces",
+        "saved_model_dtype": decoding.dtype or "float32",
+        "model_dir": None if model_dir is None else os.path.abspath(model_dir),
     }
 
 
@@ -165,6 +168,7 @@ def export_tensorflow(
     name: str = "translator",
     decoding: DecodingConfig | None = None,
     log=print,
+    model_dir: str | None = None,
     **overrides,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding with `decoding` and
@@ -174,7 +178,9 @@ def export_tensorflow(
     `jit_compile`: the SavedModels' search runs compiled by XLA, which TF Serving runs on CPU
     only with `--xla_cpu_compilation_enabled`; `dtype`: the SavedModels compute in it
     (`Transformer.with_dtype`, e.g. "bfloat16"). The TFLite models run the same search in
-    float32 (and int8 weights), never with XLA (`tflite_decoding`)."""
+    float32 (and int8 weights), never with XLA (`tflite_decoding`). `model_dir`: the model
+    directory exported, recorded in translator.json so that `export --check` can compare the
+    artifacts' translations with its checkpoint's."""
     decoding = (decoding or DecodingConfig()).replace(**overrides)
     served = functools.partial(beam_search, decoding=decoding)
     decode = functools.partial(beam_search, decoding=tflite_decoding(decoding))
@@ -206,6 +212,6 @@ def export_tensorflow(
             f.write(flatbuffer)
     tokenizer.save(paths["tokenizer"])
     with open(paths["metadata"], "w", encoding="utf-8") as f:
-        json.dump(tflite_metadata(model.config, decoding), f, indent=2)
+        json.dump(tflite_metadata(model.config, decoding, model_dir), f, indent=2)
         f.write("\n")
     return paths

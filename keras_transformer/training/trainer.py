@@ -224,6 +224,7 @@ def _train(
         shuffle_buffer=training.shuffle_buffer,
         seed=seed,
         skipped=skipped,
+        subword_alpha=data.subword_alpha,
         **batching,
     )
     validation = split_source(data, "validation")

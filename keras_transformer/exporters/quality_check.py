@@ -1,0 +1,205 @@
+"""An export that checks its own quality: every artifact translates a held-out sample, compared
+with the checkpoint's own translations.
+
+A servable artifact can still be wrong (an export whose outputs were wrong and repeated went
+to users of another toolkit: OpenNMT-tf#1005). `check_quality(out, model_dir)` translates up to
+`sample` held-out pairs of the model dir's data (its test split, else its validation split) with
+the checkpoint (`Translator`, the export's own decoding settings from `translator.json`) and with
+every artifact it finds in `out`:
+
+| artifact | runs on | precision |
+| --- | --- | --- |
+| `saved_model/<name>/<N>/` serving_default | TensorFlow | the export's dtype |
+| `saved_model/<name>_ids/<N>/` + the tokenizer | TensorFlow | the export's dtype |
+| `translator.tflite`, `translator_int8.tflite` | LiteRT (the `export` extra) | float32, int8 weights |
+| a CTranslate2 model directory (`model.bin`) | CTranslate2 (the `ctranslate2` extra) | its weights' |
+
+and reports, per artifact, the share of outputs identical to the checkpoint's and the sacreBLEU
+difference. An artifact fails past the tolerance: one in float32 must give at least
+`min_identical` (default 90%) of the checkpoint's outputs and lose at most `max_bleu_drop`
+(default 1.0) BLEU; a reduced-precision one (bf16, int8) or another engine (CTranslate2,
+whose length penalty is |y|^alpha, not GNMT's) need only the BLEU bound. An artifact whose
+runtime is not installed is reported as not checked, with the package to install.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+
+import numpy as np
+
+from keras_transformer.config import DecodingConfig
+from keras_transformer.inference.evaluation import corpus_scores
+from keras_transformer.inference.translator import Translator
+
+MIN_IDENTICAL = 0.9  # float32 artifacts: share of outputs identical to the checkpoint's
+MAX_BLEU_DROP = 1.0  # every artifact: BLEU at most this far below the checkpoint's
+SAMPLE = 100  # held-out pairs translated by each artifact
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactQuality:
+    """How one artifact's translations of the sample compare with the checkpoint's."""
+
+    artifact: str  # its path
+    identical: float | None  # share of outputs identical to the checkpoint's; None: not checked
+    bleu: float | None
+    bleu_drop: float | None  # the checkpoint's BLEU minus this one's
+    exact: bool  # float32 on our search: held to `min_identical` too
+    note: str = ""  # why it was not checked
+
+    def problem(self, min_identical: float, max_bleu_drop: float) -> str | None:
+        """One line if the artifact is past the tolerance, else None."""
+        if self.identical is None:
+            return None
+        if self.exact and self.identical < min_identical:
+            return (
+                f"{self.artifact}: {self.identical:.0%} of its translations equal the checkpoint's "
+                f"(at least {min_identical:.0%} expected); BLEU {self.bleu} vs {self.bleu + self.bleu_drop:.2f}"
+            )
+        if self.bleu_drop > max_bleu_drop:
+            drop = f"{self.bleu_drop:.2f} below the checkpoint's (at most {max_bleu_drop})"
+            return f"{self.artifact}: BLEU {self.bleu}, {drop}"
+        return None
+
+    def line(self) -> str:
+        if self.identical is None:
+            return f"{self.artifact}: not checked ({self.note})"
+        return f"{self.artifact}: {self.identical:.0%} identical, BLEU {self.bleu} ({-self.bleu_drop:+.2f})"
+
+
+def _latest(base: str) -> str | None:
+    """The highest numbered version under a TF Serving base path, or None."""
+    versions = [path for path in glob.glob(os.path.join(base, "*")) if os.path.basename(path).isdigit()]
+    return max(versions, key=lambda path: int(os.path.basename(path)), default=None)
+
+
+def _padded(rows: list[np.ndarray]) -> np.ndarray:
+    from keras_transformer.special_tokens import PAD_ID
+
+    batch = np.full((len(rows), max(len(row) for row in rows)), PAD_ID, np.int32)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    return batch
+
+
+def _runners(out: str, translator: Translator, metadata: dict) -> dict:
+    """{artifact path: (translate(texts) -> texts, exact)} for every artifact found in `out`, or
+    {path: note} for one whose runtime is missing."""
+    import tensorflow as tf
+
+    tokenizer = translator.tokenizer
+
+    def best(search):  # search(source_ids [B, S]) -> {"ids": [B, beam, L], ...}
+        def translate(texts: list[str]) -> list[str]:
+            ids = search(_padded(translator.source_ids(texts)))["ids"][:, 0]  # [B, L]
+            return [text.decode("utf-8") for text in tokenizer.detokenize(tf.constant(ids, tf.int32)).numpy()]
+
+        return translate
+
+    def text_signature(signature):
+        def translate(texts: list[str]) -> list[str]:
+            return [text.decode("utf-8") for text in signature(text=tf.constant(texts))["translation"].numpy()]
+
+        return translate
+
+    runners = {}
+    exact = metadata.get("saved_model_dtype", "float32") == "float32"
+    for base in sorted(glob.glob(os.path.join(out, "saved_model", "*"))):
+        path = _latest(base)
+        if path is None:
+            continue
+        signature = tf.saved_model.load(path).signatures["serving_default"]
+        if "text" in signature.structured_input_signature[1]:
+            runners[path] = (text_signature(signature), exact)
+        else:
+            runners[path] = (best(lambda ids, s=signature: s(source_ids=tf.constant(ids))), exact)
+    for key, exact in (("ids", True), ("ids_int8", False)):
+        path = os.path.join(out, metadata.get("models", {}).get(key, ""))
+        if not os.path.isfile(path):
+            continue
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+        except ImportError:
+            runners[path] = "LiteRT is not installed: pip install 'keras-aiayn[export]'"
+            continue
+        runner = Interpreter(model_path=path).get_signature_runner()
+        runners[path] = (best(lambda ids, r=runner: r(source_ids=ids)), exact)
+    if os.path.isfile(os.path.join(out, "model.bin")):
+        try:
+            import ctranslate2
+        except ImportError:
+            runners[out] = "CTranslate2 is not installed: pip install 'keras-aiayn[ctranslate2]'"
+        else:
+            runners[out] = (_ctranslate2_runner(ctranslate2.Translator(out), translator), False)
+    return runners
+
+
+def _ctranslate2_runner(engine, translator: Translator):
+    """translate(texts) by a CTranslate2 model of our weights: our source ids (CTranslate2 adds the
+    EOS), our beam size and alpha, our detokenizer."""
+    import tensorflow as tf
+
+    from keras_transformer.exporters.ctranslate2 import vocabulary
+
+    tokens = vocabulary(translator.tokenizer, translator.model.config)
+    ids = {token: i for i, token in enumerate(tokens)}
+    decoding = translator.decoding
+
+    def translate(texts):
+        rows = translator.source_ids(texts)
+        results = engine.translate_batch(
+            [[tokens[i] for i in row[:-1]] for row in rows],
+            beam_size=decoding.beam_size,
+            length_penalty=decoding.alpha,
+            max_decoding_length=translator.model.config.max_length,
+        )
+        hypotheses = [[ids[token] for token in result.hypotheses[0]] or [0] for result in results]
+        return [t.decode("utf-8") for t in translator.tokenizer.detokenize(tf.constant(_padded(hypotheses))).numpy()]
+
+    return translate
+
+
+def check_quality(
+    out: str,
+    model_dir: str,
+    sample: int = SAMPLE,
+    min_identical: float = MIN_IDENTICAL,
+    max_bleu_drop: float = MAX_BLEU_DROP,
+) -> tuple[list[ArtifactQuality], list[str]]:
+    """(a report per artifact, the one-line problems of those past the tolerance)."""
+    from keras_transformer.data.sources import read_pairs
+    from keras_transformer.data.splits import split_source
+    from keras_transformer.model_dir import ModelDir
+
+    metadata_path = os.path.join(out, "translator.json")
+    metadata = {}
+    if os.path.isfile(metadata_path):
+        with open(metadata_path, encoding="utf-8") as f:
+            metadata = json.load(f)
+    known = {field.name for field in dataclasses.fields(DecodingConfig)}
+    decoding = DecodingConfig(**{k: v for k, v in metadata.items() if k in known})
+    data = ModelDir(model_dir).read()["data_config"]
+    source = split_source(data, "test") or split_source(data, "validation")
+    sources, references = read_pairs(*source, data.reverse, sample, tfds_data_dir=data.tfds_data_dir)
+    translator = Translator.from_model_dir(model_dir, "latest", decoding)
+    expected = translator.translate(sources)
+    reference_bleu = corpus_scores(expected, references)["bleu"]
+    reports, problems = [], []
+    for path, runner in _runners(out, translator, metadata).items():
+        if isinstance(runner, str):
+            reports.append(ArtifactQuality(path, None, None, None, False, runner))
+            continue
+        translate, exact = runner
+        translations = translate(sources)
+        identical = float(np.mean([a == b for a, b in zip(translations, expected)]))
+        bleu = corpus_scores(translations, references)["bleu"]
+        report = ArtifactQuality(path, identical, bleu, round(reference_bleu - bleu, 2), exact)
+        reports.append(report)
+        problem = report.problem(min_identical, max_bleu_drop)
+        if problem:
+            problems.append(problem)
+    return reports, problems
