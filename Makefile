@@ -7,8 +7,10 @@ DEMO_DIR ?= runs/demo
 DEMO_BUDGET ?= 6m
 DEMO_EXPORT ?= $(DEMO_DIR)-export
 # Test processes: most of a test's time is single-threaded tracing, so two processes on two
-# cores take ~9 minutes where one takes ~15-17. A file's tests share a process (its fixtures).
+# cores take ~9 minutes where one takes ~15-17. A file's tests share a process (its fixtures);
+# files are handed out in the order tests/conftest.py sorts them (the most slow tests first).
 TEST_WORKERS ?= 2
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test test-fast lint install install-dev clean
 
@@ -41,14 +43,14 @@ demo: install
 	$(BIN)/keras-transformer export --check $(DEMO_EXPORT)
 
 test: install-dev lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10
+	$(BIN)/python -m pytest -q $(PYTEST_XDIST) --durations=10
 
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 test-fast: install-dev
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+	$(BIN)/python -m pytest -q $(PYTEST_XDIST) -m "not slow"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -3,15 +3,32 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import collections  # noqa: E402
+import dataclasses  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
 import pathlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+from filelock import FileLock  # noqa: E402
 
 DATA = pathlib.Path(__file__).parent / "data"
 FIXTURE = DATA / "fixture_bible.en-de.tsv"
 # A tiny model that trains in seconds on the fixture (the CLI and resume tests' `train` flags).
 TINY_TRAINING = ["--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10"]
+# The shared trained model (`trained`): 30 steps in 2 epochs of 15, validation BLEU after the second.
+TRAINED_FLAGS = ["--max-steps", "30", "--bleu-every-epochs", "2", *TINY_TRAINING, "--steps-per-epoch", "15"]
+
+
+def pytest_collection_modifyitems(items):
+    """Files with the most slow tests first (a file's tests keep their order): with `--dist loadfile
+    --no-loadscope-reorder` (the Makefile's) the workers start on the long files and end on short
+    ones, instead of one worker running a long file alone at the end."""
+    slow = collections.Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])
 
 
 @pytest.fixture(autouse=True)
@@ -35,3 +52,60 @@ def tokenizer(fixture_pairs):
 
     sources, targets = fixture_pairs
     return SubwordTokenizer.train(sources + targets, 400)
+
+
+def run_cli(*args, stdin=None, env=None):
+    """`python -m keras_transformer ARGS` in a fresh process, in the environment a user has (no
+    TF_CPP_MIN_LOG_LEVEL, no KERAS_TRANSFORMER_DEBUG), plus `env`."""
+    unset = ("TF_CPP_MIN_LOG_LEVEL", "KERAS_TRANSFORMER_DEBUG")
+    env = {**{k: v for k, v in os.environ.items() if k not in unset}, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "keras_transformer", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedRun:
+    """The model dir that `keras-transformer train --data FIXTURE TRAINED_FLAGS` wrote, and what it printed."""
+
+    model_dir: str
+    stdout: str
+    stderr: str
+
+
+def fingerprint(directory: pathlib.Path) -> dict[str, str]:
+    """{relative path: sha256} of every file under `directory`."""
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """A tiny model trained once per test run by the CLI, shared read-only by every test (and every
+    pytest-xdist worker: the first one trains under a file lock, the others wait for it). A test that
+    writes into a model dir copies it first (shutil.copytree); a write into this one fails the run."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's directory, above every worker's own
+    root = base / "trained"
+    with FileLock(str(root) + ".lock"):
+        if not (root / "fingerprint.json").exists():
+            result = run_cli("train", "--data", str(FIXTURE), "--model-dir", str(root / "model"), *TRAINED_FLAGS)
+            assert result.returncode == 0, result.stderr
+            (root / "stdout").write_text(result.stdout, encoding="utf-8")
+            (root / "stderr").write_text(result.stderr, encoding="utf-8")
+            (root / "fingerprint.json").write_text(json.dumps(fingerprint(root / "model")), encoding="utf-8")
+    expected = json.loads((root / "fingerprint.json").read_text(encoding="utf-8"))
+    printed = [(root / name).read_text(encoding="utf-8") for name in ("stdout", "stderr")]
+    run = TrainedRun(str(root / "model"), *printed)
+    assert fingerprint(root / "model") == expected, f"a test wrote into the shared model dir {run.model_dir}"
+    yield run
+    assert fingerprint(root / "model") == expected, f"a test wrote into the shared model dir {run.model_dir}"

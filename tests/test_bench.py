@@ -92,17 +92,9 @@ def test_ctranslate2_compare_forced_work(capsys):
     assert line["systems"]["ctranslate2"]["runner_package"].startswith("ctranslate2==")
 
 
-def test_ctranslate2_compare_verses(capsys, tmp_path):
+def test_ctranslate2_compare_verses(capsys, trained):
     pytest.importorskip("ctranslate2", reason="ctranslate2 (an extra) is not installed")
-    from conftest import FIXTURE
-
-    from keras_transformer import TrainingConfig, TransformerConfig
-    from keras_transformer.training.trainer import train
-
-    model_dir = str(tmp_path / "model")
-    training = TrainingConfig(max_steps=1, batch_tokens=512, steps_per_epoch=1)
-    train(model_dir, TransformerConfig.tiny(vocab_size=300), training, str(FIXTURE), verbose=0, log=lambda _: None)
-    argv = ["verses", "--model-dir", model_dir, "--limit", "3", "--beam-size", "2", "--rounds", "1"]
+    argv = ["verses", "--model-dir", trained.model_dir, "--limit", "3", "--beam-size", "2", "--rounds", "1"]
     argv += ["--savedmodel", "--exact", "--bfloat16"]
     line = run_main("ctranslate2_compare", argv, capsys)
     ours = {
@@ -121,16 +113,8 @@ def test_ctranslate2_compare_verses(capsys, tmp_path):
     assert line["systems"]["ours"]["target_tokens"] == line["systems"]["ours_savedmodel"]["target_tokens"]
 
 
-def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, tmp_path):
-    from conftest import FIXTURE
-
-    from keras_transformer import TrainingConfig, TransformerConfig
-    from keras_transformer.training.trainer import train
-
-    model_dir = str(tmp_path / "model")
-    training = TrainingConfig(max_steps=1, batch_tokens=512, steps_per_epoch=1)
-    train(model_dir, TransformerConfig.tiny(vocab_size=300), training, str(FIXTURE), verbose=0, log=lambda _: None)
-    line = run_main("search_steps", ["--model-dir", model_dir, "--limit", "3", "--beam-size", "2"], capsys)
+def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, trained):
+    line = run_main("search_steps", ["--model-dir", trained.model_dir, "--limit", "3", "--beam-size", "2"], capsys)
     for counts in line["rules"].values():  # 3 sentences x 2 hypotheses at most, per step
         assert 0 < counts["decoder_steps"] * 2 <= counts["hypothesis_steps"] <= counts["decoder_steps"] * 2 * 3
     exact, patience = line["rules"]["exact"], line["rules"]["patience_1"]

@@ -9,27 +9,13 @@ import sys
 
 import pytest
 from conftest import FIXTURE, TINY_TRAINING
+from conftest import run_cli as run
 
 import keras_transformer
 from keras_transformer.cli.main import main
 from keras_transformer.cli.quiet import drop_native_logs
 
 TINY = [*TINY_TRAINING, "--steps-per-epoch", "15"]
-
-
-def run(*args, stdin=None, env=None):
-    """`python -m keras_transformer ARGS` in a fresh process, in the environment a user has (no
-    TF_CPP_MIN_LOG_LEVEL, no KERAS_TRANSFORMER_DEBUG), plus `env`."""
-    unset = ("TF_CPP_MIN_LOG_LEVEL", "KERAS_TRANSFORMER_DEBUG")
-    env = {**{k: v for k, v in os.environ.items() if k not in unset}, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "keras_transformer", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
 
 
 def test_an_error_is_exactly_one_line_on_stderr(tmp_path):
@@ -77,28 +63,9 @@ def test_native_log_messages_are_dropped_and_everything_else_kept():
     assert drop_native_logs(b"more of it\n", dropping=True) == (b"", True)  # a message carried over a read
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    model_dir = str(tmp_path_factory.mktemp("cli") / "model")
-    result = run(
-        "train",
-        "--data",
-        str(FIXTURE),
-        "--model-dir",
-        model_dir,
-        "--max-steps",
-        "30",
-        "--bleu-every-epochs",
-        "2",
-        *TINY,
-    )
-    assert result.returncode == 0, result.stderr
-    return model_dir, result
-
-
 @pytest.mark.slow
 def test_train_writes_a_complete_model_dir(trained):
-    model_dir, result = trained
+    model_dir, result = trained.model_dir, trained  # conftest's `train --data FIXTURE TRAINED_FLAGS`
     assert sorted(os.listdir(model_dir)) == ["best", "checkpoints", "config.json", "logs", "tokenizer.model"]
     assert "step 30: validation BLEU" in result.stderr  # once, after epoch 2
     assert json.load(open(os.path.join(model_dir, "best", "bleu.json")))["step"] == 30
@@ -115,7 +82,7 @@ def test_train_writes_a_complete_model_dir(trained):
 @pytest.mark.slow
 def test_training_again_resumes(trained, tmp_path):
     model_dir = str(tmp_path / "model")
-    shutil.copytree(trained[0], model_dir)
+    shutil.copytree(trained.model_dir, model_dir)
     result = run("train", "--data", str(FIXTURE), "--model-dir", model_dir, "--max-steps", "45", *TINY)
     assert result.returncode == 0, result.stderr
     assert "resumed from step 30" in result.stderr
@@ -125,7 +92,7 @@ def test_training_again_resumes(trained, tmp_path):
 
 @pytest.mark.slow
 def test_translate_arguments_and_stdin(trained):
-    model_dir, _ = trained
+    model_dir = trained.model_dir
     result = run("translate", "--model-dir", model_dir, "In the beginning God created the heavens.", "", "🦜 ∑")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split("\n")
@@ -137,7 +104,7 @@ def test_translate_arguments_and_stdin(trained):
 
 @pytest.mark.slow
 def test_evaluate_prints_sacrebleu_scores(trained):
-    result = run("evaluate", "--model-dir", trained[0], "--show", "1")
+    result = run("evaluate", "--model-dir", trained.model_dir, "--show", "1")
     assert result.returncode == 0, result.stderr
     scores = json.loads(result.stdout.strip().splitlines()[-1])
     assert scores["sentences"] == 8
@@ -148,7 +115,7 @@ def test_evaluate_prints_sacrebleu_scores(trained):
 
 @pytest.mark.slow
 def test_translate_nbest(trained):
-    result = run("translate", "--model-dir", trained[0], "--beam-size", "3", "--nbest", "2", "Jesus wept.", "")
+    result = run("translate", "--model-dir", trained.model_dir, "--beam-size", "3", "--nbest", "2", "Jesus wept.", "")
     assert result.returncode == 0, result.stderr
     fields = [line.split("\t") for line in result.stdout.splitlines()]
     assert [f[0] for f in fields] == ["0", "0", "1", "1"]  # INDEX<TAB>SCORE<TAB>TRANSLATION, 2 per input
@@ -159,7 +126,7 @@ def test_translate_nbest(trained):
 @pytest.mark.slow
 def test_average_then_evaluate_greedy_on_the_averaged_weights(trained, tmp_path):
     model_dir = str(tmp_path / "model")
-    shutil.copytree(trained[0], model_dir)
+    shutil.copytree(trained.model_dir, model_dir)
     result = run("average", "--model-dir", model_dir, "--last", "2")
     assert result.returncode == 0, result.stderr
     assert "averaged the last 2 checkpoints into" in result.stderr and os.path.exists(
@@ -186,7 +153,7 @@ def test_average_then_evaluate_greedy_on_the_averaged_weights(trained, tmp_path)
 
 @pytest.mark.slow
 def test_patience_and_dtype_reach_the_translator(capsys, trained):
-    argv = ["evaluate", "--model-dir", trained[0], "--beam-size", "2", "--show", "0", "--limit", "3"]
+    argv = ["evaluate", "--model-dir", trained.model_dir, "--beam-size", "2", "--show", "0", "--limit", "3"]
     assert main([*argv, "--patience", "exact"]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert (scores["patience"], scores["dtype"]) == (None, "float32")
@@ -197,7 +164,7 @@ def test_patience_and_dtype_reach_the_translator(capsys, trained):
 
 @pytest.mark.slow
 def test_nbest_above_the_beam_size_is_refused(capsys, trained):
-    message = error_of(capsys, "translate", "--model-dir", trained[0], "--beam-size", "2", "--nbest", "3", "hi")
+    message = error_of(capsys, "translate", "--model-dir", trained.model_dir, "--beam-size", "2", "--nbest", "3", "hi")
     assert "nbest must be between 1 and the beam size 2, got 3" in message
 
 
@@ -235,21 +202,21 @@ def test_missing_model_dir(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_model_dir_of_another_config_is_refused(capsys, trained, tmp_path):
-    message = error_of(capsys, "train", "--data", str(FIXTURE), "--model-dir", trained[0], "--preset", "small")
+    message = error_of(capsys, "train", "--data", str(FIXTURE), "--model-dir", trained.model_dir, "--preset", "small")
     assert "holds a model with another config" in message and "d_model: stored 64 != requested 128" in message
 
 
 @pytest.mark.slow
 def test_model_dir_of_another_vocabulary_is_refused(capsys, trained):
     args = [a if a != "300" else "400" for a in TINY]  # --vocab-size 400
-    message = error_of(capsys, "train", "--data", str(FIXTURE), "--model-dir", trained[0], *args)
+    message = error_of(capsys, "train", "--data", str(FIXTURE), "--model-dir", trained.model_dir, *args)
     assert "vocabulary learned for vocab_size 300, not 400" in message
 
 
 @pytest.mark.slow
 def test_corrupt_checkpoint(capsys, trained, tmp_path):
     model_dir = str(tmp_path / "model")
-    shutil.copytree(trained[0], model_dir)
+    shutil.copytree(trained.model_dir, model_dir)
     checkpoints = os.path.join(model_dir, "checkpoints")
     for name in os.listdir(checkpoints):
         if ".data-" in name:
@@ -261,7 +228,7 @@ def test_corrupt_checkpoint(capsys, trained, tmp_path):
 @pytest.mark.slow
 def test_corrupt_config(capsys, trained, tmp_path):
     model_dir = str(tmp_path / "model")
-    shutil.copytree(trained[0], model_dir)
+    shutil.copytree(trained.model_dir, model_dir)
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         f.write("{not json")
     assert "config.json is corrupt" in error_of(capsys, "evaluate", "--model-dir", model_dir)
@@ -365,7 +332,8 @@ def test_data_flags_make_the_data_config(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_evaluate_data_scores_the_whole_file(trained):
-    result = run("evaluate", "--model-dir", trained[0], "--data", str(FIXTURE), "--beam-size", "1", "--show", "0")
+    argv = ["evaluate", "--model-dir", trained.model_dir, "--data", str(FIXTURE), "--beam-size", "1", "--show", "0"]
+    result = run(*argv)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["sentences"] == 400  # not the last 2% (8)
 

@@ -23,6 +23,7 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 TIMEOUT_S = 600
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sizes",
     [

@@ -15,29 +15,22 @@ import tensorflow as tf
 from conftest import FIXTURE
 
 from keras_transformer.cli.main import main
-from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.data.sources import read_pairs
 from keras_transformer.exporters.tensorflow import export_tensorflow, next_version, prediction_log
 from keras_transformer.inference.decoding import beam_search, decode_limits
 from keras_transformer.inference.translator import Translator
-from keras_transformer.model_dir import ModelDir
-from keras_transformer.training.trainer import train
+from keras_transformer.model_dir import load_model
 
 PROBE = os.path.join(os.path.dirname(__file__), "probes", "run_artifact.py")
 PACKAGE_MODULES = {"keras_transformer", "sentencepiece"}  # tensorflow_text itself imports keras
 
 
 class Exported:
-    """A tiny model trained for a few steps, its export, and its Python reference."""
+    """The shared tiny model (conftest's `trained`: 30 steps), its export, and its Python reference."""
 
-    def __init__(self, root):
-        self.model_dir = model_dir = str(root / "model")
-        config = TransformerConfig.tiny(vocab_size=300)
-        training = TrainingConfig(
-            max_steps=30, batch_tokens=512, warmup_steps=10, steps_per_epoch=30, learning_rate_scale=2.0
-        )
-        self.model = train(model_dir, config, training, str(FIXTURE), verbose=0, log=lambda message: None)
-        self.tokenizer = ModelDir(model_dir).tokenizer()
+    def __init__(self, model_dir, root):
+        self.model_dir = model_dir
+        self.model, self.tokenizer, _ = load_model(model_dir)
         self.out = str(root / "export")
         self.paths = export_tensorflow(self.model, self.tokenizer, self.out, log=lambda message: None)
         self.translator = Translator(self.model, self.tokenizer, batch_size=256)
@@ -53,8 +46,8 @@ class Exported:
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    return Exported(tmp_path_factory.mktemp("export"))
+def exported(trained, tmp_path_factory):
+    return Exported(trained.model_dir, tmp_path_factory.mktemp("export"))
 
 
 def run_artifact(kind, path, calls):
@@ -335,12 +328,15 @@ sys.exit(status)
 
 
 @pytest.mark.slow
-def test_export_again_without_the_serving_api_adds_version_2(exported, tmp_path):
+def test_export_again_in_bfloat16_without_the_serving_api_adds_a_bfloat16_version_2(exported, tmp_path):
+    """One export for two properties (each export converts three TFLite models): exporting into an
+    existing OUT adds version 2, even where tensorflow-serving-api is missing; and `--dtype
+    bfloat16` serves the bf16 model."""
     from tensorflow_serving.apis import prediction_log_pb2
 
     out = str(tmp_path / "export")
     shutil.copytree(exported.out, out)
-    args = ["export", "--model-dir", exported.model_dir, "--out", out]
+    args = ["export", "--model-dir", exported.model_dir, "--out", out, "--dtype", "bfloat16"]
     command = [sys.executable, "-c", BLOCK_SERVING_API, *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
@@ -355,16 +351,10 @@ def test_export_again_without_the_serving_api_adds_version_2(exported, tmp_path)
 
     assert warmup("2") == warmup("1") and len(warmup("2")) == 1
 
-
-@pytest.mark.slow
-def test_export_in_bfloat16_serves_the_bfloat16_model(exported, tmp_path, capsys):
-    out = str(tmp_path / "export")
-    assert main(["export", "--model-dir", exported.model_dir, "--out", out, "--dtype", "bfloat16"]) == 0
-    capsys.readouterr()
     sentences = exported.sentences[:4]
     (served,) = run_artifact(
         "saved_model",
-        os.path.join(out, "saved_model", "translator", "1"),
+        os.path.join(out, "saved_model", "translator", "2"),
         [("serving_default", {"text": texts(sentences)})],
     )
     bf16 = Translator(exported.model.with_dtype("bfloat16"), exported.tokenizer).translate_nbest(sentences, n=1)
