@@ -14,12 +14,15 @@ import sentencepiece
 import tensorflow as tf
 from conftest import FIXTURE
 
+from keras_transformer import Transformer
 from keras_transformer.cli.main import main
 from keras_transformer.data.sources import read_pairs
+from keras_transformer.exporters.quality_check import ArtifactQuality
+from keras_transformer.exporters.signatures import TranslationModule
 from keras_transformer.exporters.tensorflow import export_tensorflow, next_version, prediction_log
 from keras_transformer.inference.decoding import beam_search, decode_limits
 from keras_transformer.inference.translator import Translator
-from keras_transformer.model_dir import load_model
+from keras_transformer.model_dir import ModelDir, load_model
 
 PROBE = os.path.join(os.path.dirname(__file__), "probes", "run_artifact.py")
 PACKAGE_MODULES = {"keras_transformer", "sentencepiece"}  # tensorflow_text itself imports keras
@@ -32,7 +35,8 @@ class Exported:
         self.model_dir = model_dir
         self.model, self.tokenizer, _ = load_model(model_dir)
         self.out = str(root / "export")
-        self.paths = export_tensorflow(self.model, self.tokenizer, self.out, log=lambda message: None)
+        quiet = lambda message: None
+        self.paths = export_tensorflow(self.model, self.tokenizer, self.out, log=quiet, model_dir=model_dir)
         self.translator = Translator(self.model, self.tokenizer, batch_size=256)
         self.sentences = read_pairs(str(FIXTURE), "test")[0] + read_pairs(str(FIXTURE), "validation")[0]
 
@@ -362,3 +366,49 @@ def test_export_again_in_bfloat16_without_the_serving_api_adds_a_bfloat16_versio
     assert decoded(served["translation"]) == [hypotheses[0][0] for hypotheses in bf16]
     np.testing.assert_allclose(served["score"], [hypotheses[0][1] for hypotheses in bf16], rtol=1e-5)
     assert not np.allclose(served["score"], [hypotheses[0][1] for hypotheses in float32], rtol=1e-5, atol=0)
+
+
+# export --check: every artifact's translations of held-out pairs against the checkpoint's.
+
+
+def test_the_export_records_its_model_dir_and_passes_its_own_check(exported, capsys):
+    model_dir, out = exported.model_dir, exported.out
+    with open(os.path.join(out, "translator.json"), encoding="utf-8") as f:
+        metadata = json.load(f)
+    assert metadata["model_dir"] == os.path.abspath(model_dir) and metadata["saved_model_dtype"] == "float32"
+    capsys.readouterr()
+    assert main(["export", "--check", out, "--sample", "20"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{out}: every SavedModel meets the TF Serving contract"
+    checked = {line.split(": ")[0]: line.split(": ")[1] for line in lines[1:]}
+    assert len(checked) == 4, lines  # text and ids SavedModels, TFLite float and int8
+    for artifact, verdict in checked.items():
+        if not artifact.endswith("int8.tflite"):  # float32 on our search: the checkpoint's outputs
+            assert verdict.startswith("100% identical, BLEU"), (artifact, verdict)
+
+
+def test_an_artifact_with_other_weights_fails_the_check_in_one_line(exported, tmp_path, capsys):
+    model_dir, out = exported.model_dir, exported.out
+    damaged = str(tmp_path / "export")
+    shutil.copytree(out, damaged)
+    [version] = os.listdir(os.path.join(damaged, "saved_model", "translator_ids"))
+    path = os.path.join(damaged, "saved_model", "translator_ids", version)
+    shutil.rmtree(path)
+    untrained = Transformer(ModelDir(model_dir).read()["model"])  # servable, same shapes, wrong weights
+    TranslationModule(untrained).save(path)
+    capsys.readouterr()
+    assert main(["export", "--check", damaged, "--sample", "20"]) == 1
+    problems = capsys.readouterr().err.splitlines()
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"keras-transformer: quality: {path}: ")
+    assert "of its translations equal the checkpoint's (at least 90% expected)" in problems[0]
+
+
+def test_the_quality_tolerances():
+    exact = ArtifactQuality("a", identical=0.8, bleu=10.0, bleu_drop=0.1, exact=True)
+    assert exact.problem(0.9, 1.0) and exact.problem(0.8, 1.0) is None
+    reduced = ArtifactQuality("b", identical=0.1, bleu=8.0, bleu_drop=1.5, exact=False)
+    assert reduced.problem(0.9, 2.0) is None and "1.50 below the checkpoint's (at most 1.0)" in reduced.problem(
+        0.9, 1.0
+    )
+    assert ArtifactQuality("c", None, None, None, False, "LiteRT is not installed").problem(0.9, 1.0) is None
