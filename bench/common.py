@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -129,6 +130,17 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+def cpu_flags() -> list[str]:
+    """The CPU's vector and matrix ISA flags (AVX2, AVX-512 and its bf16/VNNI parts, AMX), as
+    `grep -o 'avx512[a-z_0-9]*\\|avx2\\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u` lists them."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return []
+    return sorted(set(re.findall(r"avx512[a-z_0-9]*|avx2|amx[a-z_0-9]*", text)))
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -144,6 +156,7 @@ def record(**fields) -> dict:
         "machine": {
             "cpu": cpu_model(),
             "cores": os.cpu_count(),
+            "cpu_flags": cpu_flags(),
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count(),
             "load_average_1_5_15": load_average(),
         },

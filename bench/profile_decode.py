@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 from common import FIRST_TOKEN, emit, load_average, record
-from decode_throughput import forbid_eos
+from decode_runners import forbid_eos
 from profile_step import profiled
 
 from keras_transformer import Transformer, TransformerConfig, beam_search
