@@ -83,6 +83,10 @@ ISA_CAPS = {
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "XLA_FLAGS": "--xla_cpu_max_isa=AVX2", "CT2_FORCE_CPU_ISA": "AVX2"},
 }
 AVX2_EMULATED = "AVX2 emulated by ISA caps on an AVX-512 CPU"
+# TensorFlow reads the CPU's own flags and hands bf16 matmuls to oneDNN, which has no bf16 kernel
+# below AVX-512 and aborts the process ("could not create a primitive descriptor for the inner
+# product"); an AVX2-only CPU runs them in Eigen instead, slower than float32.
+NO_BFLOAT16_UNDER_CAPS = "bf16 systems cannot run under --isa avx2 (oneDNN has no bf16 kernel below AVX-512)"
 PACKAGES = {
     "tflite": "ai-edge-litert",
     "tflite_int8": "ai-edge-litert",
@@ -196,11 +200,11 @@ def forced(args) -> dict:
             beam_size=settings["beam_size"],
             alpha=None if name.startswith("keras_hub") or args.search == "greedy" else args.alpha,
             generated_tokens=generated,
-            batch_s_median=round(batch_s, 4),
+            batch_s_median=round(batch_s, 6),
             tgt_tokens_per_s=round(args.sentences * generated / batch_s, 1),
-            batch1_latency_s=round(latency_s, 4),
-            batch_s_per_round=[round(a["batch_s"], 4) for a in answers[name]],
-            batch1_latency_s_per_round=[round(a["batch1_latency_s"], 4) for a in answers[name]],
+            batch1_latency_s=round(latency_s, 6),
+            batch_s_per_round=[round(a["batch_s"], 6) for a in answers[name]],
+            batch1_latency_s_per_round=[round(a["batch1_latency_s"], 6) for a in answers[name]],
             package=package(name),
         )
     reference = reference_system(args.runners)
@@ -286,8 +290,8 @@ def systems_argument(parser, flag: str, choices: list[str]) -> None:
         flag,
         nargs="+",
         choices=choices,
-        default=DEFAULT_SYSTEMS,
-        help="each in its own process; ratios are against ctranslate2 where it runs, else the first",
+        help="each in its own process; ratios are against ctranslate2 where it runs, else the first "
+        f"(default: {' '.join(DEFAULT_SYSTEMS)}; without bf16 under --isa avx2)",
     )
 
 
@@ -313,7 +317,15 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--limit", type=int, help="only the first N verses")
     systems_argument(p, "--systems", VERSES_TF + list(CTRANSLATE2))
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    flag = "runners" if args.mode == "forced" else "systems"
+    names = getattr(args, flag)
+    if names is None:
+        names = [name for name in DEFAULT_SYSTEMS if not (args.isa == "avx2" and "bfloat16" in name)]
+    elif args.isa == "avx2" and any("bfloat16" in name for name in names):
+        parser.error(NO_BFLOAT16_UNDER_CAPS)
+    setattr(args, flag, names)
+    return args
 
 
 def main(argv=None):
