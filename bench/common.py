@@ -1,6 +1,6 @@
-"""Shared pieces of the benchmarks: workloads, synthetic batches, the matmul ceiling, step
-timing through `model.fit`, and the machine/software record of every figure (model FLOPs:
-`flops.py`).
+"""Shared pieces of the benchmarks: workloads, synthetic batches, step
+timing through `model.fit`, and the machine/software record of every figure (model FLOPs and the
+matmul rate: `flops.py`).
 
 Every benchmark prints one JSON line; `record()` gives the fields they all share.
 """
@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,8 @@ WORKLOADS = {
     "small": Workload(TransformerConfig.small(vocab_size=8000), 64, 32, 32),
     # the paper's base (Table 3), vocab 32000, 64 x 64 tokens
     "base": Workload(TransformerConfig.base(vocab_size=32000), 64, 64, 64),
+    # the paper's big (Table 3), vocab 32000, 64 x 64 tokens
+    "big": Workload(TransformerConfig.big(vocab_size=32000), 64, 64, 64),
     # for the smoke test only: seconds, not minutes
     "tiny": Workload(TransformerConfig.tiny(vocab_size=500), 8, 12, 12),
 }
@@ -70,20 +73,6 @@ def synthetic_batch(workload: Workload, seed: int = 0):
 def repeated(batch) -> tf.data.Dataset:
     """The same batch forever, as the input pipeline of `model.fit` (no host work per step)."""
     return tf.data.Dataset.from_tensors(batch).repeat()
-
-
-def matmul_ceiling_gflops(n: int = 2048, repeats: int = 5) -> float:
-    """The best fp32 GFLOP/s of an n x n matmul in this process (TF's own kernels, its thread pools)."""
-    a = tf.random.normal((n, n))
-    b = tf.random.normal((n, n))
-    matmul = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))  # the sum forces completion
-    matmul(a, b).numpy()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        matmul(a, b).numpy()
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best / 1e9
 
 
 class StepTimes(keras.callbacks.Callback):
@@ -127,6 +116,17 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+def cpu_flags() -> list[str]:
+    """The CPU's vector and matrix ISA flags (AVX2, AVX-512 and its bf16/VNNI parts, AMX), as
+    `grep -o 'avx512[a-z_0-9]*\\|avx2\\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u` lists them."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return []
+    return sorted(set(re.findall(r"avx512[a-z_0-9]*|avx2|amx[a-z_0-9]*", text)))
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -142,6 +142,7 @@ def record(**fields) -> dict:
         "machine": {
             "cpu": cpu_model(),
             "cores": os.cpu_count(),
+            "cpu_flags": cpu_flags(),
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count(),
             "load_average_1_5_15": load_average(),
         },

@@ -18,13 +18,12 @@ from common import (
     emit,
     fit_steps,
     load_average,
-    matmul_ceiling_gflops,
     median,
     record,
     repeated,
     synthetic_batch,
 )
-from flops import model_flops_per_step
+from flops import matmul_rate, model_flops_per_step
 from peers import build_keras_hub
 from train_throughput import build_ours
 
@@ -48,7 +47,7 @@ def main(argv=None):
 
     workload = WORKLOADS[args.workload]
     load_before = load_average()
-    ceiling = matmul_ceiling_gflops(args.ceiling_size)
+    ceiling = matmul_rate(args.ceiling_size) / 1e9
     dataset = repeated(synthetic_batch(workload))
     models = {
         "ours": build_ours(workload, args.jit_compile),
@@ -62,7 +61,7 @@ def main(argv=None):
         for name, model in models.items():
             times[name].append(median(fit_steps(model, dataset, args.steps)))
         round_ratios.append(times["keras_hub"][-1] / times["ours"][-1])
-    ceiling = max(ceiling, matmul_ceiling_gflops(args.ceiling_size))
+    ceiling = max(ceiling, matmul_rate(args.ceiling_size) / 1e9)
     flops = model_flops_per_step(workload.config, workload.batch, workload.source_length, workload.target_length)
     tokens = workload.batch * workload.target_length
     systems = {}

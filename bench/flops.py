@@ -1,8 +1,11 @@
 """Model FLOPs of a training step: the count every benchmark's MFU divides (Kaplan et al., 2020,
-6 x parameters x tokens, with attention added). No TensorFlow here, so that the GPU check
-on JAX (`gpu_check_jax.py`) counts with the same function as the TensorFlow benchmarks."""
+6 x parameters x tokens, with attention added), the FLOPs of one decoding step, and the measured
+matmul rate they are divided by. No TensorFlow here, so that the GPU check on JAX
+(`gpu_check_jax.py`) counts and measures with the same functions as the TensorFlow benchmarks."""
 
 from __future__ import annotations
+
+import time
 
 from keras_transformer.config import TransformerConfig
 
@@ -24,3 +27,37 @@ def model_flops_per_step(config: TransformerConfig, batch: int, source_length: i
     weights = 6 * (encoder * source_tokens + (decoder + config.vocab_size * d) * target_tokens)
     attention = 12 * n * batch * d * (source_length**2 + target_length**2 + target_length * source_length)
     return float(weights + attention)
+
+
+def matmul_rate(n: int, dtype: str = "float32", calls: int = 10, trials: int = 3) -> float:
+    """The best measured FLOP/s of n x n matmuls in `dtype` on Keras' default device, through its
+    backend's own kernels and thread pools (TensorFlow's or JAX's): the MFU denominator. Eager
+    calls, one product each (nothing to fold); a trial times `calls` of them and waits for the
+    last (they run in order on a device); one untimed trial first."""
+    import keras
+
+    a = keras.random.normal((n, n), dtype=dtype, seed=0)
+    b = keras.random.normal((n, n), dtype=dtype, seed=1)
+
+    def trial() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = keras.ops.matmul(a, b)
+        keras.ops.convert_to_numpy(keras.ops.cast(out[0, 0], "float32"))  # waits for the device
+        return time.perf_counter() - start
+
+    trial()
+    return 2 * n**3 * calls / min(trial() for _ in range(trials))
+
+
+def decode_step_flops(config: TransformerConfig, rows: int, source_length: int, position: float) -> float:
+    """Forward FLOPs of one cached decoding step for `rows` hypotheses (batch x beam) at target
+    `position` (the self-attention reads `position` keys): the decoder's weight matrices per new
+    token (W^Q, W^K, W^V, W^O of self-attention, W^Q, W^O of cross-attention, whose keys and values
+    of the memory are computed once; W_1, W_2), the tied output projection V x d_model, and the
+    attention scores and weighted values over `position` and `source_length` keys; 2 FLOPs per
+    multiply-add. Norms, softmax, top-k and the beam bookkeeping are not counted."""
+    d, d_ff, n = config.d_model, config.d_ff, config.num_layers
+    weights = n * (6 * d * d + 2 * d * d_ff) + config.vocab_size * d
+    attention = n * 2 * d * (position + source_length)  # Q K^T and weights x V, self and cross
+    return float(2 * rows * (weights + attention))

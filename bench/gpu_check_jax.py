@@ -1,10 +1,11 @@
-"""GPU check on JAX: `gpu_check.sh`'s measurement on a machine without TensorFlow.
+"""GPU check on JAX: `gpu_check.sh`'s measurement (`train_throughput.py` with the GPU settings) on a
+machine without TensorFlow.
 
 The base preset (Vaswani et al., 2017, Table 3), vocab 32000, mixed_bfloat16, the training step
 jit-compiled by Keras' JAX trainer (XLA), synthetic fixed-shape batches, Adam (§5.3) on Eq. 3 and
 label-smoothed cross-entropy (§5.4). Prints target tokens/s, step time and MFU against this
-device's measured bf16 matmul rate, then one JSON line: gpu_check.sh's fields plus "backend",
-the jax and keras versions and the device.
+device's measured bf16 matmul rate (`flops.matmul_rate`, the helper `train_throughput.py` measures
+with), then one JSON line with "backend", the jax and keras versions and the device.
 
 The model is `kt.Transformer` itself (keras_transformer/model.py imports no TensorFlow; the
 fixes that `model.fit` needs under `tf.distribute` are applied by TensorFlow training alone);
@@ -29,7 +30,6 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -38,21 +38,9 @@ from keras_transformer.model import Transformer  # noqa: E402
 from keras_transformer.training.schedules import TransformerSchedule  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flops import model_flops_per_step  # noqa: E402  (bench/flops.py)
+from flops import matmul_rate, model_flops_per_step  # noqa: E402  (bench/flops.py)
 
 POLICY = "mixed_bfloat16"  # bfloat16 needs no loss scaling (Micikevicius et al., 2018)
-
-
-def matmul_rate(n: int, repeats: int = 20) -> float:
-    """Measured bf16 matmul FLOP/s of one device: the MFU denominator."""
-    a, b = (jax.random.normal(jax.random.key(i), (n, n), jnp.bfloat16) for i in range(2))
-    matmul = jax.jit(jnp.matmul)  # one product per call: nothing to fold across calls
-    matmul(a, b).block_until_ready()  # compile and warm up
-    start = time.perf_counter()
-    for _ in range(repeats):
-        out = matmul(a, b)
-    out.block_until_ready()  # calls run in order on the device: the last one ends them all
-    return 2 * n**3 * repeats / (time.perf_counter() - start)
 
 
 def main():
@@ -62,7 +50,7 @@ def main():
     devices = jax.devices()
     on_gpu = devices[0].platform != "cpu"  # "gpu" (CUDA plugin) or an accelerator alike
     print(f"devices: {len(devices)} x {devices[0].device_kind} ({devices[0].platform}{'' if on_gpu else ': dry run'})")
-    peak = matmul_rate(8192 if on_gpu else 1024)
+    peak = matmul_rate(8192 if on_gpu else 1024, "bfloat16")
 
     replicas = len(devices)
     if replicas > 1:  # gpu_check.sh's MirroredStrategy: the batch split over every device

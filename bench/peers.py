@@ -1,20 +1,12 @@
-"""Peer models built to our workloads' shapes, for `compare.py` and `decode_throughput.py`, and
-CTranslate2 on our own weights, for `decode_throughput.py` and `ctranslate2_compare.py`
-(keras-hub and ctranslate2 are bench extras only)."""
+"""Peer models built to our workloads' shapes, for `compare.py` and `decode_compare.py`, and our
+random-weight model as a CTranslate2 model directory, for `decode_compare.py forced` (keras-hub
+and ctranslate2 are bench extras only)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-
-# CTranslate2's OpenMP threads sleep when idle instead of spinning: with 2 threads on a busy
-# 2-core machine, spinning collapses its fp32 throughput (13 s instead of 0.4 s for 20 sentences).
-# libgomp reads this once, when `import ctranslate2` loads it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
@@ -137,25 +129,20 @@ def numbered_tokens(config) -> list[str]:
     """Token strings for a model without a tokenizer (random weights): "t<id>", pad named as
     CTranslate2 names it."""
     from keras_transformer.exporters.ctranslate2 import PAD_TOKEN
+    from keras_transformer.special_tokens import PAD_ID
 
     tokens = [f"t{i}" for i in range(config.vocab_size)]
     tokens[PAD_ID] = PAD_TOKEN
     return tokens
 
 
-def ctranslate2_translator(model, tokens: list[str], compute_type: str = "float32", add_source_eos: bool = True):
-    """CTranslate2's `Translator` on our model's weights (`keras_transformer.exporters.ctranslate2`),
-    `tokens` naming every id. Exported in float32 and loaded as `compute_type`: CTranslate2
-    quantizes at load time, so "int8" runs what an int8 export runs. As many threads as
-    TensorFlow's intra-op pool, one translation at a time. `add_source_eos=False`: the sources
-    are taken as given (random-token batches without EOS, as our search gets them)."""
-    import ctranslate2
-
+def write_ctranslate2(model, out: str) -> None:
+    """Our random-weight `model` as the CTranslate2 model directory `out` (float32; CTranslate2
+    quantizes at load time, so "int8" runs what an int8 export runs), tokens named "t<id>"
+    (`numbered_tokens`), sources taken as given (no EOS appended: random-token batches without
+    EOS, as our search gets them)."""
     from keras_transformer.exporters.ctranslate2 import transformer_spec, write_spec
 
-    spec = transformer_spec(model, tokens)
-    spec.config.add_source_eos = add_source_eos
-    threads = tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()
-    with tempfile.TemporaryDirectory() as out:
-        write_spec(spec, out)
-        return ctranslate2.Translator(out, compute_type=compute_type, intra_threads=threads)  # weights now in memory
+    spec = transformer_spec(model, numbered_tokens(model.config))
+    spec.config.add_source_eos = False
+    write_spec(spec, out)

@@ -1,22 +1,46 @@
-"""Where beam search's time goes: a TensorFlow profiler trace of `beam_search` (the
-`tf.function` that `Translator`, the SavedModel and TFLite run) on random weights with a
-forced output length, summarised per op type by self time, plus the wall time per decoding
-step. Prints one JSON line:
+"""Where beam search's time goes: a TensorFlow profiler trace of `beam_search` (the `tf.function`
+that `Translator`, the SavedModel and TFLite run) on random weights with a forced output length,
+one decoding step split by what its ops do, against the FLOPs the step needs. Prints one JSON line:
 
-    python bench/profile_decode.py --model small --batch 32 --logdir /tmp/kt-decode-profile
+    python bench/profile_decode.py --models small base --batches 1 32 --logdir /tmp/kt-decode-profile
 
-`--model small` is the `small` preset (vocabulary 8000), `base` the paper's base (32000).
+For every model and batch (beam 4: batch x 4 hypotheses per step), the ops of the search's loop
+body (scope `while/`) are split by host self time per step into
+- `matmul`: the weight matrices (every `*MatMul*` op: the projections, the feed-forward layers,
+  the output projection);
+- `attention`: every other op under an attention layer (Q K^T and weights x V einsums, softmax,
+  masks, the key/value cache writes, head reshapes);
+- `search`: the top-k and the beam bookkeeping (ops of the loop outside the decoder: log-softmax,
+  `TopKV2`, gathers of the cache and the beams, the finished set);
+- `other_model`: the rest of the decoder (layer norms, residual adds, ReLU, embedding);
+and `unattributed`: the wall time of the profiled step minus all its ops' self time (the
+executor between ops, the loop's control flow; negative where ops ran concurrently on the
+inter-op pool). The per-op overhead is estimated independently: `ops_per_step` (op executions
+in the trace's loop body / steps) times the cost of an op that does next to nothing, the
+executor's dispatch (`per_op_cost_us`, measured here: a `tf.while_loop` whose body is a chain of
+scalar `SquaredDifference` ops, (seconds with k ops - seconds with none) / (k x iterations)) plus the median
+op execution's self time in the loop (`median_op_self_us`: most of a step's ops are small
+reshapes, slices and bookkeeping), as `per_op_overhead_ms_per_step`. `flops_per_step`
+(`flops.decode_step_flops` at the mean position) over the unprofiled step time gives
+`achieved_gflops`, against the fp32 matmul rate measured here (`flops.matmul_rate`).
+Encoder and setup ops (outside the loop, once per call) are `outside_loop_ms`.
+
+`small` is the `small` preset (vocabulary 8000), `base` the paper's base (32000).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import os
 import time
 
 import numpy as np
+import tensorflow as tf
 from common import FIRST_TOKEN, emit, load_average, record
-from decode_throughput import forbid_eos
-from profile_step import profiled
+from decode_runners import forbid_eos
+from flops import decode_step_flops, matmul_rate
+from profile_step import op_rows
 
 from keras_transformer import Transformer, TransformerConfig, beam_search
 
@@ -25,23 +49,58 @@ MODELS = {
     "base": TransformerConfig.base(vocab_size=32000),
     "tiny": TransformerConfig.tiny(vocab_size=500),  # smoke test
 }
+PARTS = ("matmul", "attention", "search", "other_model")
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=sorted(MODELS), default="small")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--source-length", type=int, default=32)
-    parser.add_argument("--generate", type=int, default=64, help="target tokens per hypothesis (forced)")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--logdir", default="/tmp/kt-decode-profile")
-    parser.add_argument("--top", type=int, default=15)
-    return parser.parse_args(argv)
+def part(op_type: str, name: str) -> str:
+    """Which part of a decoding step an op of the loop body is (see the module docstring)."""
+    if "MatMul" in op_type:
+        return "matmul"
+    if "attention" in name:
+        return "attention"
+    if "decoder" in name or "embedding" in name:
+        return "other_model"
+    return "search"
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    config = MODELS[args.model]
+def weighted_median(pairs: list[tuple[float, float]]) -> float:
+    """The median of values given as (value, weight) pairs."""
+    pairs, half, seen = sorted(pairs), sum(weight for _, weight in pairs) / 2, 0.0
+    for value, weight in pairs:
+        seen += weight
+        if seen >= half:
+            return value
+    return 0.0
+
+
+def per_op_cost_us(ops: int = 200, iterations: int = 50, repeats: int = 5) -> float:
+    """The graph executor's cost of one trivial op inside a `tf.while_loop`, in microseconds."""
+
+    def loop(k):
+        @tf.function
+        def run(x):
+            def body(i, x):
+                y = tf.cast(i, tf.float32)  # [] changes every iteration: nothing to fold
+                for _ in range(k):
+                    x = tf.math.squared_difference(x, y)  # a chain of binary ops: nothing to fuse
+                return i + 1, x
+
+            return tf.while_loop(lambda i, x: i < iterations, body, (0, x))[1]
+
+        x = tf.constant(0.5)
+        run(x).numpy()  # trace
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run(x).numpy()
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    return (loop(ops) - loop(0)) / (ops * iterations) * 1e6
+
+
+def profile(name: str, batch: int, args, logdir: str, per_op_us: float, ceiling_gflops: float) -> dict:
+    config = MODELS[name]
     model = Transformer(config)
     model.build()
     forbid_eos(model)
@@ -49,25 +108,85 @@ def main(argv=None):
         beam_size=args.beam_size, alpha=0.6, length_a=0.0, length_b=args.generate
     )  # the default search, forced length
     rng = np.random.default_rng(0)
-    source = rng.integers(FIRST_TOKEN, config.vocab_size, (args.batch, args.source_length), dtype=np.int32)
-    load_before = load_average()
-    beam_search(model, source, **settings)  # trace
+    source = rng.integers(FIRST_TOKEN, config.vocab_size, (batch, args.source_length), dtype=np.int32)
+    run = lambda: beam_search(model, source, **settings).ids.numpy()  # noqa: E731
+    run()  # trace
     start = time.perf_counter()
-    beam_search(model, source, **settings).ids.numpy()
+    run()
     seconds = time.perf_counter() - start
-    top, everything = profiled(lambda: beam_search(model, source, **settings).ids.numpy(), args.logdir, args.top)
+    tf.profiler.experimental.start(logdir)
+    start = time.perf_counter()
+    run()
+    profiled_seconds = time.perf_counter() - start
+    tf.profiler.experimental.stop()
+    steps = args.generate
+    parts, ops, outside_us, per_execution = collections.defaultdict(float), 0.0, 0.0, []
+    for op_type, op_name, executions, self_us in op_rows(logdir):
+        if op_name.startswith("while/"):
+            parts[part(op_type, op_name)] += self_us / steps
+            ops += executions / steps
+            per_execution.append((self_us / executions, executions))
+        else:
+            outside_us += self_us
+    typical_us = weighted_median(per_execution)
+    overhead_ms = ops * (per_op_us + typical_us) / 1e3
+    step_ms = (profiled_seconds * 1e6 - outside_us) / steps / 1e3
+    parts_ms = {part_name: round(parts[part_name] / 1e3, 3) for part_name in PARTS}
+    flops = decode_step_flops(config, batch * args.beam_size, args.source_length, (steps + 1) / 2)
+    achieved = flops / (seconds / steps) / 1e9
+    return {
+        "model": name,
+        "batch": batch,
+        "hypotheses_per_step": batch * args.beam_size,
+        "ms_per_step": round(seconds * 1e3 / steps, 3),
+        "target_tokens_per_s": round(batch * steps / seconds, 1),
+        "profiled_ms_per_step": round(step_ms, 3),
+        "parts_ms_per_step": parts_ms,
+        "parts_share": {part_name: round(ms / step_ms, 3) for part_name, ms in parts_ms.items()},
+        "unattributed_ms_per_step": round(step_ms - sum(parts.values()) / 1e3, 3),
+        "ops_per_step": round(ops, 1),
+        "median_op_self_us": round(typical_us, 2),
+        "per_op_overhead_ms_per_step": round(overhead_ms, 3),
+        "per_op_overhead_share": round(overhead_ms / step_ms, 3),
+        "outside_loop_ms": round(outside_us / 1e3, 3),
+        "flops_per_step": flops,
+        "achieved_gflops": round(achieved, 2),
+        "achieved_over_matmul_rate": round(achieved / ceiling_gflops, 4),
+    }
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["small", "base"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 32], help="sentences (x beam hypotheses)")
+    parser.add_argument("--source-length", type=int, default=32)
+    parser.add_argument("--generate", type=int, default=64, help="target tokens per hypothesis (forced)")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--logdir", default="/tmp/kt-decode-profile")
+    parser.add_argument("--ceiling-size", type=int, default=2048, help="n of the n x n matmul rate")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    load_before = load_average()
+    per_op_us = per_op_cost_us()
+    ceiling = matmul_rate(args.ceiling_size) / 1e9
+    rows = [
+        profile(name, batch, args, os.path.join(args.logdir, f"{name}-{batch}"), per_op_us, ceiling)
+        for name in args.models
+        for batch in args.batches
+    ]
     emit(
         record(
             benchmark="profile_decode",
-            model=args.model,
-            batch=args.batch,
             source_length=args.source_length,
             generate=args.generate,
             beam_size=args.beam_size,
-            ms_per_step=round(seconds * 1e3 / args.generate, 2),
-            target_tokens_per_s=round(args.batch * args.generate / seconds, 1),
-            op_self_time_ms_per_step={name: round(us / 1e3 / args.generate, 3) for name, us in top},
-            op_self_time_share={name: round(us / everything, 3) for name, us in top},
+            per_op_cost_us=round(per_op_us, 3),
+            matmul_rate_gflops=round(ceiling, 2),
+            flops_formula=decode_step_flops.__doc__.split("\n\n")[0].replace("\n    ", " "),
+            steps=rows,
             logdir=args.logdir,
             load_before=load_before,
         )

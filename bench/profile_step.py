@@ -16,9 +16,9 @@ from common import WORKLOADS, emit, fit_steps, load_average, record, repeated, s
 from train_throughput import build_ours
 
 
-def op_type_self_times(logdir: str) -> dict[str, float]:
-    """Self time (microseconds) per TF op type on the host, from the trace's framework op stats."""
-    import tensorflow as tf
+def op_rows(logdir: str) -> list[tuple[str, str, float, float]]:
+    """(op type, op name, executions, self time in microseconds) of every TF op on the host, from
+    the trace's framework op stats."""
     from tensorflow.python.profiler.internal import _pywrap_profiler_plugin as plugin
 
     paths = sorted(glob.glob(f"{logdir}/plugins/profile/*/*.xplane.pb"))[-1:]
@@ -27,12 +27,20 @@ def op_type_self_times(logdir: str) -> dict[str, float]:
         raise SystemExit(f"cannot read the trace in {logdir}")
     table = json.loads(data if isinstance(data, str) else data.decode())[0]  # Google Charts DataTable
     columns = [c["id"] for c in table["cols"]]
-    totals: dict[str, float] = collections.defaultdict(float)
+    rows = []
     for row in table["rows"]:
         values = dict(zip(columns, (cell["v"] if cell else None for cell in row["c"])))
         if values.get("host_or_device") == "Host" and values.get("type") not in ("IDLE", None):
-            totals[values["type"]] += float(values["total_self_time"])
-    del tf
+            executions, self_us = float(values["occurrences"]), float(values["total_self_time"])
+            rows.append((values["type"], values["operation"], executions, self_us))
+    return rows
+
+
+def op_type_self_times(logdir: str) -> dict[str, float]:
+    """Self time (microseconds) per TF op type on the host."""
+    totals: dict[str, float] = collections.defaultdict(float)
+    for op_type, _, _, self_us in op_rows(logdir):
+        totals[op_type] += self_us
     return totals
 
 

@@ -22,11 +22,11 @@ import time
 import numpy as np
 from common import emit, load_average, record
 
+import keras_transformer as kt
 from keras_transformer import TrainingConfig, TransformerConfig
 from keras_transformer.cli.flags import add_train_flags, configs
 from keras_transformer.data.batching import make_batches
 from keras_transformer.data.sources import pairs_dataset, read_pairs
-from keras_transformer.inference.evaluation import corpus_scores
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir
 from keras_transformer.special_tokens import PAD_ID
@@ -55,17 +55,16 @@ def target_tokens_per_batch(
 
 
 def evaluate(model, tokenizer, beam_size: int, alpha: float, limit: int | None) -> dict:
-    sources, references = read_pairs(DATA, "test", limit=limit)
+    pairs = read_pairs(DATA, "test", limit=limit)
     start = time.perf_counter()
-    hypotheses = Translator(model, tokenizer, batch_size=64, beam_size=beam_size, alpha=alpha).translate(sources)
+    scores = kt.evaluate(Translator(model, tokenizer, batch_size=64, beam_size=beam_size, alpha=alpha), pairs)
     seconds = time.perf_counter() - start
-    scores = corpus_scores(hypotheses, references)
     return {
         "bleu": scores["bleu"],
         "chrf": scores["chrf"],
         "seconds": round(seconds, 1),
-        "sentences": len(sources),
-        "example": hypotheses[0],
+        "sentences": scores["sentences"],
+        "example": scores["translations"][0],
     }
 
 

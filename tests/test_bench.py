@@ -3,6 +3,7 @@ valid JSON line. Speed itself is measured by the benchmarks, never here."""
 
 import json
 import pathlib
+import re
 import sys
 
 import pytest
@@ -45,72 +46,109 @@ def test_train_throughput(capsys):
     )
 
 
+def test_gpu_check_is_train_throughput_with_the_gpu_settings():
+    """gpu_check.sh's dry run on a CPU: MirroredStrategy on the one device, mixed precision (bf16
+    here), XLA; MFU against the matmul rate in the compute dtype."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHON": sys.executable, "WORKLOAD": "tiny", "BATCH": "4", "LENGTH": "8", "STEPS": "1"}
+    env["CEILING"] = "256"
+    out = subprocess.run(["bash", str(BENCH / "gpu_check.sh")], env=env, capture_output=True, text=True, check=True)
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert line["benchmark"] == "train_throughput" and line["jit_compile"] and line["replicas"] == 1
+    assert line["policy"] == "mixed_bfloat16" and line["matmul_ceiling_dtype"] == "bfloat16"
+    assert line["batch"] == [4, 8, 8] and 0 < line["mfu"] < 1
+
+
 DECODE_WORK = ["--workload", "tiny", "--sentences", "2", "--source-length", "3", "--generate", "2", "--repeats", "1"]
-PEER_PACKAGES = {"tflite": "ai_edge_litert", "keras_hub": "keras_hub", "keras_hub_xla": "keras_hub"}
+PEER_PACKAGES = ("ai_edge_litert", "keras_hub", "ctranslate2")
 
 
-@pytest.mark.parametrize("runner", ["python", "keras_hub"])
-def test_decode_throughput_greedy(runner, capsys):
-    if runner in PEER_PACKAGES:
-        pytest.importorskip(PEER_PACKAGES[runner], reason=f"{PEER_PACKAGES[runner]} (an extra) is not installed")
-    line = run_main("decode_throughput", DECODE_WORK + ["--runner", runner, "--search", "greedy"], capsys)
+def test_no_bench_or_package_file_sets_omp_wait_policy():
+    """CTranslate2 runs with OpenMP's default wait policy: a passive one makes it ~3x slower."""
+    root = BENCH.parent
+    setting = re.compile(r"OMP_WAIT_POLICY\s*=|OMP_WAIT_POLICY[\"']\s*(\]\s*=|[,:])|putenv\(\s*[\"']OMP_WAIT_POLICY")
+    files = [*BENCH.rglob("*.py"), *BENCH.rglob("*.sh"), *(root / "keras_transformer").rglob("*.py")]
+    assert len(files) > 20
+    offenders = [str(path) for path in files if setting.search(path.read_text(encoding="utf-8"))]
+    assert offenders == []
+
+
+def test_decode_workers_get_no_wait_policy_and_the_isa_caps(monkeypatch):
+    import decode_compare
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    native = decode_compare.child_environment("native")
     assert (
-        line["runner"] == runner and line["generated_tokens"] == 2 and line["beam_size"] == 1 and line["alpha"] is None
+        "OMP_WAIT_POLICY" not in native
+        and "ONEDNN_MAX_CPU_ISA" not in native
+        and native["XLA_FLAGS"] == ("--xla_dump_to=/tmp/x")
     )
-    assert line["tgt_tokens_per_s"] > 0 and line["batch1_latency_s"] > 0
+    avx2 = decode_compare.child_environment("avx2")
+    assert "OMP_WAIT_POLICY" not in avx2
+    assert avx2["ONEDNN_MAX_CPU_ISA"] == "AVX2" and avx2["CT2_FORCE_CPU_ISA"] == "AVX2"
+    assert avx2["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_cpu_max_isa=AVX2"
+    assert decode_compare.isa_label("avx2", ["avx2", "avx512f"]) == "AVX2 emulated by ISA caps on an AVX-512 CPU"
 
 
-def test_decode_compare_runs_every_runner_on_one_model(capsys):
-    """Every runner's beam search in one process (one model, one trace each): cheaper than one
-    `decode_throughput` call per runner, and the same code paths."""
-    for package in set(PEER_PACKAGES.values()):
+def test_decode_compare_refuses_bfloat16_under_the_avx2_caps(capsys):
+    import decode_compare
+
+    with pytest.raises(SystemExit):
+        decode_compare.parse_args(["forced", "--isa", "avx2", "--runners", "python", "python_bfloat16"])
+    assert decode_compare.NO_BFLOAT16_UNDER_CAPS in capsys.readouterr().err
+    assert "python_bfloat16" not in decode_compare.parse_args(["verses", "--model-dir", "m", "--isa", "avx2"]).systems
+    assert "python_bfloat16" in decode_compare.parse_args(["forced"]).runners
+
+
+def test_decode_compare_forced_runs_every_runner_in_its_own_process(capsys):
+    """Every runner's beam search on the fixed work, each in a worker, under the AVX2 caps (which
+    every library must accept)."""
+    for package in PEER_PACKAGES:
         pytest.importorskip(package, reason=f"{package} (an extra) is not installed")
-    runners = [
-        "python",
-        "xla",
-        "savedmodel",
-        "python_bfloat16",
-        "savedmodel_bfloat16",
-        "tflite",
-        "keras_hub",
-        "keras_hub_xla",
-    ]
-    argv = DECODE_WORK + ["--search", "beam", "--beam-size", "2", "--runners", *runners, "--rounds", "1"]
+    import decode_compare
+
+    runners = [name for name in decode_compare.FORCED_TF if name != "tflite_int8" and "bfloat16" not in name]
+    runners += ["ctranslate2", "ctranslate2_int8"]
+    argv = ["forced", *DECODE_WORK, "--beam-size", "2", "--runners", *runners, "--rounds", "2", "--isa", "avx2"]
     line = run_main("decode_compare", argv, capsys)
-    assert set(line["systems"]) == set(runners) and line["reference"] == "python"
-    for runner in runners[1:]:
-        assert line["speedup_of_reference_batch"][runner]["of_medians"] > 0
+    assert set(line["systems"]) == set(runners) and line["reference"] == "ctranslate2"
+    assert line["isa_caps"]["CT2_FORCE_CPU_ISA"] == "AVX2" and "avx2" in line["machine"]["cpu_flags"]
+    assert line["tgt_tokens_per_s_over_reference"]["ctranslate2"] == 1.0
+    for name, system in line["systems"].items():
+        assert system["generated_tokens"] == 2 and len(system["batch_s_per_round"]) == 2
+        assert system["tgt_tokens_per_s"] == pytest.approx(2 * 2 / system["batch_s_median"], rel=0.01)
+        assert line["tgt_tokens_per_s_over_reference"][name] > 0
+    assert line["systems"]["ctranslate2"]["package"].startswith("ctranslate2==")
+    assert line["systems"]["keras_hub"]["alpha"] is None and line["systems"]["python"]["alpha"] == 0.6
 
 
-def test_ctranslate2_compare_forced_work(capsys):
+def test_decode_compare_forced_greedy(capsys):
     pytest.importorskip("ctranslate2", reason="ctranslate2 (an extra) is not installed")
-    runners = ["python", "ctranslate2", "ctranslate2_int8"]
-    argv = ["forced", *DECODE_WORK, "--beam-size", "2", "--runners", *runners, "--rounds", "1"]
-    line = run_main("ctranslate2_compare", argv, capsys)
-    assert line["workload"] == "tiny" and line["search"] == "beam" and set(line["systems"]) == set(runners)
-    assert all(system["generated_tokens"] == 2 for system in line["systems"].values())
-    assert line["systems"]["ctranslate2"]["runner_package"].startswith("ctranslate2==")
+    argv = ["forced", *DECODE_WORK, "--search", "greedy", "--runners", "python", "ctranslate2", "--rounds", "1"]
+    line = run_main("decode_compare", argv, capsys)
+    for system in line["systems"].values():
+        assert system["beam_size"] == 1 and system["alpha"] is None and system["generated_tokens"] == 2
+    assert line["isa"] == "native" and line["isa_caps"] == {} and line["load_after"]
 
 
-def test_ctranslate2_compare_verses(capsys, trained):
+def test_decode_compare_verses_with_bfloat16(capsys, trained):
     pytest.importorskip("ctranslate2", reason="ctranslate2 (an extra) is not installed")
+    import decode_compare
+
+    systems = decode_compare.VERSES_TF + ["ctranslate2", "ctranslate2_int8"]
     argv = ["verses", "--model-dir", trained.model_dir, "--limit", "3", "--beam-size", "2", "--rounds", "1"]
-    argv += ["--savedmodel", "--exact", "--bfloat16"]
-    line = run_main("ctranslate2_compare", argv, capsys)
-    ours = {
-        "ours",
-        "ours_savedmodel",
-        "ours_exact",
-        "ours_savedmodel_exact",
-        "ours_bfloat16",
-        "ours_savedmodel_bfloat16",
-    }
-    assert set(line["systems"]) == {*ours, "ctranslate2", "ctranslate2_int8"}
-    assert line["sentences"] == 3
+    line = run_main("decode_compare", argv + ["--systems", *systems], capsys)
+    assert set(line["systems"]) == set(systems) and line["sentences"] == 3 and line["isa"] == "native"
     for system in line["systems"].values():
         assert system["target_tokens"] > 0 and system["tgt_tokens_per_s"] > 0 and 0 <= system["bleu"] <= 100
-    assert line["relative_to_ctranslate2"]["ctranslate2"] == 1.0
-    assert line["systems"]["ours"]["target_tokens"] == line["systems"]["ours_savedmodel"]["target_tokens"]
+    assert line["tgt_tokens_per_s_over_reference"]["ctranslate2"] == 1.0
+    ours = line["systems"]["python"]
+    for same in ("xla", "savedmodel", "savedmodel_xla"):  # the same search, another execution path
+        assert line["systems"][same]["target_tokens"] == ours["target_tokens"]
+        assert line["systems"][same]["bleu"] == ours["bleu"]
 
 
 def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, trained):
@@ -172,12 +210,28 @@ def test_data_memory(capsys, tmp_path):
     assert run["peak_rss_mb"] > 100 and 0 < run["first_step_s"] < run["total_s"]
 
 
-def test_profile_decode(capsys, tmp_path):
-    line = run_main(
-        "profile_decode",
-        ["--model", "tiny", "--batch", "2", "--source-length", "5", "--generate", "3", "--logdir", str(tmp_path)],
-        capsys,
-    )
-    assert line["ms_per_step"] > 0 and line["target_tokens_per_s"] > 0
-    assert any("MatMul" in name for name in line["op_self_time_ms_per_step"])
-    assert 0 < sum(line["op_self_time_share"].values()) <= 1.0 + 1e-6
+def test_profile_decode_splits_a_step(capsys, tmp_path):
+    argv = ["--models", "tiny", "--batches", "1", "2", "--source-length", "5", "--generate", "3"]
+    line = run_main("profile_decode", argv + ["--logdir", str(tmp_path), "--ceiling-size", "256"], capsys)
+    assert [(row["model"], row["batch"]) for row in line["steps"]] == [("tiny", 1), ("tiny", 2)]
+    assert line["per_op_cost_us"] > 0 and line["matmul_rate_gflops"] > 0
+    from flops import decode_step_flops
+
+    from keras_transformer import TransformerConfig
+
+    for row in line["steps"]:
+        assert set(row["parts_ms_per_step"]) == {"matmul", "attention", "search", "other_model"}
+        assert row["parts_ms_per_step"]["matmul"] > 0 and row["parts_ms_per_step"]["search"] > 0
+        assert row["ops_per_step"] > 50 and row["per_op_overhead_ms_per_step"] > 0
+        config = TransformerConfig.tiny(vocab_size=500)
+        assert row["flops_per_step"] == decode_step_flops(config, row["batch"] * 4, 5, 2.0)
+
+
+def test_decode_step_flops_by_hand():
+    from flops import decode_step_flops
+
+    from keras_transformer import TransformerConfig
+
+    config = TransformerConfig(vocab_size=100, num_layers=1, d_model=8, d_ff=16, num_heads=2)
+    # one layer: 6 d^2 + 2 d d_ff = 384 + 256 weights; output 100 x 8; attention 2 x 8 x (3 + 5)
+    assert decode_step_flops(config, 2, 5, 3) == 2 * 2 * (384 + 256 + 800 + 128)
