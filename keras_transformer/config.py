@@ -168,6 +168,7 @@ class DataConfig:
     tokenizer_model: str | None = None  # an existing SentencePiece model to use instead of learning one
     max_length_ratio: float = 9.0  # skip training pairs whose longer side has more than this many times the tokens
     tfds_data_dir: str | None = None  # TFDS data directory (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets)
+    tfds_download: bool = False  # download and prepare a tfds:NAME not prepared there (default: fail at once)
 
     def __post_init__(self):
         _check(bool(self.data), "data must name a data source")
