@@ -46,13 +46,10 @@ def test_train_throughput(capsys):
 
 
 DECODE_WORK = ["--workload", "tiny", "--sentences", "2", "--source-length", "3", "--generate", "2", "--repeats", "1"]
-PEER_PACKAGES = {"tflite": "ai_edge_litert", "keras_hub": "keras_hub", "keras_hub_xla": "keras_hub"}
 
 
 @pytest.mark.parametrize("runner", ["python", "keras_hub"])
 def test_decode_throughput_greedy(runner, capsys):
-    if runner in PEER_PACKAGES:
-        pytest.importorskip(PEER_PACKAGES[runner], reason=f"{PEER_PACKAGES[runner]} (an extra) is not installed")
     line = run_main("decode_throughput", DECODE_WORK + ["--runner", runner, "--search", "greedy"], capsys)
     assert (
         line["runner"] == runner and line["generated_tokens"] == 2 and line["beam_size"] == 1 and line["alpha"] is None
@@ -63,8 +60,6 @@ def test_decode_throughput_greedy(runner, capsys):
 def test_decode_compare_runs_every_runner_on_one_model(capsys):
     """Every runner's beam search in one process (one model, one trace each): cheaper than one
     `decode_throughput` call per runner, and the same code paths."""
-    for package in set(PEER_PACKAGES.values()):
-        pytest.importorskip(package, reason=f"{package} (an extra) is not installed")
     runners = [
         "python",
         "xla",
@@ -83,7 +78,6 @@ def test_decode_compare_runs_every_runner_on_one_model(capsys):
 
 
 def test_ctranslate2_compare_forced_work(capsys):
-    pytest.importorskip("ctranslate2", reason="ctranslate2 (an extra) is not installed")
     runners = ["python", "ctranslate2", "ctranslate2_int8"]
     argv = ["forced", *DECODE_WORK, "--beam-size", "2", "--runners", *runners, "--rounds", "1"]
     line = run_main("ctranslate2_compare", argv, capsys)
@@ -93,7 +87,6 @@ def test_ctranslate2_compare_forced_work(capsys):
 
 
 def test_ctranslate2_compare_verses(capsys, tmp_path):
-    pytest.importorskip("ctranslate2", reason="ctranslate2 (an extra) is not installed")
     from conftest import FIXTURE
 
     from keras_transformer import TrainingConfig, TransformerConfig
@@ -116,8 +109,11 @@ def test_ctranslate2_compare_verses(capsys, tmp_path):
     assert set(line["systems"]) == {*ours, "ctranslate2", "ctranslate2_int8"}
     assert line["sentences"] == 3
     for system in line["systems"].values():
-        assert system["target_tokens"] > 0 and system["tgt_tokens_per_s"] > 0 and 0 <= system["bleu"] <= 100
-    assert line["relative_to_ctranslate2"]["ctranslate2"] == 1.0
+        assert system["target_tokens"] > 0 and system["tgt_tokens_per_s"] > 0
+    systems = line["systems"]
+    assert systems["ours"]["bleu"] == systems["ours_savedmodel"]["bleu"]  # one search, two runtimes: one BLEU
+    speed = {name: system["tgt_tokens_per_s"] for name, system in systems.items()}
+    assert line["relative_to_ctranslate2"]["ours"] == round(speed["ours"] / speed["ctranslate2"], 3)
     assert line["systems"]["ours"]["target_tokens"] == line["systems"]["ours_savedmodel"]["target_tokens"]
 
 
@@ -139,7 +135,6 @@ def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, tmp_path):
 
 
 def test_compare(capsys):
-    pytest.importorskip("keras_hub", reason="keras-hub is in the `bench` extra, not installed")
     line = run_main(
         "compare",
         ["--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"],
@@ -149,7 +144,6 @@ def test_compare(capsys):
 
 
 def test_seed_parallelism(capsys, tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib is in the `bench` extra, not installed")
     png = tmp_path / "plot.png"
     argv = [
         "--workload",

@@ -353,3 +353,36 @@ def test_a_translator_serves_eight_threads_as_it_serves_one(untrained, fixture_p
     assert threaded == [sequential[(i * 13) % 40] for i in range(400)]
     assert len({tuple(translations) for translations in sequential}) > 10
     assert len(traces) == 1  # one trace of the search, shared by every thread and batch shape
+
+
+# --- a resumed training is the uninterrupted one ---------------------------------------------------
+
+
+def test_a_resumed_training_equals_an_uninterrupted_one(tmp_path):
+    """Through `train` itself (its ModelDir, CheckpointCallback and resume): 4 steps in one run vs
+    2 + 2 in two runs. The resumed stream is shuffled anew (seed + step), so the data is one pair
+    repeated and dropout is off: every batch is the same, and the weights, Adam's moments and the
+    step count must be too."""
+    from keras_transformer.training.trainer import train
+
+    pair = FIXTURE.read_text(encoding="utf-8").splitlines()[5]
+    data = tmp_path / "one-pair.tsv"
+    data.write_text((pair + "\n") * 200, encoding="utf-8")
+    config = TransformerConfig.tiny(vocab_size=60, dropout=0.0)
+
+    def run(model_dir, max_steps):
+        training = TrainingConfig(**{**TRAINING, "max_steps": max_steps, "warmup_steps": 2})
+        train(str(model_dir), config, training, DataConfig(data=str(data), tokenizer_sample=200), verbose=0, log=print)
+
+    run(tmp_path / "once", 4)
+    run(tmp_path / "twice", 2)
+    run(tmp_path / "twice", 4)
+    once = tf.train.load_checkpoint(str(tmp_path / "once" / "checkpoints" / "ckpt-4"))
+    twice = tf.train.load_checkpoint(str(tmp_path / "twice" / "checkpoints" / "ckpt-4"))
+    names = sorted(once.get_variable_to_shape_map())
+    assert names == sorted(twice.get_variable_to_shape_map())
+    moments = [name for name in names if "optimizer" in name and "VARIABLE_VALUE" in name]
+    assert len(moments) > 10 and any("iteration" in name for name in names)
+    for name in names:
+        if name != "_CHECKPOINTABLE_OBJECT_GRAPH":
+            np.testing.assert_allclose(twice.get_tensor(name), once.get_tensor(name), rtol=1e-6, err_msg=name)
