@@ -386,3 +386,27 @@ def test_a_resumed_training_equals_an_uninterrupted_one(tmp_path):
     for name in names:
         if name != "_CHECKPOINTABLE_OBJECT_GRAPH":
             np.testing.assert_allclose(twice.get_tensor(name), once.get_tensor(name), rtol=1e-6, err_msg=name)
+
+
+# --- the one-line errors, as a user's terminal shows them ------------------------------------------
+
+
+def test_no_checkpoint_that_restores_is_one_line_in_a_terminal(copy_of):
+    model_dir = copy_of()
+    for step in checkpoint_steps(model_dir):
+        truncate(f"{model_dir}/checkpoints/ckpt-{step}")
+    result = cli("translate", "--model-dir", str(model_dir), "Jesus wept.")
+    assert (result.returncode, result.stdout) == (2, b"")
+    (line,) = result.stderr.decode().splitlines()
+    assert line.startswith(f"keras-transformer: error: cannot restore checkpoint {model_dir}/checkpoints/ckpt-20: ")
+
+
+def test_a_nan_loss_is_one_line_in_a_terminal(tmp_path):
+    flags = ["--learning-rate-scale", "1e30", "--warmup-steps", "1", "--max-steps", "6", "--checkpoint-every", "1"]
+    result = cli(*TRAIN_FLAGS, "--model-dir", str(tmp_path / "model"), *flags)
+    assert result.returncode == 2
+    stderr = result.stderr.decode()
+    errors = [line for line in stderr.splitlines() if "error" in line.lower() or "Traceback" in line]
+    assert len(errors) == 1 and stderr.splitlines()[-1] == errors[0], stderr[-2000:]
+    assert errors[0].startswith("keras-transformer: error: the training loss became NaN or infinite at step ")
+    assert errors[0].endswith("try a lower --learning-rate-scale")
