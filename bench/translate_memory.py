@@ -26,8 +26,8 @@ def rss_mb(pid: int) -> float | None:
         status = pathlib.Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
         return None
-    kilobytes = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
-    return kilobytes / 1024
+    kilobytes = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), None)
+    return None if kilobytes is None else kilobytes / 1024  # None: the process has exited
 
 
 def main(argv=None) -> None:
