@@ -181,6 +181,7 @@ class DataConfig:
     max_length_ratio: float = 9.0  # skip training pairs whose longer side has more than this many times the tokens
     subword_alpha: float = 0.0  # subword regularisation: sample training segmentations with this alpha (0: off)
     tfds_data_dir: str | None = None  # TFDS data directory (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets)
+    tfds_download: bool = False  # download and prepare a tfds:NAME not prepared there (default: fail at once)
 
     def __post_init__(self):
         _check(bool(self.data), "data must name a data source")

@@ -3,14 +3,21 @@ the weights-only checkpoints averaged/ (`keras-transformer average`) and best/ (
 validation BLEU, `keras_transformer.training.callbacks.bleu.BleuCallback`).
 
 Everything needed to rebuild and use a trained model lives here; `load_model` restores the
-latest (or a chosen) checkpoint.
+latest checkpoint that restores (or a chosen one). One `train` at a time writes to a directory
+(`ModelDir.lock`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import glob
 import json
 import os
+import shutil
+import socket
+import sys
 
 import tensorflow as tf
 
@@ -22,6 +29,24 @@ WEIGHTS_CHECKPOINTS = ("averaged", "best")
 
 class ModelDirError(ValueError):
     """A model directory that is missing, incomplete, corrupt or made for another config."""
+
+
+class ModelDirLocked(ModelDirError):
+    """Another live `train` process holds the model directory."""
+
+
+class CheckpointWriteError(ModelDirError):
+    """A checkpoint could not be written (a full disk, most often); its partial files are gone."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +72,56 @@ class ModelDir:
     def weights_dir(self, name: str) -> str:
         """Where the weights-only checkpoint `name` ("averaged" or "best") lives."""
         return os.path.join(self.path, name)
+
+    def lock_path(self, worker: int = 0) -> str:
+        return os.path.join(self.path, "train.lock" if worker == 0 else f"train.worker-{worker}.lock")
+
+    @contextlib.contextmanager
+    def lock(self, worker: int = 0):
+        """Hold the directory for one training process (worker `worker` of a multi-worker run) and
+        release it on exit. The lock file, created with O_EXCL, holds "host pid"; a lock whose
+        process is gone (same host, PID not alive: a `kill -9`, a crash) is stale and taken over.
+        Raises `ModelDirLocked` naming the live holder."""
+        os.makedirs(self.path, exist_ok=True)
+        path = self.lock_path(worker)
+        mine = f"{socket.gethostname()} {os.getpid()}\n"
+        while True:
+            try:
+                descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        host, _, pid = f.read().strip().partition(" ")
+                except FileNotFoundError:  # released meanwhile
+                    continue
+                if host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid)):
+                    stale = f"{path}.stale-{os.getpid()}"
+                    with contextlib.suppress(FileNotFoundError):  # another process took it over first
+                        os.rename(path, stale)  # atomic: one taker wins
+                        os.remove(stale)
+                        print(
+                            f"warning: took over the stale lock of PID {pid} (no such process) in {path}",
+                            file=sys.stderr,
+                        )
+                    continue
+                raise ModelDirLocked(
+                    f"{self.path} is in use by another train (host {host or '?'}, PID {pid or '?'}; "
+                    f"lock file {path}): wait for it to end, or use another --model-dir"
+                ) from None
+            with os.fdopen(descriptor, "w", encoding="utf-8") as f:
+                f.write(mine)
+            break
+        try:
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as f:
+                if f.read() == mine:
+                    os.remove(path)
+
+    def checkpoints(self) -> list[str]:
+        """The training checkpoints that checkpoints/checkpoint lists, newest first."""
+        state = tf.train.get_checkpoint_state(self.checkpoint_dir)
+        return list(reversed(state.all_model_checkpoint_paths)) if state else []
 
     def resolve_checkpoint(self, name: str | None) -> str | None:
         """None or "latest": the last training checkpoint; "averaged" or "best": that one;
@@ -138,6 +213,60 @@ def save_weights(model, directory: str, step: int) -> str:
     return manager.save(checkpoint_number=step)
 
 
+def remove_checkpoint_files(prefix: str) -> None:
+    """Delete the files of the checkpoint `prefix` (`prefix.index`, `prefix.data-*`) and the
+    temporary directory a save writes first (`prefix_temp`), as a failed save leaves them."""
+    for path in glob.glob(glob.escape(prefix) + ".*") + glob.glob(glob.escape(prefix) + "_temp*"):
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+
+
+def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
+    """`manager.save(checkpoint_number=step)`; a failed write (no space left, most often) leaves
+    none of its files and raises `CheckpointWriteError` naming the last good checkpoint."""
+    last_good = manager.latest_checkpoint
+    prefix = os.path.join(manager.directory, f"ckpt-{step}")
+    try:
+        return manager.save(checkpoint_number=step)
+    except (tf.errors.OpError, OSError) as error:
+        remove_checkpoint_files(prefix)
+        message = getattr(error, "message", None) or str(error)
+        full = isinstance(error, tf.errors.ResourceExhaustedError) or getattr(error, "errno", None) == errno.ENOSPC
+        full = full or "No space left on device" in message
+        what = "no space left on device" if full else f"cannot write ({_first_line(error)})"
+        raise CheckpointWriteError(
+            f"{what} writing checkpoint {prefix}; the last good one is {last_good or 'none'}"
+        ) from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def restore_newest(checkpoint: tf.train.Checkpoint, paths: list[str], *, weights_only: bool = False, warn=None) -> str:
+    """Restore `checkpoint` from the first of `paths` (newest first) that restores; return it.
+    Skipping a broken one (a truncated file) is said through `warn` (default: stderr), one line;
+    when none restores, the newest one's `ModelDirError`."""
+    errors = []
+    for path in paths:
+        try:
+            restore(checkpoint, path, weights_only=weights_only)
+        except ModelDirError as error:
+            errors.append(error)
+            continue
+        if errors:
+            reasons = "; ".join(str(error) for error in errors)
+            (warn or (lambda line: print(f"warning: {line}", file=sys.stderr)))(
+                f"using {path}, the newest checkpoint that restores ({reasons})"
+            )
+        return path
+    raise errors[0]
+
+
 def restore(checkpoint: tf.train.Checkpoint, path: str, *, weights_only: bool = False) -> None:
     """Restore `checkpoint` from `path`, with a one-line error for a corrupt or foreign file."""
     try:
@@ -147,14 +276,14 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, *, weights_only: bool = 
         else:
             status.assert_existing_objects_matched()
     except (tf.errors.OpError, AssertionError, ValueError, IndexError, KeyError) as error:  # IndexError: truncated data
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelDirError(f"cannot restore checkpoint {path}: {first_line}") from None
+        raise ModelDirError(f"cannot restore checkpoint {path}: {_first_line(error)}") from None
 
 
 def load_model(path: str, checkpoint: str | None = None, dtype: str | None = None):
     """(Transformer, SubwordTokenizer, stored config dict) from a model directory, weights from
-    `checkpoint` ("latest", the default; "averaged"; "best"; or a path), as trained (float32) or
-    cast to `dtype` for decoding (`Transformer.with_dtype`)."""
+    `checkpoint` ("latest", the default: the newest training checkpoint that restores, with a
+    warning on stderr when it is not the newest; "averaged"; "best"; or a path, strictly), as
+    trained (float32) or cast to `dtype` for decoding (`Transformer.with_dtype`)."""
     from keras_transformer.model import Transformer
 
     model_dir = ModelDir(path)
@@ -166,12 +295,16 @@ def load_model(path: str, checkpoint: str | None = None, dtype: str | None = Non
             f"{model_dir.tokenizer_path} has {tokenizer.vocab_size} tokens "
             f"but the config says vocab_size={config.vocab_size}"
         )
+    latest = checkpoint in (None, "latest")
     checkpoint = model_dir.resolve_checkpoint(checkpoint)
     if checkpoint is None:
         raise ModelDirError(f"{path} holds no checkpoint yet (train first)")
     model = Transformer(config)
     model.build()
-    restore(weights_checkpoint(model), checkpoint, weights_only=True)
+    if latest:
+        restore_newest(weights_checkpoint(model), model_dir.checkpoints() or [checkpoint], weights_only=True)
+    else:
+        restore(weights_checkpoint(model), checkpoint, weights_only=True)
     if dtype is not None:
         model = model.with_dtype(dtype)
     return model, tokenizer, values

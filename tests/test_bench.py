@@ -62,7 +62,6 @@ def test_gpu_check_is_train_throughput_with_the_gpu_settings():
 
 
 DECODE_WORK = ["--workload", "tiny", "--sentences", "2", "--source-length", "3", "--generate", "2", "--repeats", "1"]
-PEER_PACKAGES = ("ai_edge_litert", "keras_hub", "ctranslate2")
 
 
 def test_no_bench_or_package_file_sets_omp_wait_policy():
@@ -106,8 +105,6 @@ def test_decode_compare_refuses_bfloat16_under_the_avx2_caps(capsys):
 def test_decode_compare_forced_runs_every_runner_in_its_own_process(capsys):
     """Every runner's beam search on the fixed work, each in a worker, under the AVX2 caps (which
     every library must accept)."""
-    for package in PEER_PACKAGES:
-        pytest.importorskip(package, reason=f"{package} (an extra) is not installed")
     import decode_compare
 
     runners = [name for name in decode_compare.FORCED_TF if name != "tflite_int8" and "bfloat16" not in name]
@@ -126,7 +123,6 @@ def test_decode_compare_forced_runs_every_runner_in_its_own_process(capsys):
 
 
 def test_decode_compare_forced_greedy(capsys):
-    pytest.importorskip("ctranslate2", reason="ctranslate2 (an extra) is not installed")
     argv = ["forced", *DECODE_WORK, "--search", "greedy", "--runners", "python", "ctranslate2", "--rounds", "1"]
     line = run_main("decode_compare", argv, capsys)
     for system in line["systems"].values():
@@ -135,7 +131,6 @@ def test_decode_compare_forced_greedy(capsys):
 
 
 def test_decode_compare_verses_with_bfloat16(capsys, trained):
-    pytest.importorskip("ctranslate2", reason="ctranslate2 (an extra) is not installed")
     import decode_compare
 
     systems = decode_compare.VERSES_TF + ["ctranslate2", "ctranslate2_int8"]
@@ -161,7 +156,6 @@ def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, trained):
 
 
 def test_compare(capsys):
-    pytest.importorskip("keras_hub", reason="keras-hub is in the `bench` extra, not installed")
     line = run_main(
         "compare",
         ["--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"],
@@ -171,7 +165,6 @@ def test_compare(capsys):
 
 
 def test_seed_parallelism(capsys, tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib is in the `bench` extra, not installed")
     png = tmp_path / "plot.png"
     argv = [
         "--workload",

@@ -211,10 +211,15 @@ def test_tflite_ids_equal_the_saved_model(exported):
     expected = run_artifact("saved_model", exported.paths["saved_model_ids"], calls)
     for kind in ("tflite", "tflite_int8"):
         outputs = run_artifact("litert", exported.paths[kind], calls)
+        same_best, rows = 0, 0
         for want, got in zip(expected, outputs):
             assert got["ids"].shape == want["ids"].shape and got["ids"].dtype == np.int32
             if kind == "tflite":
                 assert_same_beams(got["ids"], want["ids"], got["scores"], want["scores"])
+            same_best += sum(np.array_equal(a, b) for a, b in zip(got["ids"][:, 0], want["ids"][:, 0]))
+            rows += len(want["ids"])
+        if kind == "tflite_int8":  # int8 weights round: most best hypotheses stay the float model's
+            assert same_best >= 0.5 * rows, f"{same_best} of {rows} int8 best hypotheses equal float's"
 
 
 @pytest.mark.slow

@@ -122,15 +122,18 @@ def test_sigterm_and_sigint_checkpoint_the_step_and_the_same_command_resumes(tmp
 
 
 def test_a_checkpoint_whose_write_was_cut_short_is_not_used(tmp_path):
-    """CheckpointManager names a checkpoint in its index file only once all its files are
-    written: files of an unfinished save (no index entry) are ignored."""
+    """ModelDir's CheckpointManager (the one `train` saves with) names a checkpoint in its index
+    file only once all its files are written: files of an unfinished save (no index entry) are
+    ignored by ModelDir's resume and `load_model`'s choice."""
+    from keras_transformer.model_dir import ModelDir, restore_newest, save_checkpoint
+
+    model_dir = ModelDir(str(tmp_path))
     variable = tf.Variable(1.0)
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=variable), str(tmp_path), max_to_keep=3)
-    manager.save(checkpoint_number=2)
-    (tmp_path / "ckpt-4.index").write_bytes(b"truncated")  # a save killed before its index update
-    (tmp_path / "ckpt-4_temp").mkdir()
+    save_checkpoint(model_dir.checkpoint_manager(tf.train.Checkpoint(v=variable), keep=3), 2)
+    checkpoints = tmp_path / "checkpoints"
+    (checkpoints / "ckpt-4.index").write_bytes(b"truncated")  # a save killed before its index update
+    (checkpoints / "ckpt-4_temp").mkdir()
     variable.assign(5.0)
-    restarted = tf.train.CheckpointManager(tf.train.Checkpoint(v=variable), str(tmp_path), max_to_keep=3)
-    assert restarted.latest_checkpoint.endswith("ckpt-2")
-    restarted.checkpoint.restore(restarted.latest_checkpoint).assert_existing_objects_matched()
+    assert model_dir.checkpoints() == [str(checkpoints / "ckpt-2")]
+    assert restore_newest(tf.train.Checkpoint(v=variable), model_dir.checkpoints()).endswith("ckpt-2")
     assert float(variable.numpy()) == 1.0

@@ -74,7 +74,7 @@ def test_a_dataset_that_needs_the_network_fails_with_one_line(tmp_path, monkeypa
 
     monkeypatch.setattr(downloader, "MAX_RETRIES", 0)  # no back-off: one attempt
     with pytest.raises(DataError) as error:
-        pairs_dataset("tfds:needs_network", "train", tfds_data_dir=str(tmp_path))
+        pairs_dataset("tfds:needs_network", "train", tfds_data_dir=str(tmp_path), tfds_download=True)
     message = str(error.value)
     assert "\n" not in message
     assert re.fullmatch(

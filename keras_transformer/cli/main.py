@@ -55,7 +55,14 @@ def _add_translate(subparsers):
     p.add_argument("--model-dir", required=True)
     _add_decoding(p)
     p.add_argument(
-        "text", nargs="*", help="sentences; none: read stdin (with --nbest N: INDEX<TAB>SCORE<TAB>TEXT lines)"
+        "--strict-input",
+        action="store_true",
+        help="a stdin line that is not UTF-8 is an error (default: its bad bytes become U+FFFD, with a warning)",
+    )
+    p.add_argument(
+        "text",
+        nargs="*",
+        help="sentences; none: read stdin, one per line, streamed (--nbest N: INDEX<TAB>SCORE<TAB>TEXT)",
     )
 
 
@@ -70,6 +77,9 @@ def _add_evaluate(subparsers):
     p.add_argument("--reverse", action="store_true", help="swap the columns of --data (default: the model's direction)")
     p.add_argument("--split", default="test", choices=("validation", "test"))
     p.add_argument("--tfds-data-dir", help="TFDS data directory (default: the training run's, $TFDS_DATA_DIR)")
+    p.add_argument(
+        "--tfds-download", action="store_true", help="download and prepare a tfds:NAME that is not prepared (network)"
+    )
     p.add_argument("--limit", type=int, help="only the first N pairs")
     _add_decoding(p)
     p.add_argument("--show", type=int, default=3, help="print N example translations")
@@ -147,16 +157,48 @@ def _translator(args):
     return Translator.from_model_dir(args.model_dir, args.checkpoint, decoding(args))
 
 
+STDIN_CHUNK = 1000  # stdin lines translated at once: memory stays flat over any input length
+
+
+def _decoded_lines(lines, strict: bool):
+    """Text lines of a binary stream: invalid UTF-8 replaced by U+FFFD with a warning naming the
+    line (as the SavedModels' text signatures do), or with `strict` a one-line error."""
+    from keras_transformer.data.errors import DataError
+
+    for number, line in enumerate(lines, 1):
+        line = line.rstrip(b"\r\n")
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            where = f"stdin line {number}: invalid UTF-8 (byte {line[error.start]:#04x} at offset {error.start})"
+            if strict:
+                raise DataError(f"{where}; drop --strict-input to translate it with U+FFFD in place") from None
+            _log(f"warning: {where} replaced by U+FFFD")
+            yield line.decode("utf-8", "replace")
+
+
+def _chunks(items, size: int):
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def _translate(args):
     translator = _translator(args)
-    texts = args.text or [line.rstrip("\r\n") for line in sys.stdin]
-    if (translator.decoding.nbest or 1) == 1:  # one line per input
-        for translation in translator.translate(texts):
-            print(translation)
-        return
-    for index, hypotheses in enumerate(translator.translate_nbest(texts)):
-        for translation, score in hypotheses:
-            print(f"{index}\t{score:.4f}\t{translation}")
+    texts = [args.text] if args.text else _chunks(_decoded_lines(sys.stdin.buffer, args.strict_input), STDIN_CHUNK)
+    nbest = translator.decoding.nbest or 1  # 1: one line per input
+    index = 0
+    for chunk in texts:  # each chunk sorted by length inside the translator, printed in input order
+        for hypotheses in translator.translate_nbest(chunk, n=nbest):
+            for translation, score in hypotheses:
+                print(f"{index}\t{score:.4f}\t{translation}" if nbest > 1 else translation)
+            index += 1
+        sys.stdout.flush()
 
 
 def _evaluate(args):
@@ -178,7 +220,8 @@ def _evaluate(args):
         reverse = trained_on.reverse or args.reverse  # the direction the model was trained in
         if source is None:
             raise DataError(f"{trained_on.data} was trained with --valid-data, without --test-data: pass --data")
-    sources, references = read_pairs(*source, reverse, args.limit, tfds_data_dir=tfds_data_dir)
+    download = args.tfds_download or trained_on.tfds_download
+    sources, references = read_pairs(*source, reverse, args.limit, tfds_data_dir=tfds_data_dir, tfds_download=download)
     scores = evaluate(translator, (sources, references))
     for source, reference, hypothesis in list(zip(sources, references, scores.pop("translations")))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")

@@ -20,7 +20,10 @@ from keras_transformer.data.splits import SPLITS, WHOLE, tsv_block
 PAIRS_PER_READ = 4096  # pairs moved to Python at once by `read_pairs` and `sentences`
 
 
-def _tfds_pairs(spec: str, split: str, data_dir: str | None) -> tf.data.Dataset:
+def _tfds_pairs(spec: str, split: str, data_dir: str | None, download: bool) -> tf.data.Dataset:
+    """A prepared TFDS dataset's split; one not prepared in `data_dir` is downloaded and prepared
+    only with `download` (the network's reach is not probed: without it, TFDS retries for minutes).
+    """
     import tensorflow_datasets as tfds
 
     name = spec[len("tfds:") :]
@@ -33,10 +36,17 @@ def _tfds_pairs(spec: str, split: str, data_dir: str | None) -> tf.data.Dataset:
     except Exception as error:
         raise DataError(f"cannot load {spec}: {first_line(error)}") from None
     if not builder.is_prepared():
+        where = data_dir or os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets")
+        if not download:
+            raise DataError(
+                f"cannot load {spec}: it is not prepared in {where}; prepare it where there is internet "
+                f"(tfds build {name} --data_dir DIR) and pass --tfds-data-dir DIR, or pass --tfds-download "
+                "to download and prepare it now"
+            )
+        tfds.disable_progress_bar()  # its download bars are not our output
         try:
             builder.download_and_prepare()
         except Exception as error:
-            where = data_dir or os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets")
             raise DataError(
                 f"cannot load {spec}: it is not prepared in {where} and downloading it failed ({first_line(error)}); "
                 f"prepare it where there is internet (tfds build {name} --data_dir DIR) and pass --tfds-data-dir DIR"
@@ -48,17 +58,24 @@ def _tfds_pairs(spec: str, split: str, data_dir: str | None) -> tf.data.Dataset:
 
 
 def pairs_dataset(
-    spec: str, split: str, reverse: bool = False, *, shuffle_seed: int | None = None, tfds_data_dir: str | None = None
+    spec: str,
+    split: str,
+    reverse: bool = False,
+    *,
+    shuffle_seed: int | None = None,
+    tfds_data_dir: str | None = None,
+    tfds_download: bool = False,
 ) -> tf.data.Dataset:
     """A stream of (source, target) scalar strings: one split of a data source (see the module docstring).
 
     `shuffle_seed` (training): several files are read in a new random order every pass, up to 8
-    at a time, a pair from each in turn; without it, one after the other.
+    at a time, a pair from each in turn; without it, one after the other. `tfds_download`: download
+    and prepare a tfds:NAME that is not prepared in `tfds_data_dir` (else a one-line `DataError`).
     """
     if split not in SPLITS + (WHOLE,):
         raise DataError(f"unknown split {split!r}; choose one of {', '.join(SPLITS + (WHOLE,))}")
     if spec.startswith("tfds:"):
-        dataset = _tfds_pairs(spec, "all" if split == WHOLE else split, tfds_data_dir)
+        dataset = _tfds_pairs(spec, "all" if split == WHOLE else split, tfds_data_dir, tfds_download)
     else:
         files = data_files(spec)
         bible = is_bible_layout(files)
@@ -85,11 +102,17 @@ def pairs_dataset(
 
 
 def read_pairs(
-    spec: str, split: str, reverse: bool = False, limit: int | None = None, *, tfds_data_dir: str | None = None
+    spec: str,
+    split: str,
+    reverse: bool = False,
+    limit: int | None = None,
+    *,
+    tfds_data_dir: str | None = None,
+    tfds_download: bool = False,
 ) -> tuple[list[str], list[str]]:
     """(sources, targets) of one split of a data source, as Python strings: the first `limit`
     pairs, or all of them (then memory grows with the split)."""
-    dataset = pairs_dataset(spec, split, reverse, tfds_data_dir=tfds_data_dir)
+    dataset = pairs_dataset(spec, split, reverse, tfds_data_dir=tfds_data_dir, tfds_download=tfds_download)
     if limit is not None:
         dataset = dataset.take(limit)
     sources, targets = [], []

@@ -45,7 +45,7 @@ def _ctranslate2():
         import ctranslate2
     except ImportError:
         raise CTranslate2ExportError(
-            f"the CTranslate2 export needs the ctranslate2 package: pip install 'keras-transformer[{EXTRA}]'"
+            f"the CTranslate2 export needs the ctranslate2 package: pip install 'keras-aiayn[{EXTRA}]'"
         ) from None
     return ctranslate2
 

@@ -3,7 +3,7 @@ maximum path lengths of Table 1, and training curves read back from a model dire
 
 No layer code here: attention weights come from `Transformer.attention_weights`, curves from
 the TensorBoard logs that `training.train` writes. matplotlib is imported only by the plotting
-functions, so the package does not depend on it (`pip install keras-transformer[notebooks]`).
+functions, so the package does not depend on it (`pip install "keras-aiayn[notebooks]"`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,15 @@ KIND_TITLES = {
     "decoder_self": "decoder masked self-attention",
     "decoder_cross": "decoder-encoder (cross) attention",
 }
+
+
+def _pyplot():
+    """matplotlib.pyplot, or an ImportError that says which extra installs it."""
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("the plots need matplotlib: pip install 'keras-aiayn[notebooks]'") from None
+    return plt
 
 
 def token_pieces(tokenizer, ids) -> list[str]:
@@ -116,7 +125,7 @@ def head_statistics(maps: AttentionMaps, kind: str) -> list[dict]:
 def plot_attention(maps: AttentionMaps, kind: str, layers=None, inches_per_token: float = 0.15):
     """Heat maps of every head of `kind` ("encoder", "decoder_self" or "decoder_cross"): one row
     per layer, one column per head; rows of a map are queries, columns keys. Returns the figure."""
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     queries, keys = maps.queries_and_keys(kind)
     all_layers = maps.weights[kind]
@@ -162,7 +171,7 @@ def max_path_lengths(n: int, kernel_size: int = 3, neighbourhood: int = 4) -> di
 
 def plot_path_lengths(max_n: int = 100, kernel_size: int = 3, neighbourhood: int = 4):
     """The maximum path lengths of `max_path_lengths` for n = 2..max_n. Returns the figure."""
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     ns = np.arange(2, max_n + 1)
     curves: dict[str, list[float]] = {}
@@ -217,7 +226,7 @@ def training_curves(model_dir: str) -> dict[str, tuple[list[int], list[float]]]:
 
 def plot_training_curves(model_dir: str):
     """Training and validation loss and accuracy of a model dir against steps. Returns the figure."""
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     curves = training_curves(model_dir)
     if not curves:

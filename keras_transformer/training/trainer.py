@@ -26,7 +26,7 @@ from keras_transformer.data.splits import split_source
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model import Transformer
-from keras_transformer.model_dir import ModelDir, ModelDirError, restore
+from keras_transformer.model_dir import ModelDir, ModelDirError, restore_newest
 from keras_transformer.training.callbacks.bleu import BleuCallback
 from keras_transformer.training.callbacks.budget import Interrupted, StopOnSignal, TimeBudget
 from keras_transformer.training.callbacks.checkpoint import CheckpointCallback
@@ -126,7 +126,9 @@ def prepare_model_dir(
         log(f"using the {tokenizer.vocab_size}-token SentencePiece model {data.tokenizer_model}")
     else:
         spec, split = split_source(data, "train")
-        pairs = pairs_dataset(spec, split, data.reverse, tfds_data_dir=data.tfds_data_dir)
+        pairs = pairs_dataset(
+            spec, split, data.reverse, tfds_data_dir=data.tfds_data_dir, tfds_download=data.tfds_download
+        )
         sample = 2 * data.tokenizer_sample  # sentences: source and target
         tokenizer = SubwordTokenizer.train(sentences(pairs), config.vocab_size, sample, seed=training.seed)
         log(
@@ -157,7 +159,11 @@ def train(
     "auto"). Batches hold `training.batch_tokens` tokens per side in all, split across replicas.
     `callbacks`: more Keras callbacks for `fit`.
     Raises `TrainingDiverged` at a NaN or infinite loss, after keeping the last good checkpoint,
-    and `budget.Interrupted` after SIGTERM or SIGINT, once the step in flight is checkpointed.
+    `budget.Interrupted` after SIGTERM or SIGINT, once the step in flight is checkpointed,
+    `model_dir.ModelDirLocked` while another live `train` holds `model_dir` (`ModelDir.lock`), and
+    `model_dir.CheckpointWriteError` when a checkpoint cannot be written (its partial files removed).
+    A resume restores the newest checkpoint that restores, saying so through `log` when that is
+    not the newest (a truncated file).
     """
     if isinstance(data, str):
         data = DataConfig(data=data)
@@ -182,6 +188,21 @@ def _train(
     if training.jit_compile:
         check_jit_compile(strategy)
     directory = ModelDir(model_dir)
+    with directory.lock(worker_id(strategy)):  # before the tokenizer and config are written
+        return _train_locked(directory, config, training, data, strategy, verbose, callbacks, log, stop_on_signal)
+
+
+def _train_locked(
+    directory: ModelDir,
+    config: TransformerConfig,
+    training: TrainingConfig,
+    data: DataConfig,
+    strategy: tf.distribute.Strategy,
+    verbose: int | str,
+    callbacks: list[keras.callbacks.Callback],
+    log: Callable[[str], None],
+    stop_on_signal: StopOnSignal,
+) -> Transformer:
     config, tokenizer = prepare_model_dir(directory, config, training, data, log)
     dtype = mixed_precision_policy(strategy) if training.mixed_precision else None
     with strategy.scope():
@@ -193,9 +214,9 @@ def _train(
     budget_state = {"step_budget": fitted.total_steps} if fitted else {}  # resumes keep the fitted budget
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **budget_state)
     manager = directory.checkpoint_manager(checkpoint, training.keep_checkpoints, worker=worker_id(strategy))
-    latest = manager.latest_checkpoint or directory.latest_checkpoint()  # a worker > 0 resumes as the chief
-    if latest:
-        restore(checkpoint, latest)
+    newest_first = list(reversed(manager.checkpoints)) or directory.checkpoints()  # a worker > 0 resumes as the chief
+    if newest_first:
+        restore_newest(checkpoint, newest_first, warn=log)
         log(f"resumed from step {trained_steps(model)}")
     step = trained_steps(model)
     if step >= training.max_steps:
@@ -214,7 +235,7 @@ def _train(
         batch_multiple=strategy.num_replicas_in_sync,
         max_length_ratio=data.max_length_ratio,
     )
-    reading = dict(reverse=data.reverse, tfds_data_dir=data.tfds_data_dir)
+    reading = dict(reverse=data.reverse, tfds_data_dir=data.tfds_data_dir, tfds_download=data.tfds_download)
     seed = training.seed + step  # a restart does not replay the same order
     skipped = SkippedPairs()
     train_batches = make_batches(

@@ -9,6 +9,7 @@ import math
 import keras
 import tensorflow as tf
 
+from keras_transformer.model_dir import save_checkpoint
 from keras_transformer.training.schedules import trained_steps
 
 
@@ -18,7 +19,9 @@ class CheckpointCallback(keras.callbacks.Callback):
     loss, which it never saves (`diverged_at` then holds the step).
 
     `tf.train.CheckpointManager` writes the new files before it points `checkpoint` at them
-    (itself replaced atomically), so a crash mid-write leaves the previous checkpoint in use.
+    (itself replaced atomically), so a crash mid-write leaves the previous checkpoint in use. A
+    write that fails (a full disk) removes its partial files and ends training with
+    `model_dir.CheckpointWriteError`, naming the last good checkpoint.
     """
 
     def __init__(self, manager: tf.train.CheckpointManager, max_steps: int, every: int = 0):
@@ -38,7 +41,7 @@ class CheckpointCallback(keras.callbacks.Callback):
         """Checkpoint the current step, unless it is on disk already or the loss diverged."""
         step = self._step()
         if step != self._saved_step and self.diverged_at is None:
-            self.manager.save(checkpoint_number=step)
+            save_checkpoint(self.manager, step)
             self._saved_step = step
 
     def on_train_batch_end(self, batch, logs=None):

@@ -1,0 +1,412 @@
+"""The faults a long training and a translation service meet, each sent for real: two `train`
+processes on one model dir, a lock left by a `kill -9`, a truncated checkpoint, a full disk (a
+small tmpfs, or an injected error), bytes that are not UTF-8 on stdin, a TFDS dataset that is not
+prepared, many threads calling one Translator; and what ten epochs leave in the model dir."""
+
+import errno
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import FIXTURE, TINY_TRAINING
+
+from keras_transformer.cli.main import main
+from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
+from keras_transformer.model_dir import CheckpointWriteError, ModelDir, ModelDirError, load_model, save_checkpoint
+
+EPOCHS, STEPS_PER_EPOCH, KEEP = 10, 2, 3
+TRAINING = dict(batch_tokens=512, warmup_steps=10, steps_per_epoch=STEPS_PER_EPOCH, keep_checkpoints=KEEP)
+TRAIN_FLAGS = ["train", "--data", str(FIXTURE), *TINY_TRAINING, "--steps-per-epoch", str(STEPS_PER_EPOCH)]
+USER_ENV = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_TRANSFORMER_DEBUG")}
+
+
+def cli(*args, stdin=None, timeout=300):
+    """`python -m keras_transformer ARGS` in a fresh process, as a user's terminal runs it."""
+    command = [sys.executable, "-m", "keras_transformer", *args]
+    return subprocess.run(command, input=stdin, capture_output=True, env=USER_ENV, timeout=timeout)
+
+
+def tiny(max_steps: int, **training) -> tuple[TransformerConfig, TrainingConfig]:
+    return TransformerConfig.tiny(vocab_size=300), TrainingConfig(**{**TRAINING, "max_steps": max_steps, **training})
+
+
+def train_tiny(model_dir, max_steps: int, log=None, **training):
+    from keras_transformer.training.trainer import train
+
+    lines = []
+    train(
+        str(model_dir), *tiny(max_steps, **training), DataConfig(data=str(FIXTURE)), verbose=0, log=log or lines.append
+    )
+    return lines
+
+
+def checkpoint_steps(model_dir) -> list[int]:
+    return sorted(int(p.rsplit("-", 1)[1].split(".")[0]) for p in glob.glob(f"{model_dir}/checkpoints/ckpt-*.index"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny model trained for 10 epochs of 2 steps, BLEU (and best/) every 5 epochs, keeping 3."""
+    model_dir = tmp_path_factory.mktemp("faults") / "model"
+    train_tiny(model_dir, EPOCHS * STEPS_PER_EPOCH, bleu_every_epochs=5, bleu_sentences=4)
+    return model_dir
+
+
+@pytest.fixture(scope="module")
+def untrained(tmp_path_factory, tokenizer):
+    """A model dir holding random weights: unlike the tiny trained model (which says one word over
+    and over), its translations differ from sentence to sentence, so that an order can be seen.
+    Its max_length of 16 bounds every search to 16 steps (a random model rarely ends sooner)."""
+    from keras_transformer.model import Transformer
+
+    model_dir = ModelDir(str(tmp_path_factory.mktemp("faults") / "untrained"))
+    config = TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, max_length=16)
+    model_dir.write(config, TrainingConfig(), DataConfig(data=str(FIXTURE)), tokenizer)
+    keras.utils.set_random_seed(3)  # the same weights whichever test comes first (seeds 0-2 say less)
+    model = Transformer(config)
+    model.build()
+    model_dir.checkpoint_manager(tf.train.Checkpoint(model=model)).save(checkpoint_number=1)
+    return model_dir.path
+
+
+@pytest.fixture
+def copy_of(trained, tmp_path):
+    return lambda: shutil.copytree(trained, tmp_path / "model")
+
+
+def test_ten_epochs_leave_only_keep_checkpoints_and_one_best(trained):
+    assert checkpoint_steps(trained) == [16, 18, 20]
+    assert len(ModelDir(str(trained)).checkpoints()) == KEEP
+    assert len(glob.glob(f"{trained}/best/ckpt-*.index")) == 1
+    assert not os.path.exists(ModelDir(str(trained)).lock_path())  # released
+    sizes = {
+        part: sum(os.path.getsize(p) for p in glob.glob(f"{trained}/{part}/**", recursive=True) if os.path.isfile(p))
+        for part in ("checkpoints", "best", "logs")
+    }
+    one_checkpoint = sum(os.path.getsize(p) for p in glob.glob(f"{trained}/checkpoints/ckpt-20.*"))
+    assert sizes["checkpoints"] < (KEEP + 0.5) * one_checkpoint
+    assert sizes["logs"] < 2_000_000, sizes  # scalars and one graph: a few hundred bytes an epoch
+
+
+# --- two trainings on one model dir -------------------------------------------------------------
+
+HOLD = "import sys, time\nfrom keras_transformer.model_dir import ModelDir\nwith ModelDir(sys.argv[1]).lock():\n"
+HOLD += "    print('locked', flush=True)\n    time.sleep(600)\n"
+
+
+def hold_lock(model_dir) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(model_dir)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def test_a_second_train_on_a_model_dir_in_use_refuses_naming_the_first(tmp_path, capsys):
+    model_dir = tmp_path / "model"
+    holder = hold_lock(model_dir)
+    try:
+        status = main([*TRAIN_FLAGS, "--model-dir", str(model_dir), "--max-steps", "2"])
+    finally:
+        holder.kill()
+        holder.wait()
+    stderr = capsys.readouterr().err
+    assert status == 2
+    assert stderr == (
+        f"keras-transformer: error: {model_dir} is in use by another train (host {socket.gethostname()}, "
+        f"PID {holder.pid}; lock file {model_dir}/train.lock): wait for it to end, or use another --model-dir\n"
+    )
+    assert os.listdir(model_dir) == ["train.lock"]  # no tokenizer, no config.json: nothing written
+
+
+def test_the_lock_of_a_killed_train_is_stale_and_taken_over(tmp_path, capsys):
+    model_dir = tmp_path / "model"
+    holder = hold_lock(model_dir)
+    holder.send_signal(signal.SIGKILL)  # no chance to release it
+    holder.wait()
+    lock = ModelDir(str(model_dir)).lock_path()
+    assert open(lock).read() == f"{socket.gethostname()} {holder.pid}\n"
+    with ModelDir(str(model_dir)).lock():
+        assert open(lock).read() == f"{socket.gethostname()} {os.getpid()}\n"
+    assert not os.path.exists(lock)
+    assert f"took over the stale lock of PID {holder.pid} (no such process)" in capsys.readouterr().err
+
+
+# --- a truncated checkpoint ---------------------------------------------------------------------
+
+
+def truncate(prefix: str) -> None:
+    (data,) = glob.glob(prefix + ".data-*")
+    os.truncate(data, os.path.getsize(data) // 2)
+
+
+def test_translate_falls_back_past_a_truncated_checkpoint_and_a_named_one_stays_strict(copy_of, capsys):
+    model_dir = copy_of()
+    newest, older = (f"{model_dir}/checkpoints/ckpt-{step}" for step in (20, 18))
+    truncate(newest)
+    model, _, _ = load_model(str(model_dir))
+    warning = capsys.readouterr().err
+    assert warning.count("\n") == 1
+    assert warning.startswith(
+        f"warning: using {older}, the newest checkpoint that restores (cannot restore checkpoint {newest}: "
+    )
+    expected, _, _ = load_model(str(model_dir), older)
+    for ours, theirs in zip(model.weights, expected.weights):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    with pytest.raises(ModelDirError, match=f"^cannot restore checkpoint {newest}: "):
+        load_model(str(model_dir), newest)
+
+
+def test_a_resume_falls_back_past_a_truncated_checkpoint(copy_of):
+    model_dir = copy_of()
+    truncate(f"{model_dir}/checkpoints/ckpt-20")
+    lines = train_tiny(model_dir, 22)
+    assert lines[0].startswith(f"using {model_dir}/checkpoints/ckpt-18, the newest checkpoint that restores")
+    assert lines[1] == "resumed from step 18"
+    assert checkpoint_steps(model_dir)[-1] == 22
+
+
+# --- a full disk ---------------------------------------------------------------------------------
+
+
+def can_mount() -> bool:
+    """Whether this process may mount a tmpfs (root with CAP_SYS_ADMIN): tried on a temporary dir."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as probe:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", probe], capture_output=True)
+        return mounted.returncode == 0 and subprocess.run(["umount", probe]).returncode == 0
+
+
+@pytest.mark.skipif(not can_mount(), reason="mounting a tmpfs needs root (the injected-error test below runs)")
+def test_a_full_disk_during_a_checkpoint_is_one_line_and_leaves_no_partial_files(trained, tmp_path, capsys):
+    one_checkpoint = sum(os.path.getsize(p) for p in glob.glob(f"{trained}/checkpoints/ckpt-20.*"))
+    model_dir = tmp_path / "model"
+    checkpoints = model_dir / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    size = int(1.6 * one_checkpoint) // 4096 * 4096  # room for one checkpoint, not two
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(checkpoints)], check=True)
+    try:
+        status = main([*TRAIN_FLAGS, "--model-dir", str(model_dir), "--max-steps", "6"])
+        stderr = capsys.readouterr().err
+        left = sorted(os.listdir(checkpoints))
+    finally:
+        subprocess.run(["umount", str(checkpoints)], check=True)
+    assert status == 2
+    errors = [line for line in stderr.splitlines() if "error" in line]
+    assert errors == [
+        f"keras-transformer: error: no space left on device writing checkpoint {checkpoints}/ckpt-4; "
+        f"the last good one is {checkpoints}/ckpt-2"
+    ]
+    assert "Traceback" not in stderr
+    assert left == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+
+
+def test_a_failed_checkpoint_write_removes_its_files_and_names_the_last_good_one(tmp_path, monkeypatch):
+    variable = tf.Variable([1.0, 2.0])
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=variable), str(tmp_path), max_to_keep=3)
+    save_checkpoint(manager, 2)
+
+    def disk_full(self, prefix, **options):  # SaveV2 failing half-way through its shard, as on a full disk
+        os.makedirs(prefix + "_temp")
+        with open(f"{prefix}_temp/part-00000-of-00001.data-00000-of-00001", "wb") as f:
+            f.write(b"half")
+        raise tf.errors.ResourceExhaustedError(None, None, f"{prefix}_temp/part-00000; No space left on device")
+
+    monkeypatch.setattr(tf.train.Checkpoint, "_write", disk_full)  # what CheckpointManager.save calls
+    with pytest.raises(CheckpointWriteError) as error:
+        save_checkpoint(manager, 4)
+    assert str(error.value) == (
+        f"no space left on device writing checkpoint {tmp_path}/ckpt-4; the last good one is {tmp_path}/ckpt-2"
+    )
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
+
+    monkeypatch.setattr(tf.train.Checkpoint, "_write", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EIO, "I/O")))
+    with pytest.raises(CheckpointWriteError, match=r"^cannot write \(\[Errno 5\] I/O\) writing checkpoint .*ckpt-6"):
+        save_checkpoint(manager, 6)
+
+
+# --- stdin that is not UTF-8, streamed ------------------------------------------------------------
+
+
+def test_translate_streams_stdin_one_line_out_per_line_in_bad_bytes_replaced(untrained, fixture_pairs):
+    sources = [" ".join(source.split()[:2]).encode() for source in fixture_pairs[0][:30]]  # within max_length
+    # 2,100 lines, three chunks of stdin: one in ten a sentence (decoded), the others blank.
+    lines = [sources[i // 10 % 30] if i % 10 == 3 else b"" if i % 2 else b"  " for i in range(2100)]
+    specials = {1200: b"ok then", 1201: b"bad \xff\xfe bytes", 1202: b"a NUL\x00here"}
+    lines[1200:1203] = specials.values()
+    lines.append("bad \ufffd\ufffd bytes".encode())  # what line 1202 (1-based) becomes
+    stdin = b"\n".join(lines) + b"\n"
+    result = cli("translate", "--model-dir", untrained, "--beam-size", "1", "--batch-size", "128", stdin=stdin)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr.decode() == (
+        "keras-transformer: warning: stdin line 1202: invalid UTF-8 (byte 0xff at offset 4) replaced by U+FFFD\n"
+    )
+    out = result.stdout.decode().split("\n")
+    assert out[-1] == "" and len(out) - 1 == len(lines)
+    assert out[1201] == out[-2]  # the bad line translated as its replaced text
+    assert len({out[i] for i in range(3, 300, 10)}) > 8  # 30 sentences: (random weights) 13 translations
+    first = {}
+    for index, line in enumerate(lines[:2100]):  # in input order across chunks: a repeated line, one output
+        if index not in specials:
+            assert out[index] == out[first.setdefault(line, index)], index
+        if not line.strip():
+            assert out[index] == "", index
+
+
+def test_strict_input_refuses_a_bad_line_naming_it(trained, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ok then\nbad \xff\xfe\n")))
+    assert main(["translate", "--model-dir", str(trained), "--beam-size", "1", "--strict-input"]) == 2
+    assert capsys.readouterr().err == (
+        "keras-transformer: error: stdin line 2: invalid UTF-8 (byte 0xff at offset 4); "
+        "drop --strict-input to translate it with U+FFFD in place\n"
+    )
+
+
+# --- TFDS without the data -------------------------------------------------------------------------
+
+
+def test_an_unprepared_tfds_dataset_fails_at_once_saying_what_to_prepare(tmp_path):
+    started = time.monotonic()
+    empty = tmp_path / "tfds"
+    empty.mkdir()
+    result = cli(
+        "train",
+        "--data",
+        "tfds:wmt14_translate/de-en",
+        "--tfds-data-dir",
+        str(empty),
+        "--model-dir",
+        str(tmp_path / "m"),
+    )
+    assert time.monotonic() - started < 60  # TFDS' own retries take ~3.5 minutes
+    assert result.returncode == 2
+    assert result.stderr.decode() == (
+        f"keras-transformer: error: cannot load tfds:wmt14_translate/de-en: it is not prepared in {empty}; prepare it "
+        "where there is internet (tfds build wmt14_translate/de-en --data_dir DIR) and pass --tfds-data-dir DIR, "
+        "or pass --tfds-download to download and prepare it now\n"
+    )
+
+
+# --- user-facing install hints ------------------------------------------------------------------------
+
+
+def test_install_hints_name_our_distribution(monkeypatch):
+    from keras_transformer.exporters.ctranslate2 import CTranslate2ExportError, _ctranslate2
+    from keras_transformer.inference.visualize import _pyplot
+
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)
+    with pytest.raises(CTranslate2ExportError, match=r"pip install 'keras-aiayn\[ctranslate2\]'$"):
+        _ctranslate2()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(ImportError, match=r"pip install 'keras-aiayn\[notebooks\]'$"):
+        _pyplot()
+
+
+# --- one Translator, many threads ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_translator_serves_eight_threads_as_it_serves_one(untrained, fixture_pairs, monkeypatch):
+    """8 threads x 50 requests (40 distinct ones, of 1-3 sentences of 1-3 words) on one Translator,
+    as a web service's thread pool calls it: the results of one thread, no error, one trace."""
+    from keras_transformer.inference import decoding
+    from keras_transformer.inference.translator import Translator
+
+    traces = []
+    search_beams = decoding.search_beams
+    monkeypatch.setattr(decoding, "search_beams", lambda *a, **k: traces.append(1) or search_beams(*a, **k))
+    translator = Translator.from_model_dir(untrained, beam_size=2)
+    words = [source.split()[:3] for source in fixture_pairs[0]]  # within max_length
+    distinct = [[" ".join(words[(7 * i + j) % len(words)][: 1 + i % 3]) for j in range(1 + i % 3)] for i in range(40)]
+    requests = [distinct[(i * 13) % 40] for i in range(400)]
+    threaded, failures = [None] * len(requests), []
+
+    def serve(worker):
+        try:
+            for index in range(worker, len(requests), 8):
+                threaded[index] = translator.translate(requests[index])
+        except Exception as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=serve, args=(worker,)) for worker in range(8)]
+    for thread in threads:  # cold: the first calls trace concurrently
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    sequential = [translator.translate(request) for request in distinct]
+    assert threaded == [sequential[(i * 13) % 40] for i in range(400)]
+    assert len({tuple(translations) for translations in sequential}) > 10
+    assert len(traces) == 1  # one trace of the search, shared by every thread and batch shape
+
+
+# --- a resumed training is the uninterrupted one ---------------------------------------------------
+
+
+def test_a_resumed_training_equals_an_uninterrupted_one(tmp_path):
+    """Through `train` itself (its ModelDir, CheckpointCallback and resume): 4 steps in one run vs
+    2 + 2 in two runs. The resumed stream is shuffled anew (seed + step), so the data is one pair
+    repeated and dropout is off: every batch is the same, and the weights, Adam's moments and the
+    step count must be too."""
+    from keras_transformer.training.trainer import train
+
+    pair = FIXTURE.read_text(encoding="utf-8").splitlines()[5]
+    data = tmp_path / "one-pair.tsv"
+    data.write_text((pair + "\n") * 200, encoding="utf-8")
+    config = TransformerConfig.tiny(vocab_size=60, dropout=0.0)
+
+    def run(model_dir, max_steps):
+        training = TrainingConfig(**{**TRAINING, "max_steps": max_steps, "warmup_steps": 2})
+        train(str(model_dir), config, training, DataConfig(data=str(data), tokenizer_sample=200), verbose=0, log=print)
+
+    run(tmp_path / "once", 4)
+    run(tmp_path / "twice", 2)
+    run(tmp_path / "twice", 4)
+    once = tf.train.load_checkpoint(str(tmp_path / "once" / "checkpoints" / "ckpt-4"))
+    twice = tf.train.load_checkpoint(str(tmp_path / "twice" / "checkpoints" / "ckpt-4"))
+    names = sorted(once.get_variable_to_shape_map())
+    assert names == sorted(twice.get_variable_to_shape_map())
+    moments = [name for name in names if "optimizer" in name and "VARIABLE_VALUE" in name]
+    assert len(moments) > 10 and any("iteration" in name for name in names)
+    for name in names:
+        if name != "_CHECKPOINTABLE_OBJECT_GRAPH":
+            np.testing.assert_allclose(twice.get_tensor(name), once.get_tensor(name), rtol=1e-6, err_msg=name)
+
+
+# --- the one-line errors, as a user's terminal shows them ------------------------------------------
+
+
+def test_no_checkpoint_that_restores_is_one_line_in_a_terminal(copy_of):
+    model_dir = copy_of()
+    for step in checkpoint_steps(model_dir):
+        truncate(f"{model_dir}/checkpoints/ckpt-{step}")
+    result = cli("translate", "--model-dir", str(model_dir), "Jesus wept.")
+    assert (result.returncode, result.stdout) == (2, b"")
+    (line,) = result.stderr.decode().splitlines()
+    assert line.startswith(f"keras-transformer: error: cannot restore checkpoint {model_dir}/checkpoints/ckpt-20: ")
+
+
+def test_a_nan_loss_is_one_line_in_a_terminal(tmp_path):
+    flags = ["--learning-rate-scale", "1e30", "--warmup-steps", "1", "--max-steps", "6", "--checkpoint-every", "1"]
+    result = cli(*TRAIN_FLAGS, "--model-dir", str(tmp_path / "model"), *flags)
+    assert result.returncode == 2
+    stderr = result.stderr.decode()
+    errors = [line for line in stderr.splitlines() if "error" in line.lower() or "Traceback" in line]
+    assert len(errors) == 1 and stderr.splitlines()[-1] == errors[0], stderr[-2000:]
+    assert errors[0].startswith("keras-transformer: error: the training loss became NaN or infinite at step ")
+    assert errors[0].endswith("try a lower --learning-rate-scale")
