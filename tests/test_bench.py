@@ -197,3 +197,22 @@ def test_profile_decode(capsys, tmp_path):
     assert line["ms_per_step"] > 0 and line["target_tokens_per_s"] > 0
     assert any("MatMul" in name for name in line["op_self_time_ms_per_step"])
     assert 0 < sum(line["op_self_time_share"].values()) <= 1.0 + 1e-6
+
+
+def test_alignment_names_counts_the_names_of_source_and_output(capsys, tmp_path):
+    import alignment_names
+    from conftest import FIXTURE
+
+    from keras_transformer import TrainingConfig, TransformerConfig
+    from keras_transformer.training.trainer import train
+
+    pairs = [(0, 0), (1, 1), (2, 2), (3, 3), (2, 4)]  # "Ruth" to "said"
+    assert alignment_names.name_cases("And Naomi said to Ruth,", "Und Naomi sprach zu Ruth:", pairs) == [True, False]
+    assert alignment_names.name_cases("Naomi's sons", "Naomis Söhne", [(0, 0), (1, 1)]) == []  # not the same string
+    model_dir = str(tmp_path / "model")
+    training = TrainingConfig(max_steps=1, batch_tokens=512, steps_per_epoch=1)
+    train(model_dir, TransformerConfig.tiny(vocab_size=300), training, str(FIXTURE), verbose=0, log=lambda _: None)
+    line = run_main("alignment_names", ["--model-dir", model_dir, "--alignment-layer", "-2", "-1"], capsys)
+    assert line["verses"] == 8 and 0 <= line["verses_with_names"] <= 8 and set(line["layers"]) == {"-2", "-1"}
+    for layer in line["layers"].values():
+        assert 0 <= layer["aligned"] <= layer["names_in_source_and_output"]

@@ -45,6 +45,17 @@ def _add_train(subparsers):
     add_config_flags(p, DataConfig, "data (DataConfig; the README's Data)")
 
 
+def _add_model_dirs(p, required=True):
+    p.add_argument(
+        "--model-dir",
+        action="append",
+        required=required,
+        metavar="DIR",
+        help="the trained model; repeat for an ensemble of models that share a tokenizer (their "
+        "next-token probabilities averaged)",
+    )
+
+
 def _add_decoding(p, exclude=()):
     p.add_argument("--checkpoint", default="latest", help="latest (default), averaged, best, or a checkpoint path")
     add_decoding_flags(p, exclude)
@@ -52,8 +63,13 @@ def _add_decoding(p, exclude=()):
 
 def _add_translate(subparsers):
     p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
-    p.add_argument("--model-dir", required=True)
+    _add_model_dirs(p)
     _add_decoding(p)
+    p.add_argument(
+        "--alignments",
+        action="store_true",
+        help="after a tab on each line, the word alignment in Pharaoh format (source-target word indices: 0-0 2-1)",
+    )
     p.add_argument(
         "text", nargs="*", help="sentences; none: read stdin (with --nbest N: INDEX<TAB>SCORE<TAB>TEXT lines)"
     )
@@ -61,7 +77,7 @@ def _add_translate(subparsers):
 
 def _add_evaluate(subparsers):
     p = subparsers.add_parser("evaluate", help="sacreBLEU BLEU and chrF on a held-out split")
-    p.add_argument("--model-dir", required=True)
+    _add_model_dirs(p)
     p.add_argument(
         "--data",
         help="pairs to score: a TSV file (all of it), or the --split of tfds:NAME or of a Bible-layout source "
@@ -77,7 +93,7 @@ def _add_evaluate(subparsers):
 
 def _add_export(subparsers):
     p = subparsers.add_parser("export", help="SavedModels and TFLite models, or a CTranslate2 model (export/README.md)")
-    p.add_argument("--model-dir", help="the trained model to export")
+    _add_model_dirs(p, required=False)
     p.add_argument("--out", help="output directory")
     p.add_argument(
         "--format",
@@ -142,8 +158,16 @@ def _translator(args):
 
 
 def _translate(args):
+    from keras_transformer.inference.alignment import format_pharaoh
+
     translator = _translator(args)
     texts = args.text or [line.rstrip("\r\n") for line in sys.stdin]
+    if args.alignments:
+        if (translator.decoding.nbest or 1) > 1:
+            raise ValueError("--alignments aligns the best translation only: drop --nbest")
+        for translation, pairs in translator.translate_with_alignments(texts):
+            print(f"{translation}\t{format_pharaoh(pairs)}")
+        return
     if (translator.decoding.nbest or 1) == 1:  # one line per input
         for translation in translator.translate(texts):
             print(translation)
@@ -162,7 +186,7 @@ def _evaluate(args):
     from keras_transformer.model_dir import ModelDir
 
     translator = _translator(args)
-    trained_on = ModelDir(args.model_dir).read()["data_config"]
+    trained_on = ModelDir(args.model_dir[0]).read()["data_config"]  # an ensemble: the first model's
     tfds_data_dir = args.tfds_data_dir or trained_on.tfds_data_dir
     if args.data:
         source = args.data, args.split if has_own_splits(args.data) else WHOLE
@@ -176,7 +200,9 @@ def _evaluate(args):
     scores = evaluate(translator, (sources, references))
     for source, reference, hypothesis in list(zip(sources, references, scores.pop("translations")))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
-    print(json.dumps({**scores, **translator.decoding.to_dict(), "checkpoint": args.checkpoint}))
+    print(
+        json.dumps({**scores, **translator.decoding.to_dict(), "checkpoint": args.checkpoint, "models": args.model_dir})
+    )
 
 
 def _average(args):
@@ -200,9 +226,15 @@ def _export(args):
         raise ValueError("export needs --model-dir and --out (or --check OUT)")
     if args.quantization and args.format != "ctranslate2":
         raise ValueError("--quantization applies to --format ctranslate2 only")
+    from keras_transformer.inference.ensemble import Ensemble
     from keras_transformer.model_dir import load_model
 
-    model, tokenizer, _ = load_model(args.model_dir)
+    if len(args.model_dir) > 1:
+        if args.format == "ctranslate2":
+            raise ValueError("--format ctranslate2 exports one model: pass one --model-dir")
+        model, tokenizer = Ensemble.from_model_dirs(args.model_dir)
+    else:
+        model, tokenizer, _ = load_model(args.model_dir[0])
     if args.format == "ctranslate2":
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
