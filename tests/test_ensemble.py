@@ -12,6 +12,7 @@ import keras_transformer as kt
 from keras_transformer.cli.main import main
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.exporters.tensorflow import export_tensorflow
+from keras_transformer.inference.alignment import format_pharaoh
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.model_dir import ModelDir
 from keras_transformer.special_tokens import START_ID
@@ -135,9 +136,16 @@ def test_an_exported_ensemble_serves_as_the_python_ensemble(exported):
     outputs = run_artifact(
         "session",
         paths["saved_model"],
-        [("serving_default", {"text": texts(SENTENCES)}), ("translate_ids", {"source_ids": source_ids})],
+        [
+            ("serving_default", {"text": texts(SENTENCES)}),
+            ("translate_ids", {"source_ids": source_ids}),
+            ("translate_with_alignments", {"text": texts(SENTENCES)}),
+        ],
     )
     assert decoded(outputs[0]["translation"]) == translator.translate(SENTENCES)
+    aligned = translator.translate_with_alignments(SENTENCES)
+    assert decoded(outputs[2]["translation"]) == [translation for translation, _ in aligned]
+    assert decoded(outputs[2]["alignment"]) == [format_pharaoh(pairs) for _, pairs in aligned]
     assert_same_beams(outputs[1]["ids"], reference.ids.numpy(), outputs[1]["scores"], reference.scores.numpy())
     lite = run_artifact("litert", paths["tflite"], [("serving_default", {"source_ids": source_ids})])
     assert_same_beams(lite[0]["ids"], reference.ids.numpy(), lite[0]["scores"], reference.scores.numpy())
