@@ -25,6 +25,7 @@ _EXPORTS = {
     "DecodeResult": "keras_transformer.inference.decoding",
     "beam_search": "keras_transformer.inference.decoding",
     "greedy_search": "keras_transformer.inference.decoding",
+    "Ensemble": "keras_transformer.inference.ensemble",
     "evaluate": "keras_transformer.inference.evaluation",
     "Translator": "keras_transformer.inference.translator",
     "Transformer": "keras_transformer.model",
@@ -40,6 +41,7 @@ __all__ = [
     "DataConfig",
     "DecodeResult",
     "DecodingConfig",
+    "Ensemble",
     "PRESETS",
     "TrainingConfig",
     "Transformer",
@@ -63,6 +65,7 @@ if typing.TYPE_CHECKING:
     from keras_transformer.data.sources import read_pairs
     from keras_transformer.inference import visualize
     from keras_transformer.inference.decoding import DecodeResult, beam_search, greedy_search
+    from keras_transformer.inference.ensemble import Ensemble
     from keras_transformer.inference.evaluation import evaluate
     from keras_transformer.inference.translator import Translator
     from keras_transformer.model import Transformer

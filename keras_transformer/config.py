@@ -301,6 +301,7 @@ class DecodingConfig:
     )
     jit_compile: bool = False  # decode with XLA: seconds to compile each bucket shape, then faster at small batches
     batch_size: int = 32  # sentences per search, sorted by length
+    alignment_layer: int = -2  # decoder layer whose attention aligns words (-2: the penultimate; Garg et al., 2019)
 
     def __post_init__(self):
         _check(self.beam_size >= 1, f"beam_size must be >= 1, got {self.beam_size}")

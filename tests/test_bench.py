@@ -228,3 +228,15 @@ def test_decode_step_flops_by_hand():
     config = TransformerConfig(vocab_size=100, num_layers=1, d_model=8, d_ff=16, num_heads=2)
     # one layer: 6 d^2 + 2 d d_ff = 384 + 256 weights; output 100 x 8; attention 2 x 8 x (3 + 5)
     assert decode_step_flops(config, 2, 5, 3) == 2 * 2 * (384 + 256 + 800 + 128)
+
+
+def test_alignment_names_counts_the_names_of_source_and_output(capsys, trained):
+    import alignment_names
+
+    pairs = [(0, 0), (1, 1), (2, 2), (3, 3), (2, 4)]  # "Ruth" to "said"
+    assert alignment_names.name_cases("And Naomi said to Ruth,", "Und Naomi sprach zu Ruth:", pairs) == [True, False]
+    assert alignment_names.name_cases("Naomi's sons", "Naomis Söhne", [(0, 0), (1, 1)]) == []  # not the same string
+    line = run_main("alignment_names", ["--model-dir", trained.model_dir, "--alignment-layer", "-2", "-1"], capsys)
+    assert line["verses"] == 8 and 0 <= line["verses_with_names"] <= 8 and set(line["layers"]) == {"-2", "-1"}
+    for layer in line["layers"].values():
+        assert 0 <= layer["aligned"] <= layer["names_in_source_and_output"]

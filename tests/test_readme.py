@@ -172,6 +172,12 @@ def check_translate(values, namespace):
     assert len(nbest) == 4 and all(isinstance(text, str) and isinstance(score, float) for text, score in nbest)
     scores = [score for _, score in nbest]
     assert scores == sorted(scores, reverse=True) and nbest[0][0] == one  # best first
+    evaluated = namespace["scores"]  # kt.evaluate of the first 100 held-out verses
+    first = kt.read_pairs("bible-en-de", "test", limit=3)[0]
+    assert evaluated["sentences"] == len(evaluated["translations"]) == 100
+    assert evaluated["translations"][:3] == translator.translate(first)
+    bleu, chrf, examples = values['scores["bleu"], scores["chrf"], scores["translations"][:3]']
+    assert (bleu, chrf, examples) == (evaluated["bleu"], evaluated["chrf"], evaluated["translations"][:3])
 
 
 def check_training(values, namespace):

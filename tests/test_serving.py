@@ -35,7 +35,12 @@ def test_signatures_equal_the_python_translator(served):
     assert scores[1] == scores[3] == 0.0 and scores[0] < 0 and scores[2] < 0
     nbest = module.translate_nbest(tf.constant(texts))
     assert nbest["translations"].shape == (4, 4) and nbest["scores"].shape == (4, 4)  # beam 4 (§6.1)
-    assert set(module.signatures()) == {"serving_default", "translate_ids", "translate_nbest"}
+    assert set(module.signatures()) == {
+        "serving_default",
+        "translate_ids",
+        "translate_nbest",
+        "translate_with_alignments",
+    }
 
 
 class Unservable(tf.Module):

@@ -37,6 +37,7 @@ def test_the_package_exports_the_translator_and_the_loader_and_no_module_names()
             "DataConfig",
             "DecodeResult",
             "DecodingConfig",
+            "Ensemble",
             "TrainingConfig",
             "Transformer",
             "TransformerConfig",

@@ -45,6 +45,17 @@ def _add_train(subparsers):
     add_config_flags(p, DataConfig, "data (DataConfig; the README's Data)")
 
 
+def _add_model_dirs(p, required=True):
+    p.add_argument(
+        "--model-dir",
+        action="append",
+        required=required,
+        metavar="DIR",
+        help="the trained model; repeat for an ensemble of models that share a tokenizer (their "
+        "next-token probabilities averaged)",
+    )
+
+
 def _add_decoding(p, exclude=()):
     p.add_argument("--checkpoint", default="latest", help="latest (default), averaged, best, or a checkpoint path")
     add_decoding_flags(p, exclude)
@@ -52,12 +63,17 @@ def _add_decoding(p, exclude=()):
 
 def _add_translate(subparsers):
     p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
-    p.add_argument("--model-dir", required=True)
+    _add_model_dirs(p)
     _add_decoding(p)
     p.add_argument(
         "--strict-input",
         action="store_true",
         help="a stdin line that is not UTF-8 is an error (default: its bad bytes become U+FFFD, with a warning)",
+    )
+    p.add_argument(
+        "--alignments",
+        action="store_true",
+        help="after a tab on each line, the word alignment in Pharaoh format (source-target word indices: 0-0 2-1)",
     )
     p.add_argument(
         "text",
@@ -68,7 +84,7 @@ def _add_translate(subparsers):
 
 def _add_evaluate(subparsers):
     p = subparsers.add_parser("evaluate", help="sacreBLEU BLEU and chrF on a held-out split")
-    p.add_argument("--model-dir", required=True)
+    _add_model_dirs(p)
     p.add_argument(
         "--data",
         help="pairs to score: a TSV file (all of it), or the --split of tfds:NAME or of a Bible-layout source "
@@ -87,7 +103,7 @@ def _add_evaluate(subparsers):
 
 def _add_export(subparsers):
     p = subparsers.add_parser("export", help="SavedModels and TFLite models, or a CTranslate2 model (export/README.md)")
-    p.add_argument("--model-dir", help="the trained model to export")
+    _add_model_dirs(p, required=False)
     p.add_argument("--out", help="output directory")
     p.add_argument(
         "--format",
@@ -189,15 +205,23 @@ def _chunks(items, size: int):
 
 
 def _translate(args):
+    from keras_transformer.inference.alignment import format_pharaoh
+
     translator = _translator(args)
     texts = [args.text] if args.text else _chunks(_decoded_lines(sys.stdin.buffer, args.strict_input), STDIN_CHUNK)
     nbest = translator.decoding.nbest or 1  # 1: one line per input
+    if args.alignments and nbest > 1:
+        raise ValueError("--alignments aligns the best translation only: drop --nbest")
     index = 0
     for chunk in texts:  # each chunk sorted by length inside the translator, printed in input order
-        for hypotheses in translator.translate_nbest(chunk, n=nbest):
-            for translation, score in hypotheses:
-                print(f"{index}\t{score:.4f}\t{translation}" if nbest > 1 else translation)
-            index += 1
+        if args.alignments:
+            for translation, pairs in translator.translate_with_alignments(chunk):
+                print(f"{translation}\t{format_pharaoh(pairs)}")
+        else:
+            for hypotheses in translator.translate_nbest(chunk, n=nbest):
+                for translation, score in hypotheses:
+                    print(f"{index}\t{score:.4f}\t{translation}" if nbest > 1 else translation)
+                index += 1
         sys.stdout.flush()
 
 
@@ -210,7 +234,7 @@ def _evaluate(args):
     from keras_transformer.model_dir import ModelDir
 
     translator = _translator(args)
-    trained_on = ModelDir(args.model_dir).read()["data_config"]
+    trained_on = ModelDir(args.model_dir[0]).read()["data_config"]  # an ensemble: the first model's
     tfds_data_dir = args.tfds_data_dir or trained_on.tfds_data_dir
     if args.data:
         source = args.data, args.split if has_own_splits(args.data) else WHOLE
@@ -225,7 +249,9 @@ def _evaluate(args):
     scores = evaluate(translator, (sources, references))
     for source, reference, hypothesis in list(zip(sources, references, scores.pop("translations")))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
-    print(json.dumps({**scores, **translator.decoding.to_dict(), "checkpoint": args.checkpoint}))
+    print(
+        json.dumps({**scores, **translator.decoding.to_dict(), "checkpoint": args.checkpoint, "models": args.model_dir})
+    )
 
 
 def _average(args):
@@ -272,9 +298,15 @@ def _export(args):
         raise ValueError("export needs --model-dir and --out (or --check OUT)")
     if args.quantization and args.format != "ctranslate2":
         raise ValueError("--quantization applies to --format ctranslate2 only")
+    from keras_transformer.inference.ensemble import Ensemble
     from keras_transformer.model_dir import load_model
 
-    model, tokenizer, _ = load_model(args.model_dir)
+    if len(args.model_dir) > 1:
+        if args.format == "ctranslate2":
+            raise ValueError("--format ctranslate2 exports one model: pass one --model-dir")
+        model, tokenizer = Ensemble.from_model_dirs(args.model_dir)
+    else:
+        model, tokenizer, _ = load_model(args.model_dir[0])
     if args.format == "ctranslate2":
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 

@@ -8,6 +8,8 @@ all in the graph.
 - `translate_ids(source_ids [B, S] int32) -> {ids [B, beam, L] int32, scores [B, beam] float32}`;
   a row of more than `max_length` ids is cut to its first `max_length - 1`, then EOS.
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
+- `translate_with_alignments(text [B]) -> {translation [B] string, score [B] float32, alignment
+  [B] string}`: the alignment in Pharaoh format ("0-0 2-1 ..."; `inference/alignment.py`).
 
 Text goes through the same steps as `keras_transformer.inference.translator.Translator`
 (`SubwordTokenizer.source_ids`: tokens truncated to `max_length - 1`, then EOS); a text with
@@ -24,6 +26,8 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from keras_transformer.config import DecodingConfig
+from keras_transformer.inference import alignment
 from keras_transformer.inference.decoding import DecodeResult, beam_search
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
@@ -51,9 +55,20 @@ class TranslationModule(tf.Module):
     ops with TFLite kernels only, so invalid UTF-8 is not repaired, and no detokenizer
     (tensorflow-text 2.21.1's TFLite SentencePiece detokenizer kernel crashes LiteRT 2.3 and
     tf.lite alike; the device detokenizes with its SentencePiece library).
+
+    `model` may be an `Ensemble`; `alignment_layer` is the decoder layer whose cross-attention
+    `translate_with_alignments` reads (`DecodingConfig.alignment_layer`).
     """
 
-    def __init__(self, model, tokenizer=None, decode: Decode = beam_search, *, lite_text: bool = False):
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        decode: Decode = beam_search,
+        *,
+        lite_text: bool = False,
+        alignment_layer: int = DecodingConfig.alignment_layer,
+    ):
         super().__init__(name="translator")
         self.model = model
         # Tracked one by one as well, so the SavedModel's saver (what TF Serving and the
@@ -69,6 +84,8 @@ class TranslationModule(tf.Module):
         elif tokenizer is not None:
             self.translate = tf.function(self._translate, input_signature=[TEXT_SPEC])
             self.translate_nbest = tf.function(self._translate_nbest, input_signature=[TEXT_SPEC])
+            self._pieces, self._alignment_layer = alignment.pieces(tokenizer), alignment_layer
+            self.translate_with_alignments = tf.function(self._translate_with_alignments, input_signature=[TEXT_SPEC])
 
     def _translate_ids(self, source_ids):
         result = self._decode(self.model, truncate_source_ids(source_ids, self.model.config.max_length))
@@ -99,6 +116,13 @@ class TranslationModule(tf.Module):
         ids, scores = self._search_text(text)
         return {"translations": self._detokenize_beams(ids), "scores": scores}  # [B, beam], [B, beam]
 
+    def _translate_with_alignments(self, text):
+        ids, scores = self._search_text(text, nbest=1)  # [B, 1, L], [B, 1]
+        text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
+        source_ids, _ = self.tokenizer.source_ids(text, self.model.config.max_length)  # as searched
+        pharaoh = alignment.alignments(self.model, source_ids, ids[:, 0], self._pieces, self._alignment_layer)  # [B]
+        return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0], "alignment": pharaoh}
+
     def _translate_text_to_ids(self, text):
         ids, scores = self._search_text(text)
         return {"ids": ids, "scores": scores}  # [B, beam, L], [B, beam]
@@ -111,6 +135,7 @@ class TranslationModule(tf.Module):
             "serving_default": self.translate,
             "translate_ids": self.translate_ids,
             "translate_nbest": self.translate_nbest,
+            "translate_with_alignments": self.translate_with_alignments,
         }
 
     def save(self, path: str) -> None:

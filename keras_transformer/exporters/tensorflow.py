@@ -1,7 +1,8 @@
 """`keras-transformer export`: every deployment artifact of a trained model, from one command.
 
     OUT/saved_model/<name>/N/        serving_default (text -> translation, score), translate_ids,
-                                     translate_nbest; needs tensorflow-text's ops (TF Serving
+                                     translate_nbest, translate_with_alignments (+ Pharaoh
+                                     word alignments); needs tensorflow-text's ops (TF Serving
                                      links them); assets.extra/tf_serving_warmup_requests
     OUT/saved_model/<name>_ids/N/    serving_default = translate_ids; TensorFlow ops only
     OUT/translator.tflite            source_ids -> ids, scores; TFLite builtin ops only
@@ -178,9 +179,10 @@ def export_tensorflow(
     `jit_compile`: the SavedModels' search runs compiled by XLA, which TF Serving runs on CPU
     only with `--xla_cpu_compilation_enabled`; `dtype`: the SavedModels compute in it
     (`Transformer.with_dtype`, e.g. "bfloat16"). The TFLite models run the same search in
-    float32 (and int8 weights), never with XLA (`tflite_decoding`). `model_dir`: the model
-    directory exported, recorded in translator.json so that `export --check` can compare the
-    artifacts' translations with its checkpoint's."""
+    float32 (and int8 weights), never with XLA (`tflite_decoding`). `model` may be an `Ensemble`
+    (`inference/ensemble.py`): every artifact then runs the ensemble's search. `model_dir`: the
+    model directory exported, recorded in translator.json so that `export --check` can compare
+    the artifacts' translations with its checkpoint's."""
     decoding = (decoding or DecodingConfig()).replace(**overrides)
     served = functools.partial(beam_search, decoding=decoding)
     decode = functools.partial(beam_search, decoding=tflite_decoding(decoding))
@@ -199,7 +201,8 @@ def export_tensorflow(
     log(f"writing the SavedModel {paths['saved_model']}")
     texts = np.array(WARMUP_TEXTS, dtype=object)
     warmup = {"model_name": name, "signature": "serving_default", "inputs": {"text": texts}}
-    _save_version(TranslationModule(served_model, tokenizer, served), paths["saved_model"], warmup)
+    module = TranslationModule(served_model, tokenizer, served, alignment_layer=decoding.alignment_layer)
+    _save_version(module, paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
     _save_version(TranslationModule(served_model, decode=served), paths["saved_model_ids"])
     log("converting to TFLite (builtin ops only) and int8")

@@ -358,9 +358,15 @@ def _xla_search(model, source_ids, decoding: DecodingConfig):
 
 def search_settings(decoding: DecodingConfig) -> DecodingConfig:
     """The settings that shape the search's graph: those of `decoding` but for where and how it
-    runs (dtype, XLA, batch size), so that one traced search serves them all."""
+    runs (dtype, XLA, batch size) and what is read after it (the alignment layer), so that one
+    traced search serves them all."""
     defaults = DecodingConfig()
-    return decoding.replace(dtype=defaults.dtype, jit_compile=defaults.jit_compile, batch_size=defaults.batch_size)
+    return decoding.replace(
+        dtype=defaults.dtype,
+        jit_compile=defaults.jit_compile,
+        batch_size=defaults.batch_size,
+        alignment_layer=defaults.alignment_layer,
+    )
 
 
 def beam_search(model, source_ids, decoding: DecodingConfig | None = None, **overrides) -> DecodeResult:

@@ -6,10 +6,13 @@ translator = kt.Translator.from_model_dir("runs/small")
 translator.translate("Jesus wept.")               # -> str
 translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
 translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
+translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
+kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from typing import overload
@@ -18,7 +21,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
+from keras_transformer.inference import alignment
 from keras_transformer.inference.decoding import beam_search
+from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.special_tokens import PAD_ID
 
 
@@ -32,7 +37,8 @@ class Translator:
     stderr. An empty (or all-space) source translates to the empty string (score 0). A score is
     the sum of the hypothesis's token log-probabilities divided by the length penalty
     ((5 + |y|) / 6)^alpha (Wu et al., 2016). With `decoding.dtype` "bfloat16" the model decodes
-    in a bf16 copy (`Transformer.with_dtype`).
+    in a bf16 copy (`Transformer.with_dtype`). `model` may be an `Ensemble` of models that share
+    `tokenizer`.
     """
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig | None = None, **overrides):
@@ -42,14 +48,19 @@ class Translator:
 
     @classmethod
     def from_model_dir(
-        cls, path: str, checkpoint: str = "latest", decoding: DecodingConfig | None = None, **overrides
+        cls, path: str | Sequence[str], checkpoint: str = "latest", decoding: DecodingConfig | None = None, **overrides
     ) -> Translator:
         """The translator of a model directory (`keras-transformer train --model-dir PATH`), with the
         weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path,
-        decoding with `decoding` and `overrides` of its fields (`DecodingConfig`)."""
+        decoding with `decoding` and `overrides` of its fields (`DecodingConfig`). A list of
+        several directories gives their `Ensemble` (which must share one tokenizer)."""
         from keras_transformer.model_dir import load_model
 
-        model, tokenizer, _ = load_model(path, checkpoint)
+        paths = [path] if isinstance(path, str) else list(path)
+        if len(paths) > 1:
+            model, tokenizer = Ensemble.from_model_dirs(paths, checkpoint)
+        else:
+            model, tokenizer, _ = load_model(paths[0], checkpoint)
         return cls(model, tokenizer, decoding, **overrides)
 
     def source_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
@@ -97,23 +108,57 @@ class Translator:
             return self._nbest([texts], n)[0]
         return self._nbest(list(texts), n)
 
-    def _nbest(self, texts: list[str], n: int) -> list[list[tuple[str, float]]]:
-        translations = [[("", 0.0)] * n for _ in texts]
+    @overload
+    def translate_with_alignments(self, texts: str) -> tuple[str, list[tuple[int, int]]]: ...
+
+    @overload
+    def translate_with_alignments(self, texts: Sequence[str]) -> list[tuple[str, list[tuple[int, int]]]]: ...
+
+    def translate_with_alignments(self, texts):
+        """The best translation of a text and its word alignment: (translation, [(i, j), ...]), one
+        pair per word j of `translation.split()`, with i the word of `text.split()` it aligns to
+        (`inference/alignment.py`: the cross-attention of decoder layer `decoding.alignment_layer`,
+        averaged over heads); for a list: one such pair per text."""
+        if isinstance(texts, str):
+            return self.translate_with_alignments([texts])[0]
+        texts = list(texts)
+        results = [("", [])] * len(texts)
+        for indices, batch in self._batches(texts):
+            ids, _ = self.decode(batch, 1)  # [B, 1, L]
+            pharaoh = self._alignments(batch, ids[:, 0]).numpy()  # [B]
+            translations = self.tokenizer.detokenize(ids[:, 0]).numpy()  # [B]
+            for i, translation, pairs in zip(indices, translations, pharaoh):
+                results[i] = (translation.decode("utf-8"), alignment.parse_pharaoh(pairs.decode("utf-8")))
+        return results
+
+    @functools.cached_property
+    def _alignments(self):
+        """`alignment.alignments` as a tf.function (source_ids [B, S], target_ids [B, T]) -> [B] strings."""
+        table, layer = alignment.pieces(self.tokenizer), self.decoding.alignment_layer
+        spec = tf.TensorSpec([None, None], tf.int32)
+        return tf.function(
+            lambda source_ids, target_ids: alignment.alignments(self.model, source_ids, target_ids, table, layer),
+            input_signature=[spec, spec],
+        )
+
+    def _batches(self, texts: list[str]):
+        """(indices into `texts`, source ids [B, S] int32) per search: the non-empty texts sorted by
+        length (similar lengths share a batch), `decoding.batch_size` at a time."""
         todo = [i for i, text in enumerate(texts) if text.strip()]
-        if not todo:
-            return translations
-        rows = self.source_ids([texts[i] for i in todo])
-        order = sorted(range(len(todo)), key=lambda k: len(rows[k]))  # similar lengths share a batch
+        rows = self.source_ids([texts[i] for i in todo]) if todo else []
+        order = sorted(range(len(todo)), key=lambda k: len(rows[k]))
         for start in range(0, len(order), self.decoding.batch_size):
             chunk = order[start : start + self.decoding.batch_size]
-            width = max(len(rows[k]) for k in chunk)
-            batch = np.full((len(chunk), width), PAD_ID, np.int32)
+            batch = np.full((len(chunk), max(len(rows[k]) for k in chunk)), PAD_ID, np.int32)
             for row, k in enumerate(chunk):
                 batch[row, : len(rows[k])] = rows[k]
+            yield [todo[k] for k in chunk], batch
+
+    def _nbest(self, texts: list[str], n: int) -> list[list[tuple[str, float]]]:
+        translations = [[("", 0.0)] * n for _ in texts]
+        for indices, batch in self._batches(texts):
             ids, scores = self.decode(batch, n)  # [B, n, L], [B, n]
             outputs = self.tokenizer.detokenize(tf.reshape(ids, [-1, ids.shape[-1]])).numpy().reshape(ids.shape[:2])
-            for k, row, row_scores in zip(chunk, outputs, scores.numpy()):
-                translations[todo[k]] = [
-                    (output.decode("utf-8"), float(score)) for output, score in zip(row, row_scores)
-                ]
+            for i, row, row_scores in zip(indices, outputs, scores.numpy()):
+                translations[i] = [(output.decode("utf-8"), float(score)) for output, score in zip(row, row_scores)]
         return translations
