@@ -21,19 +21,25 @@ from keras_transformer.cli.flags import (
     add_config_flags,
     add_decoding_flags,
     add_train_flags,
-    configs,
     decoding,
-    overrides,
+    train_configs,
 )
 from keras_transformer.cli.quiet import filter_native_logs, quiet_python_logs
 from keras_transformer.config import PRESETS, STRATEGIES, DataConfig
 
 EXIT_USAGE = 2
+CHECKPOINT_HELP = "latest (default), averaged, best, ema (the moving average), or a checkpoint path"
 
 
 def _add_train(subparsers):
     p = subparsers.add_parser("train", help="train (or resume) a model in --model-dir")
-    p.add_argument("--preset", default="small", help=f"model and training preset: {', '.join(PRESETS)} (default small)")
+    p.add_argument("--preset", help=f"model and training preset: {', '.join(PRESETS)} (default small)")
+    p.add_argument(
+        "--config",
+        metavar="RECIPE",
+        help="settings from a YAML or JSON file (keys: these flags' names, e.g. max_steps), or a model dir's "
+        "config.json; flags given here override it",
+    )
     p.add_argument("--model-dir", required=True)
     d = p.add_argument_group("distribution")
     d.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy (default auto)")
@@ -46,7 +52,7 @@ def _add_train(subparsers):
 
 
 def _add_decoding(p, exclude=()):
-    p.add_argument("--checkpoint", default="latest", help="latest (default), averaged, best, or a checkpoint path")
+    p.add_argument("--checkpoint", default="latest", help=CHECKPOINT_HELP)
     add_decoding_flags(p, exclude)
 
 
@@ -89,6 +95,7 @@ def _add_export(subparsers):
         "--quantization", help="with --format ctranslate2: weight type, e.g. int8, float16 (default float32)"
     )
     p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
+    p.add_argument("--checkpoint", default="latest", help=CHECKPOINT_HELP)
     add_decoding_flags(p, exclude=("batch_size",))
     p.add_argument("--check", metavar="OUT", help="only check the serving contract of an export in OUT")
 
@@ -97,6 +104,12 @@ def _add_average(subparsers):
     p = subparsers.add_parser("average", help="average the last N checkpoints into MODEL_DIR/averaged (§6.1)")
     p.add_argument("--model-dir", required=True)
     p.add_argument("--last", type=int, default=5, help="checkpoints to average (default 5, the paper's for base)")
+    p.add_argument(
+        "--checkpoint",
+        default="latest",
+        choices=("latest", "ema"),
+        help="latest (default): the training checkpoints; ema: the moving averages in ema/",
+    )
 
 
 def _add_verbose(p, default):
@@ -130,9 +143,9 @@ def _train(args):
 
     if args.cpu_devices:
         use_cpu_devices(args.cpu_devices)
-    config, training = configs(args, args.preset)
+    config, training, data = train_configs(args, "small")
     strategy = resolve_strategy(args.strategy, args.collective_timeout)
-    train(args.model_dir, config, training, DataConfig(**overrides(args, DataConfig)), strategy=strategy, log=_log)
+    train(args.model_dir, config, training, data, strategy=strategy, log=_log)
 
 
 def _translator(args):
@@ -168,6 +181,7 @@ def _evaluate(args):
         source = args.data, args.split if has_own_splits(args.data) else WHOLE
         reverse = args.reverse
     else:
+        trained_on = trained_on.sources()[0][0]  # of weighted sources, the first
         source = split_source(trained_on, args.split)
         reverse = trained_on.reverse or args.reverse  # the direction the model was trained in
         if source is None:
@@ -182,7 +196,8 @@ def _evaluate(args):
 def _average(args):
     from keras_transformer.training.averaging import average_last
 
-    _log(f"averaged the last {args.last} checkpoints into {average_last(args.model_dir, args.last)}")
+    written = average_last(args.model_dir, args.last, args.checkpoint)
+    _log(f"averaged the last {args.last} {args.checkpoint} checkpoints into {written}")
 
 
 def _export(args):
@@ -202,7 +217,7 @@ def _export(args):
         raise ValueError("--quantization applies to --format ctranslate2 only")
     from keras_transformer.model_dir import load_model
 
-    model, tokenizer, _ = load_model(args.model_dir)
+    model, tokenizer, _ = load_model(args.model_dir, args.checkpoint)
     if args.format == "ctranslate2":
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
