@@ -48,7 +48,8 @@ def average_last(path: str, last: int = 5, checkpoint: str = "latest") -> str:
     state = tf.train.get_checkpoint_state(directory)
     paths = list(state.all_model_checkpoint_paths) if state else []  # oldest first, joined to the dir
     if len(paths) < last:
-        raise ModelDirError(f"{path} holds {len(paths)} {checkpoint} checkpoint(s), fewer than the {last} to average")
+        kind = "ema " if checkpoint == "ema" else ""
+        raise ModelDirError(f"{path} holds {len(paths)} {kind}checkpoint(s), fewer than the {last} to average")
     paths = paths[-last:]
     model = Transformer(config)
     model.build()

@@ -131,6 +131,15 @@ def _parent(training: TrainingConfig, config: TransformerConfig) -> tuple[dict, 
     return parent, dataclasses.replace(stored, dropout=config.dropout), parent_dir.tokenizer()
 
 
+def initial_weights(config: TransformerConfig, checkpoint: str) -> list:
+    """The weights of `checkpoint` for a model of `config`, read into an uncompiled model: a
+    compiled one would also restore the optimizer state that the checkpoint may hold."""
+    model = Transformer(config)
+    model.build()
+    restore(weights_checkpoint(model), checkpoint, weights_only=True)
+    return model.get_weights()
+
+
 def prepare_model_dir(
     model_dir: ModelDir, config: TransformerConfig, training: TrainingConfig, data: DataConfig, log: Callable
 ) -> tuple[TransformerConfig, SubwordTokenizer]:
@@ -245,7 +254,7 @@ def _train(
         restore(checkpoint, latest)
         log(f"resumed from step {trained_steps(model)}")
     elif parent := directory.read().get("parent"):  # fine-tuning: the parent's weights, a fresh optimizer
-        restore(weights_checkpoint(model), parent["checkpoint"], weights_only=True)
+        model.set_weights(initial_weights(config, parent["checkpoint"]))
     step = trained_steps(model)
     if step >= training.max_steps:
         log(f"already trained for {step} steps (--max-steps {training.max_steps}): nothing to do")
