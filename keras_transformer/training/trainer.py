@@ -306,8 +306,11 @@ def _train(
         best_dir = directory.weights_dir("best")
         translator = Translator(model, tokenizer)
         all_callbacks.append(BleuCallback(translator, sources, references, best_dir, training.bleu_every_epochs, log))
-    if training.ema_decay is not None:
-        all_callbacks.append(EmaCheckpoint(directory.weights_dir("ema"), training.keep_checkpoints))
+    if training.ema_decay is not None:  # every worker saves (as for checkpoints/), the chief to ema/
+        ema_dir = directory.weights_dir("ema")
+        if worker_id(strategy):
+            ema_dir = os.path.join(ema_dir, f"worker-{worker_id(strategy)}")
+        all_callbacks.append(EmaCheckpoint(ema_dir, training.keep_checkpoints))
     all_callbacks += callbacks
     if early_stopping is not None:  # after the callers': it sees the scores they log
         all_callbacks.append(early_stopping)
