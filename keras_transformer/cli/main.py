@@ -197,7 +197,8 @@ def _average(args):
     from keras_transformer.training.averaging import average_last
 
     written = average_last(args.model_dir, args.last, args.checkpoint)
-    _log(f"averaged the last {args.last} {args.checkpoint} checkpoints into {written}")
+    kind = "ema " if args.checkpoint == "ema" else ""
+    _log(f"averaged the last {args.last} {kind}checkpoints into {written}")
 
 
 def _export(args):
