@@ -11,12 +11,14 @@ fields (`cli/flags.py`), so a field's comment is its flag's help.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, RESERVED_IDS, START_ID
 
 # Names the command line offers before it imports TensorFlow (data.py and distribute.py use them).
-BIBLE_EN_DE = "bible-en-de"  # the embedded corpus
+BIBLE_EN_DE = "bible-en-de"  # the embedded corpora
+SOFTWARE_EN_DE = "software-en-de"
 STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")  # tf.distribute strategies
 
 
@@ -166,12 +168,35 @@ class TransformerConfig:
 LEGACY_RESERVED_IDS = {"pad_id": PAD_ID, "start_id": START_ID, "eos_id": EOS_ID}
 
 
+_WEIGHTED = re.compile(r"^(.+):(\d+(?:\.\d*)?(?:e-?\d+)?|\.\d+)$")
+
+
+def weighted_sources(spec: str) -> tuple[tuple[str, float], ...]:
+    """The sources of a `--data` value and the share of training pairs drawn from each:
+    "bible-en-de:0.3,software-en-de:0.7" -> (("bible-en-de", 0.3), ("software-en-de", 0.7)) (the
+    weights normalised to sum 1); any other value is one source, weight 1 (a comma-separated list
+    of TSV files without weights is one source, its files read together)."""
+    parts = [part.strip() for part in spec.split(",")]
+    matches = [_WEIGHTED.match(part) for part in parts]
+    if not any(matches):
+        return ((spec, 1.0),)
+    _check(
+        all(matches),
+        f"weighted sources need a weight on every source (e.g. bible-en-de:0.3,software-en-de:0.7), got {spec!r}",
+    )
+    weights = [float(match[2]) for match in matches]
+    _check(all(w > 0 for w in weights), f"source weights must be > 0, got {spec!r}")
+    names = [match[1] for match in matches]
+    _check(len(set(names)) == len(names), f"a source is named twice in {spec!r}")
+    return tuple((name, weight / sum(weights)) for name, weight in zip(names, weights))
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Where the parallel text comes from, how it is split and sampled, and which pairs are skipped
     (`keras_transformer.data`; the README's "Data"). Field names are the `train` flags' names."""
 
-    data: str = BIBLE_EN_DE  # training pairs: bible-en-de, TSV path(s) (a glob, or comma-separated), or tfds:NAME
+    data: str = BIBLE_EN_DE  # training pairs: bible-en-de, software-en-de, TSV path(s), tfds:NAME; weighted: S:W,S:W
     valid_data: str | None = None  # validation pairs (a file, used whole, or tfds:NAME's validation split)
     test_data: str | None = None  # test pairs for `evaluate` (a file, used whole, or tfds:NAME's test split)
     reverse: bool = False  # swap source and target
@@ -185,10 +210,16 @@ class DataConfig:
 
     def __post_init__(self):
         _check(bool(self.data), "data must name a data source")
+        weighted_sources(self.data)  # checks the weights
         _check(self.valid_pairs >= 1, f"valid_pairs must be >= 1, got {self.valid_pairs}")
         _check(self.tokenizer_sample >= 1, f"tokenizer_sample must be >= 1, got {self.tokenizer_sample}")
         _check(self.max_length_ratio >= 1.0, f"max_length_ratio must be >= 1, got {self.max_length_ratio}")
         _check(self.subword_alpha >= 0.0, f"subword_alpha must be >= 0, got {self.subword_alpha}")
+
+    def sources(self) -> tuple[tuple[DataConfig, float], ...]:
+        """One `DataConfig` per source of `data` (`weighted_sources`) with its weight; each reads
+        its own validation split (or `valid_data`, when given: then the first source only)."""
+        return tuple((dataclasses.replace(self, data=spec), weight) for spec, weight in weighted_sources(self.data))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,11 +247,23 @@ class TrainingConfig:
     cooldown_fraction: float = 0.2  # with warmup_fraction: linear decay to 0 over this last fraction
     bleu_every_epochs: int = 0  # validation BLEU every this many epochs, best weights kept in best/ (0: off)
     bleu_sentences: int = 100  # validation sentences translated for that BLEU
+    early_stopping: int = 0  # stop after N evaluations without a better BLEU (or, without BLEU, loss); 0: off
+    ema_decay: float | None = None  # keep a moving average of the weights with this decay (e.g. 0.999) in ema/
+    init_from: str | None = None  # fine-tuning: start a new model dir from this model dir's weights and tokenizer
+    init_checkpoint: str = "latest"  # init_from's weights: latest, averaged, best, ema or a checkpoint path
 
     def __post_init__(self):
         _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         _check(self.bleu_every_epochs >= 0, f"bleu_every_epochs must be >= 0, got {self.bleu_every_epochs}")
         _check(self.bleu_sentences >= 1, f"bleu_sentences must be >= 1, got {self.bleu_sentences}")
+        _check(self.early_stopping >= 0, f"early_stopping must be >= 0, got {self.early_stopping}")
+        _check(
+            self.ema_decay is None or 0.0 < self.ema_decay < 1.0, f"ema_decay must be in (0, 1), got {self.ema_decay}"
+        )
+        _check(
+            self.ema_decay is None or self.grad_accumulation == 1,
+            "ema_decay does not combine with grad_accumulation (Keras would average every micro-batch)",
+        )
         _check(self.warmup_steps >= 1, f"warmup_steps must be >= 1, got {self.warmup_steps}")
         _check(self.learning_rate_scale > 0, f"learning_rate_scale must be > 0, got {self.learning_rate_scale}")
         _check(self.batch_tokens >= 8, f"batch_tokens must be >= 8, got {self.batch_tokens}")

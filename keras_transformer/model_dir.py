@@ -1,6 +1,7 @@
 """The model directory: config.json, tokenizer.model, checkpoints/ and logs/ of one model, and
-the weights-only checkpoints averaged/ (`keras-transformer average`) and best/ (the best
-validation BLEU, `keras_transformer.training.callbacks.bleu.BleuCallback`).
+the weights-only checkpoints averaged/ (`keras-transformer average`), best/ (the best
+validation BLEU, `keras_transformer.training.callbacks.bleu.BleuCallback`, or loss,
+`callbacks.early_stopping`) and ema/ (the moving average of the weights, `callbacks.ema`).
 
 Everything needed to rebuild and use a trained model lives here; `load_model` restores the
 latest checkpoint that restores (or a chosen one). One `train` at a time writes to a directory
@@ -24,7 +25,7 @@ import tensorflow as tf
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer
 
-WEIGHTS_CHECKPOINTS = ("averaged", "best")
+WEIGHTS_CHECKPOINTS = ("averaged", "best", "ema")
 
 
 class ModelDirError(ValueError):
@@ -66,11 +67,15 @@ class ModelDir:
         return os.path.join(self.path, "checkpoints")
 
     @property
+    def early_stopping_path(self) -> str:
+        return os.path.join(self.path, "early_stopping.json")
+
+    @property
     def log_dir(self) -> str:
         return os.path.join(self.path, "logs")
 
     def weights_dir(self, name: str) -> str:
-        """Where the weights-only checkpoint `name` ("averaged" or "best") lives."""
+        """Where the weights-only checkpoint `name` (one of `WEIGHTS_CHECKPOINTS`) lives."""
         return os.path.join(self.path, name)
 
     def lock_path(self, worker: int = 0) -> str:
@@ -124,8 +129,8 @@ class ModelDir:
         return list(reversed(state.all_model_checkpoint_paths)) if state else []
 
     def resolve_checkpoint(self, name: str | None) -> str | None:
-        """None or "latest": the last training checkpoint; "averaged" or "best": that one;
-        anything else is a checkpoint path."""
+        """None or "latest": the last training checkpoint; "averaged", "best" or "ema": that
+        one's newest; anything else is a checkpoint path."""
         if name in (None, "latest"):
             return self.latest_checkpoint()
         if name in WEIGHTS_CHECKPOINTS:
@@ -145,9 +150,11 @@ class ModelDir:
         data: DataConfig | str,
         tokenizer: SubwordTokenizer,
         requested_vocab_size: int | None = None,
+        parent: dict | None = None,
     ) -> None:
         """`data`: the data settings, or the data source's name; `requested_vocab_size`: the
-        vocab_size the tokenizer was asked for (it may learn fewer)."""
+        vocab_size the tokenizer was asked for (it may learn fewer); `parent`: the model dir a
+        fine-tuned model started from, {"dir", "checkpoint", "step"}."""
         data = DataConfig(data=data) if isinstance(data, str) else data
         os.makedirs(self.path, exist_ok=True)
         tokenizer.save(self.tokenizer_path)
@@ -158,6 +165,8 @@ class ModelDir:
         }
         if requested_vocab_size is not None:
             values["requested_vocab_size"] = requested_vocab_size
+        if parent is not None:
+            values["parent"] = parent
         temporary = self.config_path + ".tmp"
         with open(temporary, "w", encoding="utf-8") as f:
             json.dump(values, f, indent=2, sort_keys=True)
@@ -201,15 +210,21 @@ class ModelDir:
         return tf.train.latest_checkpoint(self.checkpoint_dir)
 
 
+def checkpoint_step(path: str) -> int | None:
+    """The step a checkpoint path is numbered by (`.../ckpt-1200` -> 1200), or None."""
+    number = path.rsplit("-", 1)[-1]
+    return int(number) if number.isdigit() else None
+
+
 def weights_checkpoint(model) -> tf.train.Checkpoint:
     """A checkpoint of the model's weights only (no optimizer); it also reads training checkpoints."""
     return tf.train.Checkpoint(model=model)
 
 
-def save_weights(model, directory: str, step: int) -> str:
-    """Write `model`'s weights (no optimizer) as the one checkpoint in `directory` (averaged/ or
-    best/), numbered `step`; return its path."""
-    manager = tf.train.CheckpointManager(weights_checkpoint(model), directory, max_to_keep=1, checkpoint_name="ckpt")
+def save_weights(model, directory: str, step: int, keep: int = 1) -> str:
+    """Write `model`'s weights (no optimizer) as a checkpoint in `directory` (averaged/, best/,
+    ema/), numbered `step`, keeping the `keep` newest; return its path."""
+    manager = tf.train.CheckpointManager(weights_checkpoint(model), directory, max_to_keep=keep, checkpoint_name="ckpt")
     return manager.save(checkpoint_number=step)
 
 
@@ -282,8 +297,8 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, *, weights_only: bool = 
 def load_model(path: str, checkpoint: str | None = None, dtype: str | None = None):
     """(Transformer, SubwordTokenizer, stored config dict) from a model directory, weights from
     `checkpoint` ("latest", the default: the newest training checkpoint that restores, with a
-    warning on stderr when it is not the newest; "averaged"; "best"; or a path, strictly), as
-    trained (float32) or cast to `dtype` for decoding (`Transformer.with_dtype`)."""
+    warning on stderr when it is not the newest; "averaged"; "best"; "ema"; or a path, strictly),
+    as trained (float32) or cast to `dtype` for decoding (`Transformer.with_dtype`)."""
     from keras_transformer.model import Transformer
 
     model_dir = ModelDir(path)

@@ -203,7 +203,7 @@ def test_missing_model_dir(capsys, tmp_path):
 @pytest.mark.slow
 def test_model_dir_of_another_config_is_refused(capsys, trained, tmp_path):
     message = error_of(capsys, "train", "--data", str(FIXTURE), "--model-dir", trained.model_dir, "--preset", "small")
-    assert "holds a model with another config" in message and "d_model: stored 64 != requested 128" in message
+    assert "holds a model with another architecture" in message and "d_model: stored 64 != requested 128" in message
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ class Exported:
         self.model, self.tokenizer, _ = load_model(model_dir)
         self.out = str(root / "export")
         quiet = lambda message: None
-        self.paths = export_tensorflow(self.model, self.tokenizer, self.out, log=quiet, model_dir=model_dir)
+        self.paths = export_tensorflow(self.model, self.tokenizer, self.out, log=quiet, model_dirs=[model_dir])
         self.translator = Translator(self.model, self.tokenizer, batch_size=256)
         self.sentences = read_pairs(str(FIXTURE), "test")[0] + read_pairs(str(FIXTURE), "validation")[0]
 
@@ -380,7 +380,7 @@ def test_the_export_records_its_model_dir_and_passes_its_own_check(exported, cap
     model_dir, out = exported.model_dir, exported.out
     with open(os.path.join(out, "translator.json"), encoding="utf-8") as f:
         metadata = json.load(f)
-    assert metadata["model_dir"] == os.path.abspath(model_dir) and metadata["saved_model_dtype"] == "float32"
+    assert metadata["model_dirs"] == [os.path.abspath(model_dir)] and metadata["saved_model_dtype"] == "float32"
     capsys.readouterr()
     assert main(["export", "--check", out, "--sample", "20"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -25,9 +25,13 @@ def latest_step(model_dir):
 
 @pytest.mark.slow
 def test_kill_9_then_the_same_command_resumes_from_the_last_checkpoint(tmp_path):
+    """With the training workflows' options too: a recipe file, weighted sources, a moving average
+    of the weights and early stopping."""
     model_dir = str(tmp_path / "model")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"data: {FIXTURE}:0.7,software-en-de:0.3\nema_decay: 0.9\nearly_stopping: 3\n", encoding="utf-8")
     command = [
-        sys.executable, "-m", "keras_transformer", "train", "--data", str(FIXTURE), "--model-dir", model_dir,
+        sys.executable, "-m", "keras_transformer", "train", "--config", str(recipe), "--model-dir", model_dir,
         "--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10",
         "--steps-per-epoch", "40", "--max-steps", "40", "--checkpoint-every", "2",
     ]  # fmt: skip
@@ -53,6 +57,8 @@ def test_kill_9_then_the_same_command_resumes_from_the_last_checkpoint(tmp_path)
     assert f"resumed from step {killed_at}" in second.stderr
     assert "trained to step 40" in second.stderr
     assert latest_step(model_dir) == 40
+    assert tf.train.latest_checkpoint(os.path.join(model_dir, "ema")).endswith("ckpt-40")
+    assert os.path.isfile(os.path.join(model_dir, "early_stopping.json"))
 
 
 class Training:
@@ -90,6 +96,8 @@ def test_sigterm_and_sigint_checkpoint_the_step_and_the_same_command_resumes(tmp
         "--model-dir",
         model_dir,
         *TINY_TRAINING,
+        "--ema-decay",
+        "0.99",
         # no --checkpoint-every, and no epoch end: only the signal can save
         "--steps-per-epoch",
         "100000",

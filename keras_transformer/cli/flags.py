@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import json
 import re
 import typing
 
-from keras_transformer.config import DecodingConfig, TrainingConfig, TransformerConfig
+from keras_transformer.config import DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
 
 SECONDS = "_s"  # the suffix of fields in seconds
 METAVARS = {int: "N", float: "X", str: "TEXT"}
@@ -110,12 +111,88 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     add_config_flags(parser, TrainingConfig, "training (TrainingConfig; default: the preset's)")
 
 
-def configs(args: argparse.Namespace, preset: str) -> tuple[TransformerConfig, TrainingConfig]:
-    """The model and training settings of `preset`, overridden by the flags given in `args`."""
+RECIPE_CLASSES = (TransformerConfig, TrainingConfig, DataConfig)  # the settings a recipe file holds
+
+
+def _recipe_value(field: dataclasses.Field, value):
+    """A recipe's value for `field`: text parsed as its flag's would be (durations, `parse`)."""
+    if isinstance(value, str) and "parse" in field.metadata:
+        return field.metadata["parse"](value)
+    if isinstance(value, str) and field.name.endswith(SECONDS):
+        return parse_duration(value)
+    return value
+
+
+def read_recipe(path: str) -> dict[str, typing.Any]:
+    """The settings of a recipe file, by field name (`train --config`): a YAML (.yaml, .yml) or
+    JSON mapping whose keys are the `train` flags' names without dashes (`max_steps` or
+    `max-steps`, `time_budget: 30m`, `preset: small`), or a model dir's config.json (its model,
+    training and data settings, with the vocabulary size it asked for). Unknown keys are refused."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as error:
+        raise ValueError(f"cannot read recipe {path}: {error.strerror}") from None
+    try:
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            values = yaml.safe_load(text)
+        else:
+            values = json.loads(text)
+    except Exception as error:  # yaml.YAMLError, json.JSONDecodeError
+        raise ValueError(
+            f"{path} is not valid {'YAML' if path.endswith(('.yaml', '.yml')) else 'JSON'}: "
+            f"{str(error).splitlines()[0]}"
+        ) from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: a recipe is a mapping of settings, got {type(values).__name__}")
+    if {"model", "training", "data_config"} <= set(values):  # a model dir's config.json
+        model = dict(values["model"])
+        model["vocab_size"] = values.get("requested_vocab_size", model.get("vocab_size"))
+        values = {**model, **values["training"], **values["data_config"]}
+    fields = {f.name: f for config_class in RECIPE_CLASSES for f in dataclasses.fields(config_class)}
+    names = {flag_name(name)[2:].replace("-", "_"): name for name in fields} | {name: name for name in fields}
+    settings, unknown = {}, []
+    for key, value in values.items():
+        name = names.get(str(key).replace("-", "_"))
+        if key == "preset":
+            settings["preset"] = value
+        elif name is None:
+            unknown.append(str(key))
+        else:
+            settings[name] = _recipe_value(fields[name], value)
+    if unknown:
+        raise ValueError(f"{path}: unknown settings: {', '.join(sorted(unknown))}")
+    return settings
+
+
+def recipe_settings(args: argparse.Namespace, config_class, recipe: dict[str, typing.Any]) -> dict[str, typing.Any]:
+    """The fields of `config_class` that `recipe` sets, overridden by the flags given in `args`."""
+    names = {f.name for f in dataclasses.fields(config_class)}
+    return {**{k: v for k, v in recipe.items() if k in names}, **overrides(args, config_class)}
+
+
+def configs(
+    args: argparse.Namespace, preset: str, recipe: dict[str, typing.Any] | None = None
+) -> tuple[TransformerConfig, TrainingConfig]:
+    """The model and training settings of `preset`, overridden by `recipe` (`read_recipe`), then
+    by the flags given in `args`."""
+    recipe = recipe or {}
     return (
-        TransformerConfig.preset(preset, **overrides(args, TransformerConfig)),
-        TrainingConfig.preset(preset, **overrides(args, TrainingConfig)),
+        TransformerConfig.preset(preset, **recipe_settings(args, TransformerConfig, recipe)),
+        TrainingConfig.preset(preset, **recipe_settings(args, TrainingConfig, recipe)),
     )
+
+
+def train_configs(
+    args: argparse.Namespace, default_preset: str
+) -> tuple[TransformerConfig, TrainingConfig, DataConfig]:
+    """`train`'s settings: `--preset` (else the recipe's, else `default_preset`), overridden by the
+    `--config` recipe, then by the other flags given."""
+    recipe = read_recipe(args.config) if args.config else {}
+    config, training = configs(args, args.preset or recipe.get("preset", default_preset), recipe)
+    return config, training, DataConfig(**recipe_settings(args, DataConfig, recipe))
 
 
 def add_decoding_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = ()) -> None:

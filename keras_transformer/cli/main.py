@@ -21,19 +21,25 @@ from keras_transformer.cli.flags import (
     add_config_flags,
     add_decoding_flags,
     add_train_flags,
-    configs,
     decoding,
-    overrides,
+    train_configs,
 )
 from keras_transformer.cli.quiet import filter_native_logs, quiet_python_logs
 from keras_transformer.config import PRESETS, STRATEGIES, DataConfig
 
 EXIT_USAGE = 2
+CHECKPOINT_HELP = "latest (default), averaged, best, ema (the moving average), or a checkpoint path"
 
 
 def _add_train(subparsers):
     p = subparsers.add_parser("train", help="train (or resume) a model in --model-dir")
-    p.add_argument("--preset", default="small", help=f"model and training preset: {', '.join(PRESETS)} (default small)")
+    p.add_argument("--preset", help=f"model and training preset: {', '.join(PRESETS)} (default small)")
+    p.add_argument(
+        "--config",
+        metavar="RECIPE",
+        help="settings from a YAML or JSON file (keys: these flags' names, e.g. max_steps), or a model dir's "
+        "config.json; flags given here override it",
+    )
     p.add_argument("--model-dir", required=True)
     d = p.add_argument_group("distribution")
     d.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy (default auto)")
@@ -57,7 +63,7 @@ def _add_model_dirs(p, required=True):
 
 
 def _add_decoding(p, exclude=()):
-    p.add_argument("--checkpoint", default="latest", help="latest (default), averaged, best, or a checkpoint path")
+    p.add_argument("--checkpoint", default="latest", help=CHECKPOINT_HELP)
     add_decoding_flags(p, exclude)
 
 
@@ -115,6 +121,7 @@ def _add_export(subparsers):
         "--quantization", help="with --format ctranslate2: weight type, e.g. int8, float16 (default float32)"
     )
     p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
+    p.add_argument("--checkpoint", default="latest", help=CHECKPOINT_HELP)
     add_decoding_flags(p, exclude=("batch_size",))
     p.add_argument(
         "--check",
@@ -129,6 +136,12 @@ def _add_average(subparsers):
     p = subparsers.add_parser("average", help="average the last N checkpoints into MODEL_DIR/averaged (§6.1)")
     p.add_argument("--model-dir", required=True)
     p.add_argument("--last", type=int, default=5, help="checkpoints to average (default 5, the paper's for base)")
+    p.add_argument(
+        "--checkpoint",
+        default="latest",
+        choices=("latest", "ema"),
+        help="latest (default): the training checkpoints; ema: the moving averages in ema/",
+    )
 
 
 def _add_verbose(p, default):
@@ -162,9 +175,9 @@ def _train(args):
 
     if args.cpu_devices:
         use_cpu_devices(args.cpu_devices)
-    config, training = configs(args, args.preset)
+    config, training, data = train_configs(args, "small")
     strategy = resolve_strategy(args.strategy, args.collective_timeout)
-    train(args.model_dir, config, training, DataConfig(**overrides(args, DataConfig)), strategy=strategy, log=_log)
+    train(args.model_dir, config, training, data, strategy=strategy, log=_log)
 
 
 def _translator(args):
@@ -240,6 +253,7 @@ def _evaluate(args):
         source = args.data, args.split if has_own_splits(args.data) else WHOLE
         reverse = args.reverse
     else:
+        trained_on = trained_on.sources()[0][0]  # of weighted sources, the first
         source = split_source(trained_on, args.split)
         reverse = trained_on.reverse or args.reverse  # the direction the model was trained in
         if source is None:
@@ -250,14 +264,24 @@ def _evaluate(args):
     for source, reference, hypothesis in list(zip(sources, references, scores.pop("translations")))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
     print(
-        json.dumps({**scores, **translator.decoding.to_dict(), "checkpoint": args.checkpoint, "models": args.model_dir})
+        json.dumps(
+            {
+                **scores,
+                **translator.decoding.to_dict(),
+                "dtype": translator.model.dtype_policy.name,
+                "checkpoint": args.checkpoint,
+                "models": args.model_dir,
+            }
+        )
     )
 
 
 def _average(args):
     from keras_transformer.training.averaging import average_last
 
-    _log(f"averaged the last {args.last} checkpoints into {average_last(args.model_dir, args.last)}")
+    written = average_last(args.model_dir, args.last, args.checkpoint)
+    kind = "ema " if args.checkpoint == "ema" else ""
+    _log(f"averaged the last {args.last} {kind}checkpoints into {written}")
 
 
 def _check_export(args) -> int:
@@ -274,15 +298,15 @@ def _check_export(args) -> int:
         problems = [f"contract: {problem}" for problem in check_export(out)]
         if not problems:
             print(f"{out}: every SavedModel meets the TF Serving contract")
-    model_dir = args.model_dir
+    model_dirs = args.model_dir
     metadata = os.path.join(out, "translator.json")
-    if model_dir is None and os.path.isfile(metadata):
+    if not model_dirs and os.path.isfile(metadata):
         with open(metadata, encoding="utf-8") as f:
-            model_dir = json_module.load(f).get("model_dir")
-    if model_dir is None:
+            model_dirs = json_module.load(f).get("model_dirs")
+    if not model_dirs:
         print(f"{out}: translations not checked (no model dir: pass --model-dir)")
     else:
-        reports, quality = check_quality(out, model_dir, args.sample)
+        reports, quality = check_quality(out, model_dirs, args.sample)
         for report in reports:
             print(report.line())
         problems += [f"quality: {problem}" for problem in quality]
@@ -304,9 +328,9 @@ def _export(args):
     if len(args.model_dir) > 1:
         if args.format == "ctranslate2":
             raise ValueError("--format ctranslate2 exports one model: pass one --model-dir")
-        model, tokenizer = Ensemble.from_model_dirs(args.model_dir)
+        model, tokenizer = Ensemble.from_model_dirs(args.model_dir, args.checkpoint)
     else:
-        model, tokenizer, _ = load_model(args.model_dir[0])
+        model, tokenizer, _ = load_model(args.model_dir[0], args.checkpoint)
     if args.format == "ctranslate2":
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
@@ -315,7 +339,7 @@ def _export(args):
         from keras_transformer.exporters.tensorflow import export_tensorflow
 
         paths = export_tensorflow(
-            model, tokenizer, args.out, args.name, decoding(args), log=_log, model_dir=args.model_dir
+            model, tokenizer, args.out, args.name, decoding(args), log=_log, model_dirs=args.model_dir
         )
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")

@@ -1,4 +1,4 @@
-"""The files of a TSV source: the embedded corpus, paths, globs and comma-separated lists of them,
+"""The files of a TSV source: the embedded corpora, paths, globs and comma-separated lists of them,
 and which layout they have (plain `source<TAB>target` lines, or the Bible layout's header)."""
 
 from __future__ import annotations
@@ -9,16 +9,30 @@ import gzip
 import os
 from importlib import resources
 
-from keras_transformer.config import BIBLE_EN_DE
+from keras_transformer.config import BIBLE_EN_DE, SOFTWARE_EN_DE
 from keras_transformer.data.errors import DataError
 
 BIBLE_HEADER = ("book", "chapter", "verse")
+# Embedded corpora that ship one plain TSV file per split (resources/README.md).
+SPLIT_FILES = {SOFTWARE_EN_DE: "software.en-de.{split}.tsv.gz"}
+
+
+def _resource(name: str) -> str:
+    return str(resources.files("keras_transformer") / "resources" / name)
+
+
+def split_files(spec: str, split: str) -> list[str]:
+    """The file of one split ("train", "validation", "test") of an embedded corpus of `SPLIT_FILES`."""
+    return [_resource(SPLIT_FILES[spec].format(split=split))]
 
 
 def data_files(spec: str) -> list[str]:
-    """The files of a TSV source: bible-en-de's, or every path and glob of a comma-separated list, in order."""
+    """The files of a TSV source: an embedded corpus's (all its splits), or every path and glob of a
+    comma-separated list, in order."""
     if spec == BIBLE_EN_DE:
-        return [str(resources.files("keras_transformer") / "resources" / "bible.en-de.tsv.gz")]
+        return [_resource("bible.en-de.tsv.gz")]
+    if spec in SPLIT_FILES:
+        return [path for split in ("train", "validation", "test") for path in split_files(spec, split)]
     files = []
     for pattern in (part.strip() for part in spec.split(",")):
         if any(c in pattern for c in "*?["):
@@ -57,7 +71,7 @@ def is_bible_layout(files: list[str]) -> bool:
 
 def has_own_splits(spec: str) -> bool:
     """Whether a source carries its splits (TFDS, the Bible layout) rather than being one set of pairs."""
-    return spec.startswith("tfds:") or is_bible_layout(data_files(spec))
+    return spec.startswith("tfds:") or spec in SPLIT_FILES or is_bible_layout(data_files(spec))
 
 
 @functools.lru_cache(maxsize=16)

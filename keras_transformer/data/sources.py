@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import tensorflow as tf
 
 from keras_transformer.data.errors import DataError, data_errors
-from keras_transformer.data.files import data_files, is_bible_layout
+from keras_transformer.data.files import SPLIT_FILES, data_files, is_bible_layout, split_files
 from keras_transformer.data.parsing import file_pairs
 from keras_transformer.data.splits import SPLITS, WHOLE, tsv_block
 
@@ -77,10 +77,10 @@ def pairs_dataset(
     if spec.startswith("tfds:"):
         dataset = _tfds_pairs(spec, "all" if split == WHOLE else split, tfds_data_dir, tfds_download)
     else:
-        files = data_files(spec)
+        files = data_files(spec) if spec not in SPLIT_FILES or split == WHOLE else split_files(spec, split)
         bible = is_bible_layout(files)
         lines = None
-        if not bible and split != WHOLE:
+        if not bible and split != WHOLE and spec not in SPLIT_FILES:
             if len(files) > 1:
                 raise DataError(
                     f"{spec}: several plain TSV files have no implicit {split} split; "

@@ -28,6 +28,7 @@ import dataclasses
 import glob
 import json
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -165,12 +166,13 @@ def _ctranslate2_runner(engine, translator: Translator):
 
 def check_quality(
     out: str,
-    model_dir: str,
+    model_dirs: Sequence[str],
     sample: int = SAMPLE,
     min_identical: float = MIN_IDENTICAL,
     max_bleu_drop: float = MAX_BLEU_DROP,
 ) -> tuple[list[ArtifactQuality], list[str]]:
-    """(a report per artifact, the one-line problems of those past the tolerance)."""
+    """(a report per artifact, the one-line problems of those past the tolerance), against the
+    checkpoint of `model_dirs` (several: their ensemble), on the first one's held-out pairs."""
     from keras_transformer.data.sources import read_pairs
     from keras_transformer.data.splits import split_source
     from keras_transformer.model_dir import ModelDir
@@ -182,10 +184,10 @@ def check_quality(
             metadata = json.load(f)
     known = {field.name for field in dataclasses.fields(DecodingConfig)}
     decoding = DecodingConfig(**{k: v for k, v in metadata.items() if k in known})
-    data = ModelDir(model_dir).read()["data_config"]
+    data = ModelDir(model_dirs[0]).read()["data_config"]
     source = split_source(data, "test") or split_source(data, "validation")
     sources, references = read_pairs(*source, data.reverse, sample, tfds_data_dir=data.tfds_data_dir)
-    translator = Translator.from_model_dir(model_dir, "latest", decoding)
+    translator = Translator.from_model_dir(list(model_dirs), "latest", decoding)
     expected = translator.translate(sources)
     reference_bleu = corpus_scores(expected, references)["bleu"]
     reports, problems = [], []

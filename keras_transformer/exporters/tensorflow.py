@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -96,7 +97,7 @@ def write_warmup_requests(path: str, model_name: str, signature: str, inputs: di
         writer.write(prediction_log(model_name, signature, inputs))
 
 
-def tflite_metadata(config, decoding: DecodingConfig, model_dir: str | None = None) -> dict:
+def tflite_metadata(config, decoding: DecodingConfig, model_dirs: Sequence[str] = ()) -> dict:
     """`OUT/translator.json`: what a device needs besides the TFLite models: the input limit, the
     reserved ids, the search the models run (every `DecodingConfig` field), and the steps around
     them; also the SavedModels' dtype and the model dir exported (for `export --check`)."""
@@ -116,7 +117,7 @@ def tflite_metadata(config, decoding: DecodingConfig, model_dir: str | None = No
         "keep the ids before the first eos_id or pad_id, drop start_id and unk_id, detokenize with "
         "SentencePiece, collapse double spaces",
         "saved_model_dtype": decoding.dtype or "float32",
-        "model_dir": None if model_dir is None else os.path.abspath(model_dir),
+        "model_dirs": [os.path.abspath(path) for path in model_dirs],
     }
 
 
@@ -169,7 +170,7 @@ def export_tensorflow(
     name: str = "translator",
     decoding: DecodingConfig | None = None,
     log=print,
-    model_dir: str | None = None,
+    model_dirs: Sequence[str] = (),
     **overrides,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding with `decoding` and
@@ -180,7 +181,7 @@ def export_tensorflow(
     only with `--xla_cpu_compilation_enabled`; `dtype`: the SavedModels compute in it
     (`Transformer.with_dtype`, e.g. "bfloat16"). The TFLite models run the same search in
     float32 (and int8 weights), never with XLA (`tflite_decoding`). `model` may be an `Ensemble`
-    (`inference/ensemble.py`): every artifact then runs the ensemble's search. `model_dir`: the
+    (`inference/ensemble.py`): every artifact then runs the ensemble's search. `model_dirs`: the
     model directory exported, recorded in translator.json so that `export --check` can compare
     the artifacts' translations with its checkpoint's."""
     decoding = (decoding or DecodingConfig()).replace(**overrides)
@@ -215,6 +216,6 @@ def export_tensorflow(
             f.write(flatbuffer)
     tokenizer.save(paths["tokenizer"])
     with open(paths["metadata"], "w", encoding="utf-8") as f:
-        json.dump(tflite_metadata(model.config, decoding, model_dir), f, indent=2)
+        json.dump(tflite_metadata(model.config, decoding, model_dirs), f, indent=2)
         f.write("\n")
     return paths

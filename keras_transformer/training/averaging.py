@@ -8,7 +8,14 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.model_dir import ModelDir, ModelDirError, restore, save_weights, weights_checkpoint
+from keras_transformer.model_dir import (
+    ModelDir,
+    ModelDirError,
+    checkpoint_step,
+    restore,
+    save_weights,
+    weights_checkpoint,
+)
 
 
 def average_checkpoints(model, paths: list[str]) -> None:
@@ -25,21 +32,26 @@ def average_checkpoints(model, paths: list[str]) -> None:
         weight.assign((value / len(paths)).astype(weight.dtype))
 
 
-def average_last(path: str, last: int = 5) -> str:
-    """Average the last `last` training checkpoints of the model dir `path` into its
-    averaged/ checkpoint (numbered by the newest step); return the written path."""
+def average_last(path: str, last: int = 5, checkpoint: str = "latest") -> str:
+    """Average the last `last` training checkpoints (`checkpoint` "latest"), or moving averages
+    of the weights (`checkpoint` "ema": ema/ keeps `keep_checkpoints` of them), of the model dir
+    `path` into its averaged/ checkpoint (numbered by the newest step); return the written path."""
     from keras_transformer.model import Transformer
 
     if last < 1:
         raise ValueError(f"--last must be >= 1, got {last}")
     model_dir = ModelDir(path)
     config = model_dir.read()["model"]
-    state = tf.train.get_checkpoint_state(model_dir.checkpoint_dir)
+    if checkpoint not in ("latest", "ema"):
+        raise ValueError(f"average reads the latest or the ema checkpoints, not {checkpoint!r}")
+    directory = model_dir.checkpoint_dir if checkpoint == "latest" else model_dir.weights_dir("ema")
+    state = tf.train.get_checkpoint_state(directory)
     paths = list(state.all_model_checkpoint_paths) if state else []  # oldest first, joined to the dir
     if len(paths) < last:
-        raise ModelDirError(f"{path} holds {len(paths)} checkpoint(s), fewer than the {last} to average")
+        kind = "ema " if checkpoint == "ema" else ""
+        raise ModelDirError(f"{path} holds {len(paths)} {kind}checkpoint(s), fewer than the {last} to average")
     paths = paths[-last:]
     model = Transformer(config)
     model.build()
     average_checkpoints(model, paths)
-    return save_weights(model, model_dir.weights_dir("averaged"), int(paths[-1].rsplit("-", 1)[1]))
+    return save_weights(model, model_dir.weights_dir("averaged"), checkpoint_step(paths[-1]))

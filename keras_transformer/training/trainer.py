@@ -3,6 +3,10 @@ label-smoothed cross-entropy, on any `tf.distribute` strategy (`distribute.py`),
 every epoch (and every `checkpoint_every` steps), resume from the model directory. SIGTERM and
 SIGINT end a run after the step in flight, with a checkpoint (`budget.StopOnSignal`).
 
+Workflows on top (the README's "Training workflows"): weighted data sources (`data.mixing`),
+early stopping (`callbacks.early_stopping`), a moving average of the weights (`callbacks.ema`)
+and fine-tuning from another model dir (`init_from`, `initial_weights`).
+
 An "epoch" here is `TrainingConfig.steps_per_epoch` steps of a repeated, shuffled stream: the
 unit of logging, validation and checkpointing. Training stops at `max_steps` optimizer steps,
 counted across restarts.
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -21,15 +26,25 @@ import tensorflow as tf
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
 from keras_transformer.data.batching import SkippedPairs, make_batches
 from keras_transformer.data.errors import data_errors
-from keras_transformer.data.sources import pairs_dataset, read_pairs, sentences
+from keras_transformer.data.mixing import read_validation, tokenizer_sentences, training_pairs, validation_pairs
+from keras_transformer.data.sources import pairs_dataset, sentences
 from keras_transformer.data.splits import split_source
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model import Transformer
-from keras_transformer.model_dir import ModelDir, ModelDirError, restore_newest
+from keras_transformer.model_dir import (
+    ModelDir,
+    ModelDirError,
+    checkpoint_step,
+    restore,
+    restore_newest,
+    weights_checkpoint,
+)
 from keras_transformer.training.callbacks.bleu import BleuCallback
 from keras_transformer.training.callbacks.budget import Interrupted, StopOnSignal, TimeBudget
 from keras_transformer.training.callbacks.checkpoint import CheckpointCallback
+from keras_transformer.training.callbacks.early_stopping import EarlyStopping
+from keras_transformer.training.callbacks.ema import EmaCheckpoint, keep_raw_weights
 from keras_transformer.training.callbacks.progress import Progress
 from keras_transformer.training.distribute import (
     check_jit_compile,
@@ -65,7 +80,8 @@ def learning_rate_schedule(d_model: int, training: TrainingConfig):
 
 def compile_model(model: Transformer, training: TrainingConfig, schedule=None) -> Transformer:
     """Adam(beta_1 0.9, beta_2 0.98, eps 1e-9) on the Eq. 3 schedule (§5.3) or `schedule`,
-    label smoothing (§5.4).
+    label smoothing (§5.4); with `training.ema_decay`, a moving average of the weights
+    (`callbacks.ema`).
 
     With `training.grad_accumulation` N > 1 each update uses the mean gradient of N micro-batches
     (Keras' `gradient_accumulation_steps`), so `optimizer.iterations` and the schedule count
@@ -79,7 +95,11 @@ def compile_model(model: Transformer, training: TrainingConfig, schedule=None) -
         beta_2=training.beta_2,
         epsilon=training.epsilon,
         gradient_accumulation_steps=accumulation if accumulation > 1 else None,
+        use_ema=training.ema_decay is not None,
+        ema_momentum=training.ema_decay or 0.99,
     )
+    if training.ema_decay is not None:
+        keep_raw_weights(optimizer)
     model.compile(
         optimizer=optimizer,
         loss=LabelSmoothedCrossEntropy(training.label_smoothing),
@@ -93,25 +113,60 @@ class TrainingDiverged(ValueError):
     """The training loss became NaN or infinite."""
 
 
+def check_architecture(path: str, stored: TransformerConfig, config: TransformerConfig, advice: str) -> None:
+    """Refuse `config` unless its architecture (the vocabulary size aside) is the one `stored` in `path`."""
+    requested = dataclasses.replace(config, vocab_size=stored.vocab_size).architecture()
+    architecture = stored.architecture()
+    if requested != architecture:
+        different = [
+            f"{k}: stored {v} != requested {requested[k]}" for k, v in architecture.items() if v != requested[k]
+        ]
+        raise ModelDirError(f"{path} holds a model with another architecture ({'; '.join(different)}); {advice}")
+
+
+def _parent(training: TrainingConfig, config: TransformerConfig) -> tuple[dict, TransformerConfig, SubwordTokenizer]:
+    """Fine-tuning: ({"dir", "checkpoint", "step"}, its config, its tokenizer) of `training.init_from`,
+    whose architecture must be `config`'s (the vocabulary is the parent's)."""
+    parent_dir = ModelDir(training.init_from)
+    stored = parent_dir.read()["model"]
+    check_architecture(parent_dir.path, stored, config, "fine-tuning keeps the parent's architecture")
+    checkpoint = parent_dir.resolve_checkpoint(training.init_checkpoint)
+    if checkpoint is None:
+        raise ModelDirError(f"{parent_dir.path} holds no checkpoint yet (train it first)")
+    parent = {"dir": os.path.abspath(parent_dir.path), "checkpoint": os.path.abspath(checkpoint)}
+    parent["step"] = checkpoint_step(checkpoint)
+    return parent, dataclasses.replace(stored, dropout=config.dropout), parent_dir.tokenizer()
+
+
+def initial_weights(config: TransformerConfig, checkpoint: str) -> list:
+    """The weights of `checkpoint` for a model of `config`, read into an uncompiled model: a
+    compiled one would also restore the optimizer state that the checkpoint may hold."""
+    model = Transformer(config)
+    model.build()
+    restore(weights_checkpoint(model), checkpoint, weights_only=True)
+    return model.get_weights()
+
+
 def prepare_model_dir(
     model_dir: ModelDir, config: TransformerConfig, training: TrainingConfig, data: DataConfig, log: Callable
 ) -> tuple[TransformerConfig, SubwordTokenizer]:
-    """Store the tokenizer (`data.tokenizer_model`, or one learned from a uniform sample of the
-    training split) and config on a new model dir; on an existing one, check that the requested
-    config matches and return the stored one."""
+    """Store the tokenizer (`data.tokenizer_model`, one learned from a uniform sample of the
+    training split, or, fine-tuning, `training.init_from`'s) and config on a new model dir; on an
+    existing one, check that the requested config matches and return the stored one."""
     if model_dir.exists():
         values = model_dir.read()
         stored, tokenizer = values["model"], model_dir.tokenizer()
-        requested = dataclasses.replace(config, vocab_size=stored.vocab_size).architecture()
-        if requested != stored.architecture():
-            stored_values = stored.architecture()
-            different = [
-                f"{k}: stored {v} != requested {requested[k]}" for k, v in stored_values.items() if requested[k] != v
-            ]
+        check_architecture(model_dir.path, stored, config, "use a new --model-dir")
+        stored_ema = values["training"].get("ema_decay")
+        if (stored_ema is None) != (training.ema_decay is None):  # the optimizer's variables differ
             raise ModelDirError(
-                f"{model_dir.path} holds a model with another architecture ({'; '.join(different)}); "
+                f"{model_dir.path} was trained without --ema-decay: its checkpoints hold no average to resume; "
                 "use a new --model-dir"
+                if stored_ema is None
+                else f"{model_dir.path} was trained with --ema-decay {stored_ema}: pass it again to resume"
             )
+        if "parent" in values:
+            return dataclasses.replace(stored, dropout=config.dropout), tokenizer
         asked = values.get("requested_vocab_size", stored.vocab_size)  # the learned size may be smaller
         if config.vocab_size != asked or tokenizer.vocab_size != stored.vocab_size:
             raise ModelDirError(
@@ -121,18 +176,24 @@ def prepare_model_dir(
         if stored.dropout != config.dropout:
             log(f"dropout {config.dropout} (the model dir's runs so far: {stored.dropout})")
         return dataclasses.replace(stored, dropout=config.dropout), tokenizer
+    if training.init_from:
+        parent, config, tokenizer = _parent(training, config)
+        log(f"fine-tuning from {parent['checkpoint']} (step {parent['step']}) with its tokenizer")
+        model_dir.write(config, training, data, tokenizer, parent=parent)
+        return config, tokenizer
     if data.tokenizer_model:
         tokenizer = SubwordTokenizer.load(data.tokenizer_model)
         log(f"using the {tokenizer.vocab_size}-token SentencePiece model {data.tokenizer_model}")
     else:
-        spec, split = split_source(data, "train")
-        pairs = pairs_dataset(
-            spec, split, data.reverse, tfds_data_dir=data.tfds_data_dir, tfds_download=data.tfds_download
-        )
         sample = 2 * data.tokenizer_sample  # sentences: source and target
-        tokenizer = SubwordTokenizer.train(sentences(pairs), config.vocab_size, sample, seed=training.seed)
+        if len(data.sources()) > 1:  # a sample of each source, in the weights' proportion
+            texts = tokenizer_sentences(data, data.tokenizer_sample, training.seed)
+        else:
+            spec, split = split_source(data, "train")
+            texts = sentences(pairs_dataset(spec, split, data.reverse, tfds_data_dir=data.tfds_data_dir))
+        tokenizer = SubwordTokenizer.train(texts, config.vocab_size, sample, seed=training.seed)
         log(
-            f"learned a {tokenizer.vocab_size}-token subword vocabulary from {spec} "
+            f"learned a {tokenizer.vocab_size}-token subword vocabulary from {data.data} "
             f"(a uniform sample of up to {data.tokenizer_sample} pairs)"
         )
     requested_vocab_size = config.vocab_size
@@ -218,10 +279,20 @@ def _train_locked(
     if newest_first:
         restore_newest(checkpoint, newest_first, warn=log)
         log(f"resumed from step {trained_steps(model)}")
+    elif parent := directory.read().get("parent"):  # fine-tuning: the parent's weights, a fresh optimizer
+        model.set_weights(initial_weights(config, parent["checkpoint"]))
     step = trained_steps(model)
     if step >= training.max_steps:
         log(f"already trained for {step} steps (--max-steps {training.max_steps}): nothing to do")
         return model
+    early_stopping = None
+    if training.early_stopping:
+        monitor = "val_bleu" if training.bleu_every_epochs else "val_loss"
+        best_dir = None if training.bleu_every_epochs else directory.weights_dir("best")  # BleuCallback keeps best/
+        early_stopping = EarlyStopping(monitor, training.early_stopping, directory.early_stopping_path, best_dir, log)
+        if early_stopping.exhausted:
+            log(f"stopped early before: {early_stopping.describe()}: nothing to do")
+            return model
     try:
         stop_on_signal.check()  # a signal before any step: the model dir is ready, nothing more to save
     except Interrupted as interrupted:
@@ -235,11 +306,10 @@ def _train_locked(
         batch_multiple=strategy.num_replicas_in_sync,
         max_length_ratio=data.max_length_ratio,
     )
-    reading = dict(reverse=data.reverse, tfds_data_dir=data.tfds_data_dir, tfds_download=data.tfds_download)
     seed = training.seed + step  # a restart does not replay the same order
     skipped = SkippedPairs()
     train_batches = make_batches(
-        pairs_dataset(*split_source(data, "train"), shuffle_seed=seed, **reading),
+        training_pairs(data, seed=seed, shuffle_buffer=training.shuffle_buffer),
         tokenizer,
         training=True,
         shuffle_buffer=training.shuffle_buffer,
@@ -248,9 +318,7 @@ def _train_locked(
         subword_alpha=data.subword_alpha,
         **batching,
     )
-    validation = split_source(data, "validation")
-    validation_pairs = pairs_dataset(*validation, **reading).take(data.valid_pairs).cache()  # at most valid_pairs
-    validation_batches = make_batches(validation_pairs, tokenizer, training=False, **batching)
+    validation_batches = make_batches(validation_pairs(data).cache(), tokenizer, training=False, **batching)
     # Every worker builds the same batches; each takes its replicas' share of every global batch.
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
@@ -261,11 +329,18 @@ def _train_locked(
     if worker_id(strategy) == 0:
         all_callbacks.append(keras.callbacks.TensorBoard(directory.log_dir))
     if training.bleu_every_epochs:
-        sources, references = read_pairs(*validation, limit=min(training.bleu_sentences, data.valid_pairs), **reading)
+        sources, references = read_validation(data, min(training.bleu_sentences, data.valid_pairs))
         best_dir = directory.weights_dir("best")
         translator = Translator(model, tokenizer)
         all_callbacks.append(BleuCallback(translator, sources, references, best_dir, training.bleu_every_epochs, log))
+    if training.ema_decay is not None:  # every worker saves (as for checkpoints/), the chief to ema/
+        ema_dir = directory.weights_dir("ema")
+        if worker_id(strategy):
+            ema_dir = os.path.join(ema_dir, f"worker-{worker_id(strategy)}")
+        all_callbacks.append(EmaCheckpoint(ema_dir, training.keep_checkpoints))
     all_callbacks += callbacks
+    if early_stopping is not None:  # after the callers': it sees the scores they log
+        all_callbacks.append(early_stopping)
     if training.time_budget_s:  # after the others: it measures their epoch-end work
         all_callbacks.append(TimeBudget(training.time_budget_s, fitted, log=log))
     all_callbacks.append(stop_on_signal)  # last: a stop after the step's checkpoint and divergence checks
