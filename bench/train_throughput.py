@@ -1,7 +1,7 @@
 """Training throughput of full steps through the real `model.fit` path, on this machine's CPU or
 on every visible GPU.
 
-The model is compiled by `keras_transformer.training.trainer.compile_model` (Adam on the Eq. 3
+The model is compiled by `keras_transformer.training.optimization.compile_model` (Adam on the Eq. 3
 schedule, label-smoothed cross-entropy, masked accuracy) and fed one fixed synthetic batch
 repeated, so the figure is the training step alone. After `--warmup` steps (tracing, XLA
 compilation; their seconds are `warmup_s`) it times `--steps` steps and prints one JSON line:
@@ -35,7 +35,7 @@ def build_ours(workload, jit_compile: bool, mixed_precision: bool = False, strat
 
     from keras_transformer import TrainingConfig, Transformer
     from keras_transformer.training.distribute import mixed_precision_policy
-    from keras_transformer.training.trainer import compile_model
+    from keras_transformer.training.optimization import compile_model
 
     strategy = strategy or tf.distribute.get_strategy()
     training = TrainingConfig(mixed_precision=mixed_precision, jit_compile=jit_compile)

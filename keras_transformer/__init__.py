@@ -33,7 +33,7 @@ _EXPORTS = {
     "load_model": "keras_transformer.model_dir",
     "resolve_strategy": "keras_transformer.training.distribute",
     "use_cpu_devices": "keras_transformer.training.distribute",
-    "compile_model": "keras_transformer.training.trainer",
+    "compile_model": "keras_transformer.training.optimization",
     "train": "keras_transformer.training.trainer",
 }
 _MODULES = {"visualize": "keras_transformer.inference.visualize"}  # attention and training plots
@@ -71,7 +71,8 @@ if typing.TYPE_CHECKING:
     from keras_transformer.model import Transformer
     from keras_transformer.model_dir import ModelDir, load_model
     from keras_transformer.training.distribute import resolve_strategy, use_cpu_devices
-    from keras_transformer.training.trainer import compile_model, train
+    from keras_transformer.training.optimization import compile_model
+    from keras_transformer.training.trainer import train
 
 del os, typing  # the package's namespace is its API
 

@@ -20,7 +20,7 @@ import tensorflow as tf  # noqa: E402
 import keras_transformer as kt  # noqa: E402
 from keras_transformer.special_tokens import PAD_ID
 from keras_transformer.training.distribute import resolve_strategy, use_cpu_devices  # noqa: E402
-from keras_transformer.training.trainer import compile_model  # noqa: E402
+from keras_transformer.training.optimization import compile_model  # noqa: E402
 
 use_cpu_devices(2)
 CONFIG = kt.TransformerConfig.tiny(vocab_size=50, dropout=0.0)

@@ -20,7 +20,7 @@ from keras_transformer.inference.alignment import (
 )
 from keras_transformer.model_dir import ModelDir
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
-from keras_transformer.training.trainer import compile_model
+from keras_transformer.training.optimization import compile_model
 
 # A vocabulary by hand: 0-3 reserved, then "▁a", "b", the bare "▁", ",", "▁c", "▁d".
 A, B, BARE, COMMA, C, D = 4, 5, 6, 7, 8, 9

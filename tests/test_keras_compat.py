@@ -11,7 +11,7 @@ import pytest
 
 from keras_transformer import TrainingConfig, Transformer, TransformerConfig
 from keras_transformer.training.keras_compat import ReplicaShareMean, fit_under_tf_distribute
-from keras_transformer.training.trainer import compile_model
+from keras_transformer.training.optimization import compile_model
 
 SOURCE = np.array([[5, 6, 7, 2], [9, 10, 2, 0]], np.int32)
 TARGET_IN = np.array([[1, 11, 12], [1, 14, 0]], np.int32)

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from keras_transformer import TrainingConfig, Transformer, TransformerConfig
 from keras_transformer.training.callbacks.progress import Progress, clock_time
-from keras_transformer.training.trainer import compile_model
+from keras_transformer.training.optimization import compile_model
 
 STEPS = 6
 TARGET_TOKENS = 2 * 5 + 2 * 3  # per batch: two rows of 5 non-pad targets, two of 3

@@ -9,7 +9,8 @@ from conftest import FIXTURE
 from keras_transformer.config import TrainingConfig, TransformerConfig
 from keras_transformer.model import Transformer
 from keras_transformer.special_tokens import PAD_ID
-from keras_transformer.training.trainer import TrainingDiverged, compile_model, train
+from keras_transformer.training.optimization import compile_model
+from keras_transformer.training.trainer import TrainingDiverged, train
 
 CONFIG = TransformerConfig.tiny(vocab_size=60, dropout=0.0)
 RNG = np.random.default_rng(0)

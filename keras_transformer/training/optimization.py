@@ -1,0 +1,62 @@
+"""The optimisation of Vaswani et al. (2017), §5.3-5.4: Adam (beta_1 0.9, beta_2 0.98, eps 1e-9) on
+the learning-rate schedule of Eq. 3 (or Eq. 3 fitted to a step budget), label-smoothed
+cross-entropy, masked accuracy; `compile_model` puts them on a model."""
+
+from __future__ import annotations
+
+import keras
+
+from keras_transformer.config import TrainingConfig
+from keras_transformer.model import Transformer
+from keras_transformer.training.callbacks.ema import keep_raw_weights
+from keras_transformer.training.keras_compat import fit_under_tf_distribute
+from keras_transformer.training.losses import LabelSmoothedCrossEntropy
+from keras_transformer.training.metrics import MaskedAccuracy
+from keras_transformer.training.schedules import StepBudgetSchedule, TransformerSchedule
+
+
+def learning_rate_schedule(d_model: int, training: TrainingConfig):
+    """Eq. 3 with `warmup_steps` (the paper's), or fitted to the step budget (`warmup_fraction`)."""
+    accumulation = training.grad_accumulation
+    if training.fits_schedule_to_budget:
+        return StepBudgetSchedule(
+            d_model,
+            training.max_steps,
+            training.warmup_fraction,
+            training.cooldown_fraction,
+            training.learning_rate_scale,
+            accumulation,
+            training.warmup_steps,
+        )
+    return TransformerSchedule(d_model, training.warmup_steps, training.learning_rate_scale, accumulation)
+
+
+def compile_model(model: Transformer, training: TrainingConfig, schedule=None) -> Transformer:
+    """Adam(beta_1 0.9, beta_2 0.98, eps 1e-9) on the Eq. 3 schedule (§5.3) or `schedule`,
+    label smoothing (§5.4); with `training.ema_decay`, a moving average of the weights
+    (`callbacks.ema`).
+
+    With `training.grad_accumulation` N > 1 each update uses the mean gradient of N micro-batches
+    (Keras' `gradient_accumulation_steps`), so `optimizer.iterations` and the schedule count
+    updates, as the paper's steps. A mixed_float16 model gets dynamic loss scaling from Keras.
+    """
+    config = model.config
+    accumulation = training.grad_accumulation
+    optimizer = keras.optimizers.Adam(
+        learning_rate=schedule or learning_rate_schedule(config.d_model, training),
+        beta_1=training.beta_1,
+        beta_2=training.beta_2,
+        epsilon=training.epsilon,
+        gradient_accumulation_steps=accumulation if accumulation > 1 else None,
+        use_ema=training.ema_decay is not None,
+        ema_momentum=training.ema_decay or 0.99,
+    )
+    if training.ema_decay is not None:
+        keep_raw_weights(optimizer)
+    model.compile(
+        optimizer=optimizer,
+        loss=LabelSmoothedCrossEntropy(training.label_smoothing),
+        metrics=[MaskedAccuracy()],
+        jit_compile=training.jit_compile,
+    )
+    return fit_under_tf_distribute(model)
