@@ -6,20 +6,43 @@ translator = kt.Translator.from_model_dir("runs/small")
 translator.translate("Jesus wept.")               # -> str
 translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
 translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
+translator.translate("Jesus wept.", prefixes="Jesus")  # continues the given start of a translation
+translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 """
 
 from __future__ import annotations
 
+import random
 import sys
 from collections.abc import Sequence
-from typing import overload
+from typing import NamedTuple, overload
 
 import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
 from keras_transformer.inference.decoding import beam_search
+from keras_transformer.inference.sampling import sample_with_seed
+from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.special_tokens import PAD_ID
+
+
+class Score(NamedTuple):
+    """A pair's score (`scoring.py`): `score` = `log_prob` / lp(`tokens`); `token_log_probs` per
+    target token, EOS last."""
+
+    score: float
+    log_prob: float
+    tokens: int
+    token_log_probs: list[float]
+
+
+def _padded(rows, width: int | None = None) -> np.ndarray:
+    """[B, width (default: the longest row)] int32 from rows of ids, padded with PAD_ID."""
+    batch = np.full((len(rows), max([width or 0, *map(len, rows)])), PAD_ID, np.int32)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    return batch
 
 
 class Translator:
@@ -32,7 +55,12 @@ class Translator:
     stderr. An empty (or all-space) source translates to the empty string (score 0). A score is
     the sum of the hypothesis's token log-probabilities divided by the length penalty
     ((5 + |y|) / 6)^alpha (Wu et al., 2016). With `decoding.dtype` "bfloat16" the model decodes
-    in a bf16 copy (`Transformer.with_dtype`).
+    in a bf16 copy (`Transformer.with_dtype`). With sampling on (`decoding.sampling_topk` 0 or
+    K > 1) translations are drawn (`sampling.py`) instead of searched: `translate` gives each
+    text's best-scoring of `num_samples` samples, `translate_nbest` all of them.
+
+    `prefixes` (of `translate`, `translate_nbest`): a target prefix for every text (a str), or one
+    per text (a list; "" for none): each translation continues its prefix (`prefix.py`).
     """
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig | None = None, **overrides):
@@ -63,11 +91,54 @@ class Translator:
             rows.append(row[: min(count, keep) + 1])  # [tokens + EOS]
         return rows
 
-    def decode(self, source_ids, n: int | None = None):
+    def target_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Token ids of each text as a decoder continues them: no start, no EOS, truncated to
+        max_length - 1 (with a warning on stderr)."""
+        keep = self.model.config.max_length - 1
+        rows = []
+        for text, row in zip(texts, self.tokenizer.tokenize(list(texts)).to_list()):
+            if len(row) > keep:
+                print(f"warning: target of {len(row)} tokens truncated to {keep}: {text[:40]!r}...", file=sys.stderr)
+            rows.append(np.array(row[:keep], np.int32))
+        return rows
+
+    def decode(self, source_ids, n: int | None = None, target_prefix=None, seed: int | None = None):
         """[B, S] ids -> (hypothesis ids [B, n, L], scores [B, n]), the `n` best (default: the beam
-        size), best first."""
-        result = beam_search(self.model, source_ids, self.decoding, nbest=n)
+        size), best first; every hypothesis starting with its row of `target_prefix` [B, P] if
+        given. With sampling on: `num_samples` samples drawn with `seed` (default: the decoding's)."""
+        if self.decoding.sampling:
+            if target_prefix is not None:
+                raise ValueError("a target prefix is decoded by beam search, not sampled: set sampling_topk 1")
+            seed = self.decoding.seed if seed is None else seed
+            seed = random.getrandbits(62) if seed is None else seed
+            ids, scores = sample_with_seed(self.model, source_ids, tf.constant([seed, 0], tf.int64), self.decoding)
+            return ids[:, :n], scores[:, :n]
+        result = beam_search(self.model, source_ids, self.decoding, nbest=n, target_prefix=target_prefix)
         return result.ids, result.scores
+
+    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
+        """The score of each (source, target) pair under the model (`scoring.py`): the sum of the
+        target's token log-probabilities, EOS included, and that over the length penalty of
+        `decoding.alpha`; sources as `translate` reads them, targets cut to max_length - 1 tokens."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        sources, targets = list(sources), list(targets)
+        source_rows, target_rows = self.source_ids(sources) if sources else [], self.target_ids(targets)
+        order = sorted(range(len(sources)), key=lambda i: (len(source_rows[i]), len(target_rows[i])))
+        scores: list[Score | None] = [None] * len(sources)
+        for start in range(0, len(order), self.decoding.batch_size):
+            chunk = order[start : start + self.decoding.batch_size]
+            result = score_pairs(
+                self.model,
+                _padded([source_rows[i] for i in chunk]),
+                _padded([target_rows[i] for i in chunk]),
+                self.decoding,
+            )
+            arrays = (result.score, result.log_prob, result.tokens, result.token_log_probs)
+            values = zip(*(array.numpy() for array in arrays))
+            for i, (normalised, log_prob, tokens, token_log_probs) in zip(chunk, values):
+                scores[i] = Score(float(normalised), float(log_prob), int(tokens), token_log_probs[:tokens].tolist())
+        return scores
 
     @overload
     def translate(self, texts: str) -> str: ...
@@ -75,11 +146,11 @@ class Translator:
     @overload
     def translate(self, texts: Sequence[str]) -> list[str]: ...
 
-    def translate(self, texts):
+    def translate(self, texts, prefixes=None):
         """The best translation of a text (a str), or of each text of a list (a list of str)."""
         if isinstance(texts, str):
-            return self.translate([texts])[0]
-        return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1)]
+            return self.translate([texts], prefixes)[0]
+        return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1, prefixes)]
 
     @overload
     def translate_nbest(self, texts: str, n: int | None = None) -> list[tuple[str, float]]: ...
@@ -87,18 +158,35 @@ class Translator:
     @overload
     def translate_nbest(self, texts: Sequence[str], n: int | None = None) -> list[list[tuple[str, float]]]: ...
 
-    def translate_nbest(self, texts, n=None):
+    def translate_nbest(self, texts, n=None, prefixes=None):
         """The `n` best (translation, score) pairs of a text, best first (for a list: one such list
-        per text); `n` defaults to the decoding's `nbest`, else the beam size."""
-        if n is None:
+        per text); `n` defaults to the decoding's `nbest`, else the beam size (sampling: the
+        `num_samples` samples)."""
+        if self.decoding.sampling:
+            n = n or self.decoding.num_samples
+            self.decoding.replace(num_samples=max(n, self.decoding.num_samples))
+            if n > self.decoding.num_samples:
+                raise ValueError(f"n must be at most num_samples {self.decoding.num_samples}, got {n}")
+        elif n is None:
             n = self.decoding.nbest or self.decoding.beam_size
-        self.decoding.replace(nbest=n)  # a DecodingConfig checks n against the beam size
+        else:
+            self.decoding.replace(nbest=n)  # a DecodingConfig checks n against the beam size
         if isinstance(texts, str):
-            return self._nbest([texts], n)[0]
-        return self._nbest(list(texts), n)
+            return self._nbest([texts], n, prefixes)[0]
+        return self._nbest(list(texts), n, prefixes)
 
-    def _nbest(self, texts: list[str], n: int) -> list[list[tuple[str, float]]]:
+    def _prefix_rows(self, prefixes, count: int) -> list[np.ndarray] | None:
+        """The target prefix ids of `count` texts from `prefixes` (None, one str, or one per text)."""
+        if prefixes is None:
+            return None
+        prefixes = [prefixes] * count if isinstance(prefixes, str) else list(prefixes)
+        if len(prefixes) != count:
+            raise ValueError(f"{count} texts but {len(prefixes)} prefixes")
+        return self.target_ids(prefixes)
+
+    def _nbest(self, texts: list[str], n: int, prefixes=None) -> list[list[tuple[str, float]]]:
         translations = [[("", 0.0)] * n for _ in texts]
+        prefix_rows = self._prefix_rows(prefixes, len(texts))
         todo = [i for i, text in enumerate(texts) if text.strip()]
         if not todo:
             return translations
@@ -106,11 +194,10 @@ class Translator:
         order = sorted(range(len(todo)), key=lambda k: len(rows[k]))  # similar lengths share a batch
         for start in range(0, len(order), self.decoding.batch_size):
             chunk = order[start : start + self.decoding.batch_size]
-            width = max(len(rows[k]) for k in chunk)
-            batch = np.full((len(chunk), width), PAD_ID, np.int32)
-            for row, k in enumerate(chunk):
-                batch[row, : len(rows[k])] = rows[k]
-            ids, scores = self.decode(batch, n)  # [B, n, L], [B, n]
+            batch = _padded([rows[k] for k in chunk])  # [B, S]
+            prefix = None if prefix_rows is None else _padded([prefix_rows[todo[k]] for k in chunk])  # [B, P]
+            seed = None if self.decoding.seed is None else self.decoding.seed + start  # one stream per batch
+            ids, scores = self.decode(batch, n, prefix, seed)  # [B, n, L], [B, n]
             outputs = self.tokenizer.detokenize(tf.reshape(ids, [-1, ids.shape[-1]])).numpy().reshape(ids.shape[:2])
             for k, row, row_scores in zip(chunk, outputs, scores.numpy()):
                 translations[todo[k]] = [
