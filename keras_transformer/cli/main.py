@@ -1,4 +1,4 @@
-"""`keras-transformer train | translate | evaluate | average | export`: the command line.
+"""`keras-transformer train | translate | score | evaluate | average | export`: the command line.
 
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
@@ -12,6 +12,7 @@ command imports what it needs), so `--help` and `--version` answer at once.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -26,7 +27,7 @@ from keras_transformer.cli.flags import (
     overrides,
 )
 from keras_transformer.cli.quiet import filter_native_logs, quiet_python_logs
-from keras_transformer.config import PRESETS, STRATEGIES, DataConfig
+from keras_transformer.config import PRESETS, STRATEGIES, DataConfig, DecodingConfig
 
 EXIT_USAGE = 2
 
@@ -54,9 +55,28 @@ def _add_translate(subparsers):
     p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
     p.add_argument("--model-dir", required=True)
     _add_decoding(p)
+    prefix = p.add_mutually_exclusive_group()
+    prefix.add_argument("--prefix", metavar="TEXT", help="every translation continues this start of a translation")
+    prefix.add_argument("--prefix-file", metavar="FILE", help="one target prefix per input line, in order")
     p.add_argument(
-        "text", nargs="*", help="sentences; none: read stdin (with --nbest N: INDEX<TAB>SCORE<TAB>TEXT lines)"
+        "text",
+        nargs="*",
+        help="sentences; none: read stdin (with --nbest N or --num-samples N: INDEX<TAB>SCORE<TAB>TEXT lines)",
     )
+
+
+# What scoring reads of the decoding settings: the length penalty, and where it runs.
+SCORING_FIELDS = ("alpha", "dtype", "batch_size")
+
+
+def _add_score(subparsers):
+    p = subparsers.add_parser(
+        "score", help="score translations: SOURCE<TAB>TARGET lines -> SCORE<TAB>LOG_PROB<TAB>TOKENS lines"
+    )
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--data", metavar="FILE", help="SOURCE<TAB>TARGET lines (default: stdin)")
+    excluded = tuple(f.name for f in dataclasses.fields(DecodingConfig) if f.name not in SCORING_FIELDS)
+    _add_decoding(p, exclude=excluded)
 
 
 def _add_evaluate(subparsers):
@@ -116,6 +136,7 @@ def parser() -> argparse.ArgumentParser:
     subparsers = p.add_subparsers(dest="command", required=True)
     _add_train(subparsers)
     _add_translate(subparsers)
+    _add_score(subparsers)
     _add_evaluate(subparsers)
     _add_export(subparsers)
     _add_average(subparsers)
@@ -141,16 +162,41 @@ def _translator(args):
     return Translator.from_model_dir(args.model_dir, args.checkpoint, decoding(args))
 
 
+def _lines(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
 def _translate(args):
     translator = _translator(args)
     texts = args.text or [line.rstrip("\r\n") for line in sys.stdin]
-    if (translator.decoding.nbest or 1) == 1:  # one line per input
-        for translation in translator.translate(texts):
+    prefixes = _lines(args.prefix_file) if args.prefix_file else args.prefix
+    if args.prefix_file and len(prefixes) != len(texts):
+        raise ValueError(f"--prefix-file {args.prefix_file} has {len(prefixes)} lines for {len(texts)} inputs")
+    decoding = translator.decoding
+    if (decoding.num_samples if decoding.sampling else decoding.nbest or 1) == 1:  # one line per input
+        for translation in translator.translate(texts, prefixes):
             print(translation)
         return
-    for index, hypotheses in enumerate(translator.translate_nbest(texts)):
+    for index, hypotheses in enumerate(translator.translate_nbest(texts, prefixes=prefixes)):
         for translation, score in hypotheses:
             print(f"{index}\t{score:.4f}\t{translation}")
+
+
+def _score(args):
+    from keras_transformer.data.errors import DataError
+
+    translator = _translator(args)
+    lines = _lines(args.data) if args.data else [line.rstrip("\r\n") for line in sys.stdin]
+    pairs = []
+    for number, line in enumerate(lines, 1):
+        if line.count("\t") != 1:
+            where = args.data or "stdin"
+            raise DataError(f"{where}:{number}: expected SOURCE<TAB>TARGET, got {line.count(chr(9)) + 1} fields")
+        pairs.append(line.split("\t"))
+    sources, targets = [source for source, _ in pairs], [target for _, target in pairs]
+    for result in translator.score(sources, targets):
+        print(f"{result.score:.6f}\t{result.log_prob:.6f}\t{result.tokens}")
 
 
 def _evaluate(args):
@@ -232,9 +278,8 @@ def main(argv=None) -> int:
     from keras_transformer.model_dir import ModelDirError
     from keras_transformer.training.callbacks.budget import Interrupted
 
-    command = {"train": _train, "translate": _translate, "evaluate": _evaluate, "average": _average, "export": _export}[
-        args.command
-    ]
+    commands = {"train": _train, "translate": _translate, "score": _score, "evaluate": _evaluate}
+    command = {**commands, "average": _average, "export": _export}[args.command]
     try:
         status = command(args)
     except (DataError, ModelDirError, TokenizerError, ValueError, OSError) as error:

@@ -8,6 +8,15 @@ all in the graph.
 - `translate_ids(source_ids [B, S] int32) -> {ids [B, beam, L] int32, scores [B, beam] float32}`;
   a row of more than `max_length` ids is cut to its first `max_length - 1`, then EOS.
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
+- `translate_with_prefix(text [B], prefix [B]) -> {translation [B], score [B]}`: each translation
+  continues its prefix ("" for none; `inference/prefix.py`).
+- `score(source [B], target [B]) -> {score [B] float32, log_prob [B] float32, tokens [B] int32}`:
+  the given translations' log-probabilities (`inference/scoring.py`; a target is cut to its first
+  `max_length - 1` tokens).
+- `sample(text [B]) -> {translations [B, n] string, scores [B, n] float32}`: n = `num_samples`
+  translations drawn per text (`inference/sampling.py`), best first, with the export's sampling
+  settings (with sampling off there, from the whole distribution: `sampling_topk` 0) and its
+  `seed` (none: a new seed per request).
 
 Text goes through the same steps as `keras_transformer.inference.translator.Translator`
 (`SubwordTokenizer.source_ids`: tokens truncated to `max_length - 1`, then EOS); a text with
@@ -24,10 +33,16 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from keras_transformer.config import DecodingConfig
 from keras_transformer.inference.decoding import DecodeResult, beam_search
+from keras_transformer.inference.sampling import sample_with_seed
+from keras_transformer.inference.scoring import score_targets
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+PREFIX_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
+SOURCE_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="source")
+TARGET_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="target")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 
 Decode = Callable[..., DecodeResult]
@@ -51,9 +66,19 @@ class TranslationModule(tf.Module):
     ops with TFLite kernels only, so invalid UTF-8 is not repaired, and no detokenizer
     (tensorflow-text 2.21.1's TFLite SentencePiece detokenizer kernel crashes LiteRT 2.3 and
     tf.lite alike; the device detokenizes with its SentencePiece library).
+
+    `decoding`: the settings of `score` (alpha) and `sample` (see the module docstring).
     """
 
-    def __init__(self, model, tokenizer=None, decode: Decode = beam_search, *, lite_text: bool = False):
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        decode: Decode = beam_search,
+        *,
+        lite_text: bool = False,
+        decoding: DecodingConfig | None = None,
+    ):
         super().__init__(name="translator")
         self.model = model
         # Tracked one by one as well, so the SavedModel's saver (what TF Serving and the
@@ -63,25 +88,43 @@ class TranslationModule(tf.Module):
         self.tokenizer = tokenizer
         self._decode = decode
         self._lite_text = lite_text
+        self._decoding = decoding or DecodingConfig()
         self.translate_ids = tf.function(self._translate_ids, input_signature=[IDS_SPEC])
         if tokenizer is not None and lite_text:
             self.translate_text_to_ids = tf.function(self._translate_text_to_ids, input_signature=[TEXT_SPEC])
         elif tokenizer is not None:
             self.translate = tf.function(self._translate, input_signature=[TEXT_SPEC])
             self.translate_nbest = tf.function(self._translate_nbest, input_signature=[TEXT_SPEC])
+            self.translate_with_prefix = tf.function(
+                self._translate_with_prefix, input_signature=[TEXT_SPEC, PREFIX_TEXT_SPEC]
+            )
+            self.score = tf.function(self._score, input_signature=[SOURCE_TEXT_SPEC, TARGET_TEXT_SPEC])
+            self.sample = tf.function(self._sample, input_signature=[TEXT_SPEC])
 
     def _translate_ids(self, source_ids):
         result = self._decode(self.model, truncate_source_ids(source_ids, self.model.config.max_length))
         return {"ids": result.ids, "scores": result.scores}  # [B, beam, L], [B, beam]
 
-    def _search_text(self, text, nbest=None):
-        """text [B] -> (ids [B, n, L], scores [B, n]), the `nbest` best (default: every beam); a
-        text with no tokens gets only pads (which detokenize to "") and score 0."""
-        if not self._lite_text:
-            text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-        source_ids, token_counts = self.tokenizer.source_ids(text, self.model.config.max_length)
+    def _repaired(self, text):
+        """text [B] with invalid UTF-8 replaced by U+FFFD (not in the TFLite model: no kernel)."""
+        return text if self._lite_text else tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
+
+    def _target_ids(self, text):
+        """text [B] -> [B, T] int32 token ids as a decoder continues them (no start, no EOS), at
+        most max_length - 1, padded."""
+        tokens = self.tokenizer.tokenize(self._repaired(text))  # [B, (n)]
+        return tokens.to_tensor(default_value=PAD_ID)[:, : self.model.config.max_length - 1]  # [B, T]
+
+    def _search_text(self, text, nbest=None, search=None):
+        """text [B] -> (ids [B, n, L], scores [B, n]), the `nbest` best (default: every beam) by
+        `search(source_ids) -> DecodeResult` (default: the module's `decode`); a text with no
+        tokens gets only pads (which detokenize to "") and score 0."""
+        source_ids, token_counts = self.tokenizer.source_ids(self._repaired(text), self.model.config.max_length)
         empty = token_counts == 0  # [B]
-        result = self._decode(self.model, source_ids, nbest=nbest)
+        if search is None:
+            result = self._decode(self.model, source_ids, nbest=nbest)
+        else:
+            result = search(source_ids)
         ids = tf.where(empty[:, None, None], PAD_ID, result.ids)  # [B, n, L]
         return ids, tf.where(empty[:, None], 0.0, result.scores)
 
@@ -99,6 +142,31 @@ class TranslationModule(tf.Module):
         ids, scores = self._search_text(text)
         return {"translations": self._detokenize_beams(ids), "scores": scores}  # [B, beam], [B, beam]
 
+    def _translate_with_prefix(self, text, prefix):
+        target_prefix = self._target_ids(prefix)  # [B, P]
+        ids, scores = self._search_text(
+            text, search=lambda source_ids: self._decode(self.model, source_ids, nbest=1, target_prefix=target_prefix)
+        )
+        return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
+
+    def _score(self, source, target):
+        source_ids, _ = self.tokenizer.source_ids(self._repaired(source), self.model.config.max_length)
+        scores, log_prob, tokens, _ = score_targets(
+            self.model, source_ids, self._target_ids(target), alpha=self._decoding.alpha
+        )
+        return {"score": scores, "log_prob": log_prob, "tokens": tokens}  # [B], [B], [B]
+
+    def _sample(self, text):
+        decoding = self._decoding if self._decoding.sampling else self._decoding.replace(sampling_topk=0)
+        if decoding.seed is None:  # a new stream per request
+            seed = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+        else:
+            seed = tf.constant([decoding.seed, 0], tf.int64)
+        ids, scores = self._search_text(
+            text, search=lambda source_ids: DecodeResult(*sample_with_seed(self.model, source_ids, seed, decoding))
+        )
+        return {"translations": self._detokenize_beams(ids), "scores": scores}  # [B, n], [B, n]
+
     def _translate_text_to_ids(self, text):
         ids, scores = self._search_text(text)
         return {"ids": ids, "scores": scores}  # [B, beam, L], [B, beam]
@@ -111,6 +179,9 @@ class TranslationModule(tf.Module):
             "serving_default": self.translate,
             "translate_ids": self.translate_ids,
             "translate_nbest": self.translate_nbest,
+            "translate_with_prefix": self.translate_with_prefix,
+            "score": self.score,
+            "sample": self.sample,
         }
 
     def save(self, path: str) -> None:

@@ -1,7 +1,8 @@
 """`keras-transformer export`: every deployment artifact of a trained model, from one command.
 
     OUT/saved_model/<name>/N/        serving_default (text -> translation, score), translate_ids,
-                                     translate_nbest; needs tensorflow-text's ops (TF Serving
+                                     translate_nbest, translate_with_prefix, score, sample
+                                     (exporters/signatures.py); needs tensorflow-text's ops (TF Serving
                                      links them); assets.extra/tf_serving_warmup_requests
     OUT/saved_model/<name>_ids/N/    serving_default = translate_ids; TensorFlow ops only
     OUT/translator.tflite            source_ids -> ids, scores; TFLite builtin ops only
@@ -193,7 +194,7 @@ def export_tensorflow(
     log(f"writing the SavedModel {paths['saved_model']}")
     texts = np.array(WARMUP_TEXTS, dtype=object)
     warmup = {"model_name": name, "signature": "serving_default", "inputs": {"text": texts}}
-    _save_version(TranslationModule(served_model, tokenizer, served), paths["saved_model"], warmup)
+    _save_version(TranslationModule(served_model, tokenizer, served, decoding=decoding), paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
     _save_version(TranslationModule(served_model, decode=served), paths["saved_model_ids"])
     log("converting to TFLite (builtin ops only) and int8")
