@@ -195,9 +195,12 @@ class Translator:
         for start in range(0, len(order), self.decoding.batch_size):
             chunk = order[start : start + self.decoding.batch_size]
             batch = _padded([rows[k] for k in chunk])  # [B, S]
-            prefix = None if prefix_rows is None else _padded([prefix_rows[todo[k]] for k in chunk])  # [B, P]
-            seed = None if self.decoding.seed is None else self.decoding.seed + start  # one stream per batch
-            ids, scores = self.decode(batch, n, prefix, seed)  # [B, n, L], [B, n]
+            extra = {}  # only what is given: a subclass's `decode(source_ids, n)` still serves the rest
+            if prefix_rows is not None:
+                extra["target_prefix"] = _padded([prefix_rows[todo[k]] for k in chunk])  # [B, P]
+            if self.decoding.seed is not None:
+                extra["seed"] = self.decoding.seed + start  # one stream per batch
+            ids, scores = self.decode(batch, n, **extra)  # [B, n, L], [B, n]
             outputs = self.tokenizer.detokenize(tf.reshape(ids, [-1, ids.shape[-1]])).numpy().reshape(ids.shape[:2])
             for k, row, row_scores in zip(chunk, outputs, scores.numpy()):
                 translations[todo[k]] = [
