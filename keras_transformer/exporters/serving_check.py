@@ -92,6 +92,12 @@ def _output_problems(where: str, size: int, outputs: dict) -> list[str]:
     return problems
 
 
+def _first_cause(message: str) -> str:
+    """The informative line of a TensorFlow error message (not its "Graph execution error:" header)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return next((line for line in lines if not line.endswith("execution error:")), message.strip())
+
+
 def serve_saved_model(path: str) -> list[str]:
     """The problems of every signature of the SavedModel at `path` on hostile inputs, run as the
     model server runs them (an empty list: each served every batch)."""
@@ -109,7 +115,7 @@ def serve_saved_model(path: str) -> list[str]:
                 try:
                     outputs = session.run(fetch, feed_dict=feed)
                 except tf.errors.OpError as error:
-                    problems.append(f"{where} failed: {error.message.splitlines()[0]}")
+                    problems.append(f"{where} failed: {_first_cause(error.message)}")
                     continue
                 problems += _output_problems(where, size, outputs)
     return problems

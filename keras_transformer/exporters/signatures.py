@@ -157,7 +157,9 @@ class TranslationModule(tf.Module):
         return {"score": scores, "log_prob": log_prob, "tokens": tokens}  # [B], [B], [B]
 
     def _sample(self, text):
-        decoding = self._decoding if self._decoding.sampling else self._decoding.replace(sampling_topk=0)
+        decoding = self._decoding
+        if not decoding.sampling:  # the whole distribution, in the graph (sampling is never XLA's)
+            decoding = decoding.replace(sampling_topk=0, jit_compile=False)
         if decoding.seed is None:  # a new stream per request
             seed = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
         else:

@@ -393,7 +393,7 @@ def beam_search(
     finished ones (so `nbest=1` stops sooner, with the same best hypothesis).
     `target_prefix`: [B, P] int32 token ids, left-aligned, padded with PAD_ID (no start or EOS):
     every hypothesis of sentence b starts with row b (`prefix.py`; a separate traced search, so
-    the search without a prefix is unchanged; not with `jit_compile`).
+    the search without a prefix is unchanged; never compiled by XLA: `jit_compile` is ignored).
     Returns ids [B, nbest, L] and scores [B, nbest].
     """
     decoding = (decoding or DecodingConfig()).replace(**overrides)
@@ -405,9 +405,7 @@ def beam_search(
             f"source of {source_ids.shape[1]} tokens is longer than the model's max_length {model.config.max_length}"
         )
     settings = search_settings(decoding)
-    if target_prefix is not None:
-        if decoding.jit_compile:
-            raise ValueError("a target prefix is decoded without jit_compile (XLA)")
+    if target_prefix is not None:  # the TensorFlow graph's search, with or without jit_compile
         target_prefix = check_prefix(target_prefix, source_ids.shape[0]) if tf.executing_eagerly() else target_prefix
         search = compiled(model, "beam_prefix", _prefix_search, inputs=(SOURCE_SPEC, PREFIX_SPEC), decoding=settings)
         ids, scores = search(source_ids, target_prefix)
