@@ -6,7 +6,8 @@ in a process of its own (CTranslate2 at its default threading). Prints one JSON 
 
 The pairs: the held-out verses of the model's training data (its `test` split) with their
 reference translations, text in: each system tokenizes (ours in TensorFlow, CTranslate2's user with
-the SentencePiece library), then scores in length-sorted batches of `--batch-size` pairs. Seconds
+the SentencePiece library; both cut sources and targets to max_length - 1 tokens), then scores in
+length-sorted batches of `--batch-size` pairs. Seconds
 are the median over rounds after an untimed warm-up on two pairs; pairs/s over those seconds.
 `max_abs_log_prob_difference`: the largest difference of a pair's summed log-probability between
 the systems (CTranslate2 renormalises its softmax without pad and start:
@@ -36,7 +37,7 @@ def _timed(score, sources, targets, rounds: int) -> tuple[list[float], list[floa
     return seconds, log_probs
 
 
-def run_ours(args, sources, targets) -> dict:
+def run_ours(args, sources, targets, max_length: int) -> dict:
     from keras_transformer.inference.translator import Translator
 
     translator = Translator.from_model_dir(args.model_dir, batch_size=args.batch_size)
@@ -46,7 +47,7 @@ def run_ours(args, sources, targets) -> dict:
     return {"seconds": seconds, "log_probs": log_probs}
 
 
-def run_ctranslate2(args, sources, targets) -> dict:
+def run_ctranslate2(args, sources, targets, max_length: int) -> dict:
     import ctranslate2
     import sentencepiece
 
@@ -54,8 +55,9 @@ def run_ctranslate2(args, sources, targets) -> dict:
     translator = ctranslate2.Translator(args.ctranslate2)  # its default threading
 
     def score(sources, targets):
-        source_tokens = processor.encode(sources, out_type=str)
-        target_tokens = processor.encode(targets, out_type=str)
+        keep = max_length - 1  # as `Translator` cuts them (CTranslate2 adds EOS, and start to targets)
+        source_tokens = [tokens[:keep] for tokens in processor.encode(sources, out_type=str)]
+        target_tokens = [tokens[:keep] for tokens in processor.encode(targets, out_type=str)]
         results = translator.score_batch(source_tokens, target_tokens, max_batch_size=args.batch_size)
         return [sum(result.log_probs) for result in results]
 
@@ -77,9 +79,9 @@ def parser() -> argparse.ArgumentParser:
 
 def child(args) -> None:
     with open(args.pairs, encoding="utf-8") as f:
-        sources, targets = json.load(f)
+        sources, targets, max_length = json.load(f)
     run = run_ours if args.system == "ours" else run_ctranslate2
-    print(json.dumps(run(args, sources, targets)))
+    print(json.dumps(run(args, sources, targets, max_length)))
 
 
 def main(argv=None) -> None:
@@ -101,13 +103,15 @@ def main(argv=None) -> None:
         export_ctranslate2(model, tokenizer, os.path.join(out, "ctranslate2"))
         pairs = os.path.join(out, "pairs.json")
         with open(pairs, "w", encoding="utf-8") as f:
-            json.dump([sources, targets], f)
+            json.dump([sources, targets, model.config.max_length], f)
         for system in ("ours", "ctranslate2"):
             command = [sys.executable, os.path.abspath(__file__), "--model-dir", args.model_dir, "--system", system]
             command += ["--pairs", pairs, "--ctranslate2", os.path.join(out, "ctranslate2")]
             command += ["--rounds", str(args.rounds), "--batch-size", str(args.batch_size)]
             env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-            result = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+            result = subprocess.run(command, capture_output=True, text=True, env=env)
+            if result.returncode != 0:
+                raise RuntimeError(f"{system} failed:\n{result.stderr[-3000:]}")
             systems[system] = json.loads(result.stdout.strip().splitlines()[-1])
     difference = max(abs(a - b) for a, b in zip(systems["ours"]["log_probs"], systems["ctranslate2"]["log_probs"]))
     line = {"pairs": len(sources), "batch_size": args.batch_size, "rounds": args.rounds, "systems": {}}

@@ -197,3 +197,19 @@ def test_profile_decode(capsys, tmp_path):
     assert line["ms_per_step"] > 0 and line["target_tokens_per_s"] > 0
     assert any("MatMul" in name for name in line["op_self_time_ms_per_step"])
     assert 0 < sum(line["op_self_time_share"].values()) <= 1.0 + 1e-6
+
+
+def test_score_compare(capsys, tmp_path):
+    pytest.importorskip("ctranslate2", reason="ctranslate2 (an extra) is not installed")
+    from conftest import FIXTURE
+
+    from keras_transformer import TrainingConfig, TransformerConfig
+    from keras_transformer.training.trainer import train
+
+    model_dir = str(tmp_path / "model")
+    training = TrainingConfig(max_steps=1, batch_tokens=512, steps_per_epoch=1)
+    train(model_dir, TransformerConfig.tiny(vocab_size=300), training, str(FIXTURE), verbose=0, log=lambda _: None)
+    line = run_main("score_compare", ["--model-dir", model_dir, "--limit", "3", "--rounds", "1"], capsys)
+    assert line["pairs"] == 3 and set(line["systems"]) == {"ours", "ctranslate2"}
+    assert all(system["pairs_per_s"] > 0 for system in line["systems"].values())
+    assert 0 <= line["max_abs_log_prob_difference"] < 1.0
