@@ -164,9 +164,8 @@ class Translator:
         `num_samples` samples)."""
         if self.decoding.sampling:
             n = n or self.decoding.num_samples
-            self.decoding.replace(num_samples=max(n, self.decoding.num_samples))
-            if n > self.decoding.num_samples:
-                raise ValueError(f"n must be at most num_samples {self.decoding.num_samples}, got {n}")
+            if not 1 <= n <= self.decoding.num_samples:
+                raise ValueError(f"n must be between 1 and num_samples {self.decoding.num_samples}, got {n}")
         elif n is None:
             n = self.decoding.nbest or self.decoding.beam_size
         else:
