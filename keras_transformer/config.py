@@ -322,6 +322,11 @@ class DecodingConfig:
     a sentence stops once round(patience x beam_size) of its hypotheses have ended (1: the rule
     of fairseq and CTranslate2; Kasai et al., 2022), or, with None ("exact"), once no alive
     hypothesis can beat the kept ones (tensor2tensor's; slower, the same BLEU here).
+
+    Sampling (`sampling_topk` 0 or K > 1; `inference/sampling.py`) draws `num_samples`
+    translations per source instead: the log-probabilities divided by the temperature, cut to the
+    top K, then to the nucleus of probability P (Holtzman et al., 2020), renormalised; a sample's
+    score is the same as a hypothesis's (the model's own log-probabilities, over lp).
     """
 
     beam_size: int = 4  # beam size K (default 4, the paper's; 1 with --alpha 0: greedy decoding)
@@ -345,6 +350,12 @@ class DecodingConfig:
     jit_compile: bool = False  # decode with XLA: seconds to compile each bucket shape, then faster at small batches
     batch_size: int = 32  # sentences per search, sorted by length
     alignment_layer: int = -2  # decoder layer whose attention aligns words (-2: the penultimate; Garg et al., 2019)
+    # Random sampling instead of beam search (CTranslate2's names): on when sampling_topk is not 1.
+    sampling_topk: int = 1  # sample from the K most likely tokens (0: from all; 1: no sampling, beam search)
+    sampling_topp: float = 1.0  # then from the fewest most likely tokens whose probability reaches P (nucleus)
+    sampling_temperature: float = 1.0  # divide the log-probabilities by T before sampling (<1: sharper)
+    num_samples: int = 1  # samples drawn per source (translate: the best-scoring one)
+    seed: int | None = None  # the sampling's random seed: the same seed, the same samples (default: a new one)
 
     def __post_init__(self):
         _check(self.beam_size >= 1, f"beam_size must be >= 1, got {self.beam_size}")
@@ -366,6 +377,27 @@ class DecodingConfig:
         )
         _check(self.dtype in (None, *DTYPES), f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+        _check(self.sampling_topk >= 0, f"sampling_topk must be >= 0, got {self.sampling_topk}")
+        _check(0 < self.sampling_topp <= 1, f"sampling_topp must be in (0, 1], got {self.sampling_topp}")
+        _check(self.sampling_temperature > 0, f"sampling_temperature must be > 0, got {self.sampling_temperature}")
+        _check(self.num_samples >= 1, f"num_samples must be >= 1, got {self.num_samples}")
+        sampling_only = {
+            "sampling_topp": self.sampling_topp != 1.0,
+            "sampling_temperature": self.sampling_temperature != 1.0,
+            "num_samples": self.num_samples != 1,
+            "seed": self.seed is not None,
+        }
+        given = [name for name, changed in sampling_only.items() if changed]
+        _check(
+            self.sampling or not given,
+            f"{', '.join(given)} need sampling: set sampling_topk to 0 (the whole vocabulary) or K > 1",
+        )
+        _check(not (self.sampling and self.jit_compile), "sampling runs without jit_compile (XLA)")
+
+    @property
+    def sampling(self) -> bool:
+        """Whether translation samples (`sampling_topk` other than 1) instead of searching beams."""
+        return self.sampling_topk != 1
 
     @classmethod
     def greedy(cls, **overrides: Any) -> DecodingConfig:

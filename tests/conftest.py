@@ -109,3 +109,20 @@ def trained(tmp_path_factory):
     assert fingerprint(root / "model") == expected, f"a test wrote into the shared model dir {run.model_dir}"
     yield run
     assert fingerprint(root / "model") == expected, f"a test wrote into the shared model dir {run.model_dir}"
+
+
+@pytest.fixture(scope="session")
+def scrambled_model():
+    """A tiny untrained model over 12 tokens with large random weights: its choices vary from step
+    to step, and EOS is likely enough that most searches end before their limit."""
+    import numpy as np
+
+    from keras_transformer import Transformer, TransformerConfig
+
+    model = Transformer(TransformerConfig.tiny(vocab_size=12, dropout=0.0, max_length=20))
+    model.build()
+    rng = np.random.default_rng(1)
+    for weight in model.weights:
+        if "layer_norm" not in weight.path:
+            weight.assign(rng.normal(scale=2.0, size=weight.shape) / np.sqrt(weight.shape[0]))
+    return model

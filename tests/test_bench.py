@@ -240,3 +240,10 @@ def test_alignment_names_counts_the_names_of_source_and_output(capsys, trained):
     assert line["verses"] == 8 and 0 <= line["verses_with_names"] <= 8 and set(line["layers"]) == {"-2", "-1"}
     for layer in line["layers"].values():
         assert 0 <= layer["aligned"] <= layer["names_in_source_and_output"]
+
+
+def test_score_compare(capsys, trained):
+    line = run_main("score_compare", ["--model-dir", trained.model_dir, "--limit", "3", "--rounds", "1"], capsys)
+    assert line["pairs"] == 3 and set(line["systems"]) == {"ours", "ctranslate2"}
+    assert all(system["pairs_per_s"] > 0 for system in line["systems"].values())
+    assert 0 <= line["max_abs_log_prob_difference"] < 1.0

@@ -221,3 +221,53 @@ def test_refuses_a_tokenizer_with_a_piece_named_like_the_pad_token(fixture_pairs
     with pytest.raises(CTranslate2ExportError) as error:
         export_ctranslate2(model, tokenizer, str(tmp_path / "out"))
     assert str(error.value) == "the tokenizer has a piece '<blank>', CTranslate2's name for the pad token"
+
+
+@pytest.mark.slow
+def test_scores_equal_ctranslate2s_score_batch(trained):
+    """`Translator.score` vs CTranslate2's `score_batch` on the exported weights, token by token
+    (EOS included). CTranslate2's pad/start bias renormalises its softmax over the other tokens
+    (`never_generated_bias`); ours, as our search, is over the full vocabulary: the difference is
+    -log(1 - p(pad) - p(start)) at each position, taken from our model's own distribution."""
+    sources, references = read_pairs(str(FIXTURE), "test")
+    translator = Translator(trained.model, trained.tokenizer)
+    ours = translator.score(sources, references)
+    rows, targets = trained.source_rows(sources), translator.target_ids(references)
+    theirs = trained.translator.score_batch(
+        [trained.source_tokens(row) for row in rows], [[trained.tokens[i] for i in target] for target in targets]
+    )
+    largest = 0.0
+    for row, target, mine, result in zip(rows, targets, ours, theirs):
+        target_in = np.array([[START_ID, *target]], np.int32)
+        logits = trained.model((row[None], target_in), training=False).numpy()[0]  # [T + 1, V]
+        probs = tf.nn.softmax(logits, axis=-1).numpy()
+        renormalised = np.array(mine.token_log_probs) - np.log1p(-probs[:, PAD_ID] - probs[:, START_ID])
+        np.testing.assert_allclose(result.log_probs, renormalised, atol=1e-4)
+        largest = max(largest, float(np.max(np.abs(np.array(result.log_probs) - mine.token_log_probs))))
+    assert largest < 0.05  # the renormalisation is small on a trained model, but not nothing
+
+
+@pytest.mark.slow
+def test_greedy_with_a_prefix_equals_ctranslate2s_target_prefix(trained):
+    sources = read_pairs(str(FIXTURE), "test")[0][:12]
+    translator = Translator(trained.model, trained.tokenizer, beam_size=1, alpha=0.0)
+    references = read_pairs(str(FIXTURE), "test")[1][:12]
+    prefixes = [" ".join(reference.split()[:k]) for k, reference in zip([1, 2, 3, 0] * 3, references)]
+    prefix_rows = translator.target_ids(prefixes)
+    rows = trained.source_rows(sources)
+    batch = padded(rows)
+    ours = greedy_search(trained.model, batch, target_prefix=padded(prefix_rows)).ids.numpy()[:, 0]
+    limits = decode_limits(batch, trained.model.config.max_length).numpy()
+    for i, (row, prefix, limit) in enumerate(zip(rows, prefix_rows, limits)):
+        (result,) = trained.translator.translate_batch(
+            [trained.source_tokens(row)],
+            target_prefix=[[trained.tokens[t] for t in prefix]],
+            beam_size=1,
+            max_decoding_length=int(limit),
+            return_end_token=True,
+        )
+        theirs = [trained.ids[token] for token in result.hypotheses[0]]
+        assert theirs[: len(prefix)] == list(prefix)
+        assert theirs == [int(t) for t in ours[i] if t != PAD_ID], sources[i]
+    texts = translator.translate(sources, prefixes)
+    assert all(text.startswith(prefix) for text, prefix in zip(texts, prefixes))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import Transformer, TransformerConfig
+from keras_transformer import DecodingConfig, Transformer, TransformerConfig
 from keras_transformer.exporters.serving_check import check_saved_model
 from keras_transformer.exporters.signatures import TranslationModule, truncate_source_ids
 from keras_transformer.inference.translator import Translator
@@ -40,7 +40,30 @@ def test_signatures_equal_the_python_translator(served):
         "translate_ids",
         "translate_nbest",
         "translate_with_alignments",
+        "translate_with_prefix",
+        "score",
+        "sample",
     }
+
+
+def test_new_signatures_equal_the_python_translator(served):
+    module, python = served
+    texts = ["And God said,", "", "Jesus wept."]
+    targets = ["Und Gott sprach", "Amen", ""]
+    scored = module.score(tf.constant(texts), tf.constant(targets))
+    want = python.score(texts, targets)
+    np.testing.assert_allclose(scored["score"].numpy(), [s.score for s in want], atol=1e-5)
+    np.testing.assert_allclose(scored["log_prob"].numpy(), [s.log_prob for s in want], atol=1e-5)
+    assert scored["tokens"].numpy().tolist() == [s.tokens for s in want]
+    prefixes = ["Und", "Da", ""]
+    continued = module.translate_with_prefix(tf.constant(texts), tf.constant(prefixes))["translation"].numpy()
+    assert [t.decode() for t in continued] == python.translate(texts, prefixes)
+    seeded = TranslationModule(module.model, module.tokenizer, decoding=DecodingConfig(sampling_topk=0, seed=3))
+    drawn = seeded.sample(tf.constant(texts[2:]))
+    sampler = Translator(module.model, module.tokenizer, sampling_topk=0, seed=3)
+    assert [t.decode() for t in drawn["translations"].numpy()[:, 0]] == sampler.translate(texts[2:])
+    unseeded = module.sample(tf.constant(texts * 4))["translations"].numpy()
+    assert unseeded.shape == (12, 1) and len({t for t in unseeded[[0, 3, 6, 9], 0]}) > 1  # independent draws
 
 
 class Unservable(tf.Module):
@@ -65,6 +88,23 @@ def test_check_reports_every_broken_rule(tmp_path):
     assert "signature scalar_py_func output 'y' has no batch dimension" in problems
     assert "signature fixed_batch input 'ids' has a fixed first dimension 3" in problems
     assert "op EagerPyFunc calls back into Python" in problems
+
+
+class FailsOnEmptyBatches(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serving_default(self, text):
+        tf.debugging.assert_positive(tf.size(text), message="no text")
+        return {"length": tf.strings.length(text)}
+
+
+def test_check_serves_hostile_inputs_and_reports_failures(tmp_path):
+    from keras_transformer.exporters.serving_check import check_export
+
+    module = FailsOnEmptyBatches()
+    tf.saved_model.save(module, str(tmp_path / "saved_model" / "m" / "1"), signatures=module.serving_default)
+    problems = check_export(str(tmp_path))
+    assert len(problems) == 1 and "signature serving_default on a batch of 0 hostile inputs failed" in problems[0]
+    assert "no text" in problems[0]
 
 
 def test_export_command_needs_a_model_dir_and_an_output(capsys, tmp_path):

@@ -1,4 +1,4 @@
-"""`keras-transformer train | translate | evaluate | average | export`: the command line.
+"""`keras-transformer train | translate | score | evaluate | average | export`: the command line.
 
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
@@ -12,6 +12,7 @@ command imports what it needs), so `--help` and `--version` answer at once.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -25,7 +26,7 @@ from keras_transformer.cli.flags import (
     train_configs,
 )
 from keras_transformer.cli.quiet import filter_native_logs, quiet_python_logs
-from keras_transformer.config import PRESETS, STRATEGIES, DataConfig
+from keras_transformer.config import PRESETS, STRATEGIES, DataConfig, DecodingConfig
 
 EXIT_USAGE = 2
 CHECKPOINT_HELP = "latest (default), averaged, best, ema (the moving average), or a checkpoint path"
@@ -71,6 +72,9 @@ def _add_translate(subparsers):
     p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
     _add_model_dirs(p)
     _add_decoding(p)
+    prefix = p.add_mutually_exclusive_group()
+    prefix.add_argument("--prefix", metavar="TEXT", help="every translation continues this start of a translation")
+    prefix.add_argument("--prefix-file", metavar="FILE", help="one target prefix per input line, in order")
     p.add_argument(
         "--strict-input",
         action="store_true",
@@ -84,8 +88,22 @@ def _add_translate(subparsers):
     p.add_argument(
         "text",
         nargs="*",
-        help="sentences; none: read stdin, one per line, streamed (--nbest N: INDEX<TAB>SCORE<TAB>TEXT)",
+        help="sentences; none: stdin, one per line, streamed (--nbest N, --num-samples N: INDEX<TAB>SCORE<TAB>TEXT)",
     )
+
+
+# What scoring reads of the decoding settings: the length penalty, and where it runs.
+SCORING_FIELDS = ("alpha", "dtype", "batch_size")
+
+
+def _add_score(subparsers):
+    p = subparsers.add_parser(
+        "score", help="score translations: SOURCE<TAB>TARGET lines -> SCORE<TAB>LOG_PROB<TAB>TOKENS lines"
+    )
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--data", metavar="FILE", help="SOURCE<TAB>TARGET lines (default: stdin)")
+    excluded = tuple(f.name for f in dataclasses.fields(DecodingConfig) if f.name not in SCORING_FIELDS)
+    _add_decoding(p, exclude=excluded)
 
 
 def _add_evaluate(subparsers):
@@ -161,6 +179,7 @@ def parser() -> argparse.ArgumentParser:
     subparsers = p.add_subparsers(dest="command", required=True)
     _add_train(subparsers)
     _add_translate(subparsers)
+    _add_score(subparsers)
     _add_evaluate(subparsers)
     _add_export(subparsers)
     _add_average(subparsers)
@@ -217,25 +236,59 @@ def _chunks(items, size: int):
         yield chunk
 
 
+def _lines(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
 def _translate(args):
     from keras_transformer.inference.alignment import format_pharaoh
 
     translator = _translator(args)
-    texts = [args.text] if args.text else _chunks(_decoded_lines(sys.stdin.buffer, args.strict_input), STDIN_CHUNK)
-    nbest = translator.decoding.nbest or 1  # 1: one line per input
-    if args.alignments and nbest > 1:
-        raise ValueError("--alignments aligns the best translation only: drop --nbest")
+    lines = _decoded_lines(sys.stdin.buffer, args.strict_input)
+    texts = [args.text] if args.text else _chunks(lines, STDIN_CHUNK)
+    prefixes = args.prefix
+    if args.prefix_file:  # one prefix per input: the inputs are read whole, to match them up
+        prefixes = _lines(args.prefix_file)
+        texts = [args.text or list(lines)]
+        if len(prefixes) != len(texts[0]):
+            raise ValueError(f"--prefix-file {args.prefix_file} has {len(prefixes)} lines for {len(texts[0])} inputs")
+    decoding = translator.decoding
+    n = decoding.num_samples if decoding.sampling else decoding.nbest or 1  # 1: one line per input
+    if args.alignments and (n > 1 or prefixes is not None):
+        raise ValueError(
+            "--alignments aligns the best translation of each input: drop --nbest, --num-samples, --prefix"
+        )
     index = 0
     for chunk in texts:  # each chunk sorted by length inside the translator, printed in input order
         if args.alignments:
             for translation, pairs in translator.translate_with_alignments(chunk):
                 print(f"{translation}\t{format_pharaoh(pairs)}")
+        elif n == 1:
+            for translation in translator.translate(chunk, prefixes):
+                print(translation)
         else:
-            for hypotheses in translator.translate_nbest(chunk, n=nbest):
+            for k, hypotheses in enumerate(translator.translate_nbest(chunk, prefixes=prefixes)):
                 for translation, score in hypotheses:
-                    print(f"{index}\t{score:.4f}\t{translation}" if nbest > 1 else translation)
-                index += 1
+                    print(f"{index + k}\t{score:.4f}\t{translation}")
+        index += len(chunk)
         sys.stdout.flush()
+
+
+def _score(args):
+    from keras_transformer.data.errors import DataError
+
+    translator = _translator(args)
+    lines = _lines(args.data) if args.data else [line.rstrip("\r\n") for line in sys.stdin]
+    pairs = []
+    for number, line in enumerate(lines, 1):
+        if line.count("\t") != 1:
+            where = args.data or "stdin"
+            raise DataError(f"{where}:{number}: expected SOURCE<TAB>TARGET, got {line.count(chr(9)) + 1} fields")
+        pairs.append(line.split("\t"))
+    sources, targets = [source for source, _ in pairs], [target for _, target in pairs]
+    for result in translator.score(sources, targets):
+        print(f"{result.score:.6f}\t{result.log_prob:.6f}\t{result.tokens}")
 
 
 def _evaluate(args):
@@ -362,9 +415,8 @@ def main(argv=None) -> int:
     from keras_transformer.model_dir import ModelDirError
     from keras_transformer.training.callbacks.budget import Interrupted
 
-    command = {"train": _train, "translate": _translate, "evaluate": _evaluate, "average": _average, "export": _export}[
-        args.command
-    ]
+    commands = {"train": _train, "translate": _translate, "score": _score, "evaluate": _evaluate}
+    command = {**commands, "average": _average, "export": _export}[args.command]
     try:
         status = command(args)
     except (DataError, ModelDirError, TokenizerError, ValueError, OSError) as error:

@@ -10,6 +10,15 @@ all in the graph.
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
 - `translate_with_alignments(text [B]) -> {translation [B] string, score [B] float32, alignment
   [B] string}`: the alignment in Pharaoh format ("0-0 2-1 ..."; `inference/alignment.py`).
+- `translate_with_prefix(text [B], prefix [B]) -> {translation [B], score [B]}`: each translation
+  continues its prefix ("" for none; `inference/prefix.py`).
+- `score(source [B], target [B]) -> {score [B] float32, log_prob [B] float32, tokens [B] int32}`:
+  the given translations' log-probabilities (`inference/scoring.py`; a target is cut to its first
+  `max_length - 1` tokens).
+- `sample(text [B]) -> {translations [B, n] string, scores [B, n] float32}`: n = `num_samples`
+  translations drawn per text (`inference/sampling.py`), best first, with the export's sampling
+  settings (with sampling off there, from the whole distribution: `sampling_topk` 0) and its
+  `seed` (none: a new seed per request).
 
 Text goes through the same steps as `keras_transformer.inference.translator.Translator`
 (`SubwordTokenizer.source_ids`: tokens truncated to `max_length - 1`, then EOS); a text with
@@ -29,9 +38,14 @@ import tensorflow as tf
 from keras_transformer.config import DecodingConfig
 from keras_transformer.inference import alignment
 from keras_transformer.inference.decoding import DecodeResult, beam_search
+from keras_transformer.inference.sampling import sample_with_seed
+from keras_transformer.inference.scoring import score_targets
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
+PREFIX_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
+SOURCE_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="source")
+TARGET_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="target")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 
 Decode = Callable[..., DecodeResult]
@@ -56,8 +70,9 @@ class TranslationModule(tf.Module):
     (tensorflow-text 2.21.1's TFLite SentencePiece detokenizer kernel crashes LiteRT 2.3 and
     tf.lite alike; the device detokenizes with its SentencePiece library).
 
-    `model` may be an `Ensemble`; `alignment_layer` is the decoder layer whose cross-attention
-    `translate_with_alignments` reads (`DecodingConfig.alignment_layer`).
+    `model` may be an `Ensemble`. `decoding`: the settings of `score` (alpha), `sample` (see the
+    module docstring) and `translate_with_alignments` (the decoder layer whose cross-attention
+    it reads, `alignment_layer`).
     """
 
     def __init__(
@@ -67,7 +82,7 @@ class TranslationModule(tf.Module):
         decode: Decode = beam_search,
         *,
         lite_text: bool = False,
-        alignment_layer: int = DecodingConfig.alignment_layer,
+        decoding: DecodingConfig | None = None,
     ):
         super().__init__(name="translator")
         self.model = model
@@ -78,27 +93,45 @@ class TranslationModule(tf.Module):
         self.tokenizer = tokenizer
         self._decode = decode
         self._lite_text = lite_text
+        self._decoding = decoding or DecodingConfig()
         self.translate_ids = tf.function(self._translate_ids, input_signature=[IDS_SPEC])
         if tokenizer is not None and lite_text:
             self.translate_text_to_ids = tf.function(self._translate_text_to_ids, input_signature=[TEXT_SPEC])
         elif tokenizer is not None:
             self.translate = tf.function(self._translate, input_signature=[TEXT_SPEC])
             self.translate_nbest = tf.function(self._translate_nbest, input_signature=[TEXT_SPEC])
-            self._pieces, self._alignment_layer = alignment.pieces(tokenizer), alignment_layer
+            self.translate_with_prefix = tf.function(
+                self._translate_with_prefix, input_signature=[TEXT_SPEC, PREFIX_TEXT_SPEC]
+            )
+            self.score = tf.function(self._score, input_signature=[SOURCE_TEXT_SPEC, TARGET_TEXT_SPEC])
+            self.sample = tf.function(self._sample, input_signature=[TEXT_SPEC])
+            self._pieces = alignment.pieces(tokenizer)
             self.translate_with_alignments = tf.function(self._translate_with_alignments, input_signature=[TEXT_SPEC])
 
     def _translate_ids(self, source_ids):
         result = self._decode(self.model, truncate_source_ids(source_ids, self.model.config.max_length))
         return {"ids": result.ids, "scores": result.scores}  # [B, beam, L], [B, beam]
 
-    def _search_text(self, text, nbest=None):
-        """text [B] -> (ids [B, n, L], scores [B, n]), the `nbest` best (default: every beam); a
-        text with no tokens gets only pads (which detokenize to "") and score 0."""
-        if not self._lite_text:
-            text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-        source_ids, token_counts = self.tokenizer.source_ids(text, self.model.config.max_length)
+    def _repaired(self, text):
+        """text [B] with invalid UTF-8 replaced by U+FFFD (not in the TFLite model: no kernel)."""
+        return text if self._lite_text else tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
+
+    def _target_ids(self, text):
+        """text [B] -> [B, T] int32 token ids as a decoder continues them (no start, no EOS), at
+        most max_length - 1, padded."""
+        tokens = self.tokenizer.tokenize(self._repaired(text))  # [B, (n)]
+        return tokens.to_tensor(default_value=PAD_ID)[:, : self.model.config.max_length - 1]  # [B, T]
+
+    def _search_text(self, text, nbest=None, search=None):
+        """text [B] -> (ids [B, n, L], scores [B, n]), the `nbest` best (default: every beam) by
+        `search(source_ids) -> DecodeResult` (default: the module's `decode`); a text with no
+        tokens gets only pads (which detokenize to "") and score 0."""
+        source_ids, token_counts = self.tokenizer.source_ids(self._repaired(text), self.model.config.max_length)
         empty = token_counts == 0  # [B]
-        result = self._decode(self.model, source_ids, nbest=nbest)
+        if search is None:
+            result = self._decode(self.model, source_ids, nbest=nbest)
+        else:
+            result = search(source_ids)
         ids = tf.where(empty[:, None, None], PAD_ID, result.ids)  # [B, n, L]
         return ids, tf.where(empty[:, None], 0.0, result.scores)
 
@@ -116,11 +149,38 @@ class TranslationModule(tf.Module):
         ids, scores = self._search_text(text)
         return {"translations": self._detokenize_beams(ids), "scores": scores}  # [B, beam], [B, beam]
 
+    def _translate_with_prefix(self, text, prefix):
+        target_prefix = self._target_ids(prefix)  # [B, P]
+        ids, scores = self._search_text(
+            text, search=lambda source_ids: self._decode(self.model, source_ids, nbest=1, target_prefix=target_prefix)
+        )
+        return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
+
+    def _score(self, source, target):
+        source_ids, _ = self.tokenizer.source_ids(self._repaired(source), self.model.config.max_length)
+        scores, log_prob, tokens, _ = score_targets(
+            self.model, source_ids, self._target_ids(target), alpha=self._decoding.alpha
+        )
+        return {"score": scores, "log_prob": log_prob, "tokens": tokens}  # [B], [B], [B]
+
+    def _sample(self, text):
+        decoding = self._decoding
+        if not decoding.sampling:  # the whole distribution, in the graph (sampling is never XLA's)
+            decoding = decoding.replace(sampling_topk=0, jit_compile=False)
+        if decoding.seed is None:  # a new stream per request
+            seed = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+        else:
+            seed = tf.constant([decoding.seed, 0], tf.int64)
+        ids, scores = self._search_text(
+            text, search=lambda source_ids: DecodeResult(*sample_with_seed(self.model, source_ids, seed, decoding))
+        )
+        return {"translations": self._detokenize_beams(ids), "scores": scores}  # [B, n], [B, n]
+
     def _translate_with_alignments(self, text):
         ids, scores = self._search_text(text, nbest=1)  # [B, 1, L], [B, 1]
-        text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-        source_ids, _ = self.tokenizer.source_ids(text, self.model.config.max_length)  # as searched
-        pharaoh = alignment.alignments(self.model, source_ids, ids[:, 0], self._pieces, self._alignment_layer)  # [B]
+        source_ids, _ = self.tokenizer.source_ids(self._repaired(text), self.model.config.max_length)  # as searched
+        layer = self._decoding.alignment_layer
+        pharaoh = alignment.alignments(self.model, source_ids, ids[:, 0], self._pieces, layer)  # [B]
         return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0], "alignment": pharaoh}
 
     def _translate_text_to_ids(self, text):
@@ -135,6 +195,9 @@ class TranslationModule(tf.Module):
             "serving_default": self.translate,
             "translate_ids": self.translate_ids,
             "translate_nbest": self.translate_nbest,
+            "translate_with_prefix": self.translate_with_prefix,
+            "score": self.score,
+            "sample": self.sample,
             "translate_with_alignments": self.translate_with_alignments,
         }
 

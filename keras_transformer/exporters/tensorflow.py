@@ -1,9 +1,10 @@
 """`keras-transformer export`: every deployment artifact of a trained model, from one command.
 
     OUT/saved_model/<name>/N/        serving_default (text -> translation, score), translate_ids,
-                                     translate_nbest, translate_with_alignments (+ Pharaoh
-                                     word alignments); needs tensorflow-text's ops (TF Serving
-                                     links them); assets.extra/tf_serving_warmup_requests
+                                     translate_nbest, translate_with_prefix, score, sample,
+                                     translate_with_alignments (exporters/signatures.py); needs
+                                     tensorflow-text's ops (TF Serving links them);
+                                     assets.extra/tf_serving_warmup_requests
     OUT/saved_model/<name>_ids/N/    serving_default = translate_ids; TensorFlow ops only
     OUT/translator.tflite            source_ids -> ids, scores; TFLite builtin ops only
     OUT/translator_int8.tflite       the same with dynamic-range quantized (int8) weights
@@ -202,8 +203,7 @@ def export_tensorflow(
     log(f"writing the SavedModel {paths['saved_model']}")
     texts = np.array(WARMUP_TEXTS, dtype=object)
     warmup = {"model_name": name, "signature": "serving_default", "inputs": {"text": texts}}
-    module = TranslationModule(served_model, tokenizer, served, alignment_layer=decoding.alignment_layer)
-    _save_version(module, paths["saved_model"], warmup)
+    _save_version(TranslationModule(served_model, tokenizer, served, decoding=decoding), paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
     _save_version(TranslationModule(served_model, decode=served), paths["saved_model_ids"])
     log("converting to TFLite (builtin ops only) and int8")

@@ -35,6 +35,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
+from keras_transformer.inference.prefix import PREFIX_SPEC, check_prefix, force_prefix
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 # Scores are float32 whatever the model's compute dtype; -inf is exact in every float dtype
@@ -231,9 +232,11 @@ def _retire(search: Search, beam_size: int, alpha: float, nbest: int, patience: 
     return tf.cond(tf.reduce_any(stopped), retire, lambda: search)
 
 
-def search_beams(model, source_ids, decoding: DecodingConfig, *, static_shapes: bool = False):
+def search_beams(model, source_ids, decoding: DecodingConfig, *, static_shapes: bool = False, target_prefix=None):
     """The traceable beam search: source_ids [B, S] int32 -> (ids [B, n, L] int32, scores [B, n] float32),
-    the n = `decoding.nbest` (default K) best hypotheses, by the stopping rule `decoding.patience`.
+    the n = `decoding.nbest` (default K) best hypotheses, by the stopping rule `decoding.patience`;
+    with `target_prefix` [B, P] int32 (pad-padded), every hypothesis starts with its sentence's
+    prefix (`prefix.force_prefix`).
 
     Wrap it in `tf.function` or a `tf.Module` signature; `beam_search` is the checked, compiled
     entry point. L = `max_decode_length` if given; else, with `static_shapes` (what XLA compiles:
@@ -259,10 +262,14 @@ def search_beams(model, source_ids, decoding: DecodingConfig, *, static_shapes: 
     fixed = length if max_decode_length is not None or static_shapes else None
     context, cache = model.start_decoding(source_ids, k, fixed)  # cache leaves [B*K, ...]
 
-    def log_probs(context):
+    def log_probs(context, sentences=None):
         def tokens_to_log_probs(token_ids, position, cache):
             logits, cache = model.decode_step(token_ids, position, cache, context)  # [B*K, V]
-            return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), cache  # over the full vocabulary
+            log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # over the full vocabulary
+            if target_prefix is not None:  # the prefixes of the sentences still searching
+                prefix = target_prefix if sentences is None else tf.gather(target_prefix, sentences)
+                log_probs = force_prefix(log_probs, prefix, position, k)
+            return log_probs, cache
 
         return tokens_to_log_probs
 
@@ -295,7 +302,7 @@ def search_beams(model, source_ids, decoding: DecodingConfig, *, static_shapes: 
         lambda search: tf.logical_and(search.beams.position < length, tf.size(search.sentences) > 0),
         lambda search: (
             _retire(
-                search._replace(beams=step(search.beams, log_probs(search.context), search.limits)),
+                search._replace(beams=step(search.beams, log_probs(search.context, search.sentences), search.limits)),
                 k,
                 alpha,
                 nbest,
@@ -311,17 +318,18 @@ def search_beams(model, source_ids, decoding: DecodingConfig, *, static_shapes: 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def compiled(model, name: str, function, jit_compile: bool = False, **static):
-    """`function(model, source_ids, **static)` as a `tf.function` over [batch, length] int32 ids,
-    traced once per model and static arguments (with `jit_compile`, compiled by XLA once per
-    input shape)."""
+SOURCE_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+
+
+def compiled(model, name: str, function, jit_compile: bool = False, inputs=(SOURCE_SPEC,), **static):
+    """`function(model, *inputs, **static)` as a `tf.function` over `inputs` (default: source_ids
+    [batch, length] int32), traced once per model, `name` and static arguments (with
+    `jit_compile`, compiled by XLA once per input shape)."""
     functions = _COMPILED.setdefault(model, {})
     key = (name, jit_compile, tuple(sorted(static.items())))
     if key not in functions:
         functions[key] = tf.function(
-            lambda source_ids: function(model, source_ids, **static),
-            input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")],
-            jit_compile=jit_compile,
+            lambda *args: function(model, *args, **static), input_signature=list(inputs), jit_compile=jit_compile
         )
     return functions[key]
 
@@ -369,7 +377,13 @@ def search_settings(decoding: DecodingConfig) -> DecodingConfig:
     )
 
 
-def beam_search(model, source_ids, decoding: DecodingConfig | None = None, **overrides) -> DecodeResult:
+def _prefix_search(model, source_ids, target_prefix, decoding: DecodingConfig):
+    return search_beams(model, source_ids, decoding, target_prefix=target_prefix)
+
+
+def beam_search(
+    model, source_ids, decoding: DecodingConfig | None = None, *, target_prefix=None, **overrides
+) -> DecodeResult:
     """Beam search with the GNMT length penalty (§6.1; Wu et al., 2016): the `nbest` (default
     `beam_size`) best hypotheses of every sentence, best first.
 
@@ -383,6 +397,9 @@ def beam_search(model, source_ids, decoding: DecodingConfig | None = None, **ove
     several times faster than the TensorFlow graph at small batches). With the exact stopping
     rule (`patience=None`) a sentence stops once no alive hypothesis can beat its `nbest` best
     finished ones (so `nbest=1` stops sooner, with the same best hypothesis).
+    `target_prefix`: [B, P] int32 token ids, left-aligned, padded with PAD_ID (no start or EOS):
+    every hypothesis of sentence b starts with row b (`prefix.py`; a separate traced search, so
+    the search without a prefix is unchanged; never compiled by XLA: `jit_compile` is ignored).
     Returns ids [B, nbest, L] and scores [B, nbest].
     """
     decoding = (decoding or DecodingConfig()).replace(**overrides)
@@ -394,7 +411,11 @@ def beam_search(model, source_ids, decoding: DecodingConfig | None = None, **ove
             f"source of {source_ids.shape[1]} tokens is longer than the model's max_length {model.config.max_length}"
         )
     settings = search_settings(decoding)
-    if decoding.jit_compile:
+    if target_prefix is not None:  # the TensorFlow graph's search, with or without jit_compile
+        target_prefix = check_prefix(target_prefix, source_ids.shape[0]) if tf.executing_eagerly() else target_prefix
+        search = compiled(model, "beam_prefix", _prefix_search, inputs=(SOURCE_SPEC, PREFIX_SPEC), decoding=settings)
+        ids, scores = search(source_ids, target_prefix)
+    elif decoding.jit_compile:
         if not model.built:  # XLA cannot create the variables
             model.build()
         ids, scores = compiled(model, "bucketed_xla", _xla_search, decoding=settings)(source_ids)
@@ -403,8 +424,8 @@ def beam_search(model, source_ids, decoding: DecodingConfig | None = None, **ove
     return DecodeResult(ids=ids, scores=scores)
 
 
-def greedy_search(model, source_ids, **overrides) -> DecodeResult:
+def greedy_search(model, source_ids, *, target_prefix=None, **overrides) -> DecodeResult:
     """Greedy decoding, which is beam search with beam_size 1 and alpha 0: ids [B, 1, L], scores
     [B, 1] = the sum of the chosen tokens' log-probabilities; `overrides` of the other
-    `DecodingConfig` fields (e.g. `length_b`)."""
-    return beam_search(model, source_ids, DecodingConfig.greedy(**overrides))
+    `DecodingConfig` fields (e.g. `length_b`); `target_prefix` as `beam_search`'s."""
+    return beam_search(model, source_ids, DecodingConfig.greedy(**overrides), target_prefix=target_prefix)

@@ -6,6 +6,8 @@ translator = kt.Translator.from_model_dir("runs/small")
 translator.translate("Jesus wept.")               # -> str
 translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
 translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
+translator.translate("Jesus wept.", prefixes="Jesus")  # continues the given start of a translation
+translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
 """
@@ -13,9 +15,10 @@ kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ens
 from __future__ import annotations
 
 import functools
+import random
 import sys
 from collections.abc import Sequence
-from typing import overload
+from typing import NamedTuple, overload
 
 import numpy as np
 import tensorflow as tf
@@ -24,7 +27,27 @@ from keras_transformer.config import DecodingConfig
 from keras_transformer.inference import alignment
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.ensemble import Ensemble
+from keras_transformer.inference.sampling import sample_with_seed
+from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.special_tokens import PAD_ID
+
+
+class Score(NamedTuple):
+    """A pair's score (`scoring.py`): `score` = `log_prob` / lp(`tokens`); `token_log_probs` per
+    target token, EOS last."""
+
+    score: float
+    log_prob: float
+    tokens: int
+    token_log_probs: list[float]
+
+
+def _padded(rows, width: int | None = None) -> np.ndarray:
+    """[B, width (default: the longest row)] int32 from rows of ids, padded with PAD_ID."""
+    batch = np.full((len(rows), max([width or 0, *map(len, rows)])), PAD_ID, np.int32)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    return batch
 
 
 class Translator:
@@ -37,8 +60,13 @@ class Translator:
     stderr. An empty (or all-space) source translates to the empty string (score 0). A score is
     the sum of the hypothesis's token log-probabilities divided by the length penalty
     ((5 + |y|) / 6)^alpha (Wu et al., 2016). With `decoding.dtype` "bfloat16" the model decodes
-    in a bf16 copy (`Transformer.with_dtype`). `model` may be an `Ensemble` of models that share
-    `tokenizer`.
+    in a bf16 copy (`Transformer.with_dtype`). With sampling on (`decoding.sampling_topk` 0 or
+    K > 1) translations are drawn (`sampling.py`) instead of searched: `translate` gives each
+    text's best-scoring of `num_samples` samples, `translate_nbest` all of them.
+
+    `prefixes` (of `translate`, `translate_nbest`): a target prefix for every text (a str), or one
+    per text (a list; "" for none): each translation continues its prefix (`prefix.py`).
+    `model` may be an `Ensemble` of models that share `tokenizer`.
     """
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig | None = None, **overrides):
@@ -74,11 +102,54 @@ class Translator:
             rows.append(row[: min(count, keep) + 1])  # [tokens + EOS]
         return rows
 
-    def decode(self, source_ids, n: int | None = None):
+    def target_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Token ids of each text as a decoder continues them: no start, no EOS, truncated to
+        max_length - 1 (with a warning on stderr)."""
+        keep = self.model.config.max_length - 1
+        rows = []
+        for text, row in zip(texts, self.tokenizer.tokenize(list(texts)).to_list()):
+            if len(row) > keep:
+                print(f"warning: target of {len(row)} tokens truncated to {keep}: {text[:40]!r}...", file=sys.stderr)
+            rows.append(np.array(row[:keep], np.int32))
+        return rows
+
+    def decode(self, source_ids, n: int | None = None, target_prefix=None, seed: int | None = None):
         """[B, S] ids -> (hypothesis ids [B, n, L], scores [B, n]), the `n` best (default: the beam
-        size), best first."""
-        result = beam_search(self.model, source_ids, self.decoding, nbest=n)
+        size), best first; every hypothesis starting with its row of `target_prefix` [B, P] if
+        given. With sampling on: `num_samples` samples drawn with `seed` (default: the decoding's)."""
+        if self.decoding.sampling:
+            if target_prefix is not None:
+                raise ValueError("a target prefix is decoded by beam search, not sampled: set sampling_topk 1")
+            seed = self.decoding.seed if seed is None else seed
+            seed = random.getrandbits(62) if seed is None else seed
+            ids, scores = sample_with_seed(self.model, source_ids, tf.constant([seed, 0], tf.int64), self.decoding)
+            return ids[:, :n], scores[:, :n]
+        result = beam_search(self.model, source_ids, self.decoding, nbest=n, target_prefix=target_prefix)
         return result.ids, result.scores
+
+    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
+        """The score of each (source, target) pair under the model (`scoring.py`): the sum of the
+        target's token log-probabilities, EOS included, and that over the length penalty of
+        `decoding.alpha`; sources as `translate` reads them, targets cut to max_length - 1 tokens."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        sources, targets = list(sources), list(targets)
+        source_rows, target_rows = self.source_ids(sources) if sources else [], self.target_ids(targets)
+        order = sorted(range(len(sources)), key=lambda i: (len(source_rows[i]), len(target_rows[i])))
+        scores: list[Score | None] = [None] * len(sources)
+        for start in range(0, len(order), self.decoding.batch_size):
+            chunk = order[start : start + self.decoding.batch_size]
+            result = score_pairs(
+                self.model,
+                _padded([source_rows[i] for i in chunk]),
+                _padded([target_rows[i] for i in chunk]),
+                self.decoding,
+            )
+            arrays = (result.score, result.log_prob, result.tokens, result.token_log_probs)
+            values = zip(*(array.numpy() for array in arrays))
+            for i, (normalised, log_prob, tokens, token_log_probs) in zip(chunk, values):
+                scores[i] = Score(float(normalised), float(log_prob), int(tokens), token_log_probs[:tokens].tolist())
+        return scores
 
     @overload
     def translate(self, texts: str) -> str: ...
@@ -86,11 +157,11 @@ class Translator:
     @overload
     def translate(self, texts: Sequence[str]) -> list[str]: ...
 
-    def translate(self, texts):
+    def translate(self, texts, prefixes=None):
         """The best translation of a text (a str), or of each text of a list (a list of str)."""
         if isinstance(texts, str):
-            return self.translate([texts])[0]
-        return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1)]
+            return self.translate([texts], prefixes)[0]
+        return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1, prefixes)]
 
     @overload
     def translate_nbest(self, texts: str, n: int | None = None) -> list[tuple[str, float]]: ...
@@ -98,15 +169,21 @@ class Translator:
     @overload
     def translate_nbest(self, texts: Sequence[str], n: int | None = None) -> list[list[tuple[str, float]]]: ...
 
-    def translate_nbest(self, texts, n=None):
+    def translate_nbest(self, texts, n=None, prefixes=None):
         """The `n` best (translation, score) pairs of a text, best first (for a list: one such list
-        per text); `n` defaults to the decoding's `nbest`, else the beam size."""
-        if n is None:
+        per text); `n` defaults to the decoding's `nbest`, else the beam size (sampling: the
+        `num_samples` samples)."""
+        if self.decoding.sampling:
+            n = n or self.decoding.num_samples
+            if not 1 <= n <= self.decoding.num_samples:
+                raise ValueError(f"n must be between 1 and num_samples {self.decoding.num_samples}, got {n}")
+        elif n is None:
             n = self.decoding.nbest or self.decoding.beam_size
-        self.decoding.replace(nbest=n)  # a DecodingConfig checks n against the beam size
+        else:
+            self.decoding.replace(nbest=n)  # a DecodingConfig checks n against the beam size
         if isinstance(texts, str):
-            return self._nbest([texts], n)[0]
-        return self._nbest(list(texts), n)
+            return self._nbest([texts], n, prefixes)[0]
+        return self._nbest(list(texts), n, prefixes)
 
     @overload
     def translate_with_alignments(self, texts: str) -> tuple[str, list[tuple[int, int]]]: ...
@@ -123,7 +200,7 @@ class Translator:
             return self.translate_with_alignments([texts])[0]
         texts = list(texts)
         results = [("", [])] * len(texts)
-        for indices, batch in self._batches(texts):
+        for indices, _, batch in self._batches(texts):
             ids, _ = self.decode(batch, 1)  # [B, 1, L]
             pharaoh = self._alignments(batch, ids[:, 0]).numpy()  # [B]
             translations = self.tokenizer.detokenize(ids[:, 0]).numpy()  # [B]
@@ -142,22 +219,35 @@ class Translator:
         )
 
     def _batches(self, texts: list[str]):
-        """(indices into `texts`, source ids [B, S] int32) per search: the non-empty texts sorted by
-        length (similar lengths share a batch), `decoding.batch_size` at a time."""
+        """(indices into `texts`, the batch's start in the sorted order, source ids [B, S] int32)
+        per search: the non-empty texts sorted by length (similar lengths share a batch),
+        `decoding.batch_size` at a time."""
         todo = [i for i, text in enumerate(texts) if text.strip()]
         rows = self.source_ids([texts[i] for i in todo]) if todo else []
         order = sorted(range(len(todo)), key=lambda k: len(rows[k]))
         for start in range(0, len(order), self.decoding.batch_size):
             chunk = order[start : start + self.decoding.batch_size]
-            batch = np.full((len(chunk), max(len(rows[k]) for k in chunk)), PAD_ID, np.int32)
-            for row, k in enumerate(chunk):
-                batch[row, : len(rows[k])] = rows[k]
-            yield [todo[k] for k in chunk], batch
+            yield [todo[k] for k in chunk], start, _padded([rows[k] for k in chunk])  # [B, S]
 
-    def _nbest(self, texts: list[str], n: int) -> list[list[tuple[str, float]]]:
+    def _prefix_rows(self, prefixes, count: int) -> list[np.ndarray] | None:
+        """The target prefix ids of `count` texts from `prefixes` (None, one str, or one per text)."""
+        if prefixes is None:
+            return None
+        prefixes = [prefixes] * count if isinstance(prefixes, str) else list(prefixes)
+        if len(prefixes) != count:
+            raise ValueError(f"{count} texts but {len(prefixes)} prefixes")
+        return self.target_ids(prefixes)
+
+    def _nbest(self, texts: list[str], n: int, prefixes=None) -> list[list[tuple[str, float]]]:
         translations = [[("", 0.0)] * n for _ in texts]
-        for indices, batch in self._batches(texts):
-            ids, scores = self.decode(batch, n)  # [B, n, L], [B, n]
+        prefix_rows = self._prefix_rows(prefixes, len(texts))
+        for indices, start, batch in self._batches(texts):
+            extra = {}  # only what is given: a subclass's `decode(source_ids, n)` still serves the rest
+            if prefix_rows is not None:
+                extra["target_prefix"] = _padded([prefix_rows[i] for i in indices])  # [B, P]
+            if self.decoding.seed is not None:
+                extra["seed"] = self.decoding.seed + start  # one stream per batch
+            ids, scores = self.decode(batch, n, **extra)  # [B, n, L], [B, n]
             outputs = self.tokenizer.detokenize(tf.reshape(ids, [-1, ids.shape[-1]])).numpy().reshape(ids.shape[:2])
             for i, row, row_scores in zip(indices, outputs, scores.numpy()):
                 translations[i] = [(output.decode("utf-8"), float(score)) for output, score in zip(row, row_scores)]

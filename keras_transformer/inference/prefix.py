@@ -1,0 +1,44 @@
+"""Decoding that continues a given target prefix (interactive translation, Knowles & Koehn, 2016).
+
+While a sentence's search is within its prefix, every token but the prefix's next one gets
+log-probability -inf, so every hypothesis starts with the prefix; the forced tokens' own
+log-probabilities count in the score, as those of any generated token. A prefix counts toward
+the sentence's length limit (`decoding.decode_limits`): one that reaches it ends the
+hypothesis there, cut.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
+
+NEG_INF = float("-inf")
+PREFIX_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_prefix")
+
+
+def force_prefix(log_probs, target_prefix, position, hypotheses: int):
+    """log_probs [N * H, V] of step `position` (H hypotheses per sentence, sentence-major) ->
+    the same with -inf at every token but the prefix's at `position`, for each sentence whose
+    prefix (`target_prefix` [N, P] int32, left-aligned, padded with PAD_ID) is longer than
+    `position`."""
+    lengths = tf.reduce_sum(tf.cast(target_prefix != PAD_ID, tf.int32), axis=1)  # [N]
+    padded = tf.pad(target_prefix, [[0, 0], [0, 1]], constant_values=PAD_ID)  # [N, P + 1]
+    forced = tf.gather(padded, tf.minimum(position, tf.shape(target_prefix)[1]), axis=1)  # [N]
+    forced = tf.repeat(forced, hypotheses)  # [N * H]
+    active = tf.repeat(position < lengths, hypotheses)  # [N * H]
+    other = tf.one_hot(forced, tf.shape(log_probs)[1], on_value=False, off_value=True, dtype=tf.bool)  # [N * H, V]
+    return tf.where(active[:, None] & other, NEG_INF, log_probs)  # [N * H, V]
+
+
+def check_prefix(target_prefix, batch: int) -> tf.Tensor:
+    """`target_prefix` as [batch, P] int32 ids (P may be 0), or a ValueError: the wrong number of
+    rows, or a start or EOS id (a prefix is generated tokens: pad ends it)."""
+    target_prefix = tf.convert_to_tensor(target_prefix, tf.int32)
+    if target_prefix.shape.rank != 2 or target_prefix.shape[0] != batch:
+        raise ValueError(f"target_prefix must be [batch {batch}, length], got shape {target_prefix.shape}")
+    reserved = np.isin(target_prefix.numpy(), [START_ID, EOS_ID])
+    if reserved.any():
+        raise ValueError(f"target_prefix holds the start or EOS id (row {int(np.argwhere(reserved)[0][0])})")
+    return target_prefix
