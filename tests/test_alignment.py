@@ -136,7 +136,8 @@ def test_the_signature_equals_python(copier):
     model, tokenizer, _ = copier
     sources = [*copy_corpus(4, seed=7), "", "   "]
     for layer in (-2, -1):
-        out = TranslationModule(model, tokenizer, alignment_layer=layer).translate_with_alignments(tf.constant(sources))
+        module = TranslationModule(model, tokenizer, decoding=kt.DecodingConfig(alignment_layer=layer))
+        out = module.translate_with_alignments(tf.constant(sources))
         want = kt.Translator(model, tokenizer, alignment_layer=layer).translate_with_alignments(sources)
         assert [t.decode() for t in out["translation"].numpy()] == [translation for translation, _ in want]
         assert [a.decode() for a in out["alignment"].numpy()] == [format_pharaoh(pairs) for _, pairs in want]
