@@ -129,7 +129,7 @@ def tflite_runner(model, settings: dict, int8: bool = False):
 
 def keras_hub_runner(model, settings: dict, jit_compile: bool = False):
     search = "greedy" if settings["beam_size"] == 1 else "beam"
-    run = keras_hub_generate(model.config, search, settings["b"], settings["beam_size"])
+    run = keras_hub_generate(model.config, search, settings["length_b"], settings["beam_size"])
     return tf.function(run, jit_compile=jit_compile)
 
 

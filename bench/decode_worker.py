@@ -56,7 +56,7 @@ def ctranslate2_forced(job: dict):
             sources,
             beam_size=settings["beam_size"],
             length_penalty=settings["alpha"],
-            max_decoding_length=settings["b"],
+            max_decoding_length=settings["length_b"],
         )
         hypotheses = [[ids[token] for token in result.hypotheses[0]] for result in results]
         out = np.full((len(hypotheses), 1, max(map(len, hypotheses))), pad_id, np.int32)  # [B, 1, L]
@@ -116,7 +116,7 @@ class Forced:
         self.batch, self.repeats = np.asarray(job["batch"], np.int32), job["repeats"]
         ids = np.asarray(self.run(self.batch))  # [B, beam, L]: warm-up, and the work checked
         generated = (ids != job["pad_id"]).sum(axis=-1)  # [B, beam]
-        want = job["settings"]["b"]
+        want = job["settings"]["length_b"]
         if not (generated == want).all() or (ids == job["eos_id"]).any():
             raise SystemExit(
                 f"{job['system']}: the work is not fixed: generated lengths {sorted(set(generated.ravel()))}, "

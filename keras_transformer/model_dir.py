@@ -86,7 +86,9 @@ class ModelDir:
         """Hold the directory for one training process (worker `worker` of a multi-worker run) and
         release it on exit. The lock file, created with O_EXCL, holds "host pid"; a lock whose
         process is gone (same host, PID not alive: a `kill -9`, a crash) is stale and taken over.
-        Raises `ModelDirLocked` naming the live holder."""
+        Raises `ModelDirLocked` naming the live holder. A directory that the lock made and that is
+        empty again when it is released (a run that failed before writing anything) is removed."""
+        made = not os.path.isdir(self.path)
         os.makedirs(self.path, exist_ok=True)
         path = self.lock_path(worker)
         mine = f"{socket.gethostname()} {os.getpid()}\n"
@@ -122,6 +124,9 @@ class ModelDir:
             with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as f:
                 if f.read() == mine:
                     os.remove(path)
+            if made:
+                with contextlib.suppress(OSError):  # not empty: the run wrote into it
+                    os.rmdir(self.path)
 
     def checkpoints(self) -> list[str]:
         """The training checkpoints that checkpoints/checkpoint lists, newest first."""

@@ -48,4 +48,6 @@ def test_the_model_and_its_layers_import_no_tensorflow():
                 outside.add(name.split(".")[0])
     assert PACKAGE / "model.py" in seen and PACKAGE / "layers" / "attention.py" in seen
     assert "tensorflow" not in outside, sorted(outside)
-    assert outside <= {"__future__", "keras", "numpy", "ml_dtypes", "dataclasses", "typing", "importlib", "os"}, outside
+    assert outside <= {"__future__", "keras", "numpy", "ml_dtypes", "dataclasses", "typing", "importlib", "os", "re"}, (
+        outside
+    )

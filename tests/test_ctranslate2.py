@@ -12,7 +12,7 @@ import sentencepiece
 import tensorflow as tf
 from conftest import FIXTURE
 
-from keras_transformer import Transformer, TransformerConfig, greedy_search
+from keras_transformer import Transformer, TransformerConfig, beam_search, greedy_search
 from keras_transformer.cli.main import main
 from keras_transformer.config import TrainingConfig
 from keras_transformer.data.sources import read_pairs
@@ -87,6 +87,23 @@ def test_greedy_translations_equal_ours_token_for_token(trained):
     texts = trained.tokenizer.detokenize(padded(theirs)).numpy()
     want = Translator(trained.model, trained.tokenizer, beam_size=1, alpha=0.0).translate(sources)
     assert [text.decode("utf-8") for text in texts] == want
+
+
+@pytest.mark.slow
+def test_beam_4_at_alpha_0_equals_ctranslate2s(trained):
+    """Without a length penalty our default stopping rule (patience 1: a sentence stops once K of
+    its hypotheses have ended) is CTranslate2's, so beam 4 finds the same best translation."""
+    sources = read_pairs(str(FIXTURE), "test")[0] + read_pairs(str(FIXTURE), "validation")[0]
+    rows = trained.source_rows(sources)
+    batch = padded(rows)
+    ours = beam_search(trained.model, batch, beam_size=4, alpha=0.0, nbest=1).ids.numpy()[:, 0]  # [B, L]
+    limits = decode_limits(batch, trained.model.config.max_length).numpy()  # [B]
+    for i, (row, limit) in enumerate(zip(rows, limits)):
+        (result,) = trained.translator.translate_batch(
+            [trained.source_tokens(row)], beam_size=4, length_penalty=0.0, max_decoding_length=int(limit),
+            return_end_token=True,
+        )  # fmt: skip
+        assert [trained.ids[token] for token in result.hypotheses[0]] == [int(t) for t in ours[i] if t != PAD_ID]
 
 
 def log_probs_of_ours(model, source_ids, target):
@@ -198,7 +215,7 @@ def test_refuses_without_the_ctranslate2_package(tokenizer, tmp_path, monkeypatc
     model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size))
     with pytest.raises(CTranslate2ExportError) as error:
         export_ctranslate2(model, tokenizer, str(tmp_path / "out"))
-    want = "the CTranslate2 export needs the ctranslate2 package: pip install 'keras-transformer[ctranslate2]'"
+    want = "the CTranslate2 export needs the ctranslate2 package: pip install 'keras-aiayn[ctranslate2]'"
     assert str(error.value) == want
 
 

@@ -120,7 +120,7 @@ def test_tfds_source_with_mock_data():
     import tensorflow_datasets as tfds
 
     with tfds.testing.mock_data(num_examples=5):
-        sources, targets = read_pairs("tfds:ted_hrlr_translate/pt_to_en", "validation")
+        sources, targets = read_pairs("tfds:ted_hrlr_translate/pt_to_en", "validation", tfds_download=True)
     assert len(sources) == len(targets) == 5 and all(isinstance(s, str) for s in sources)
 
 

@@ -400,6 +400,7 @@ def test_an_artifact_with_other_weights_fails_the_check_in_one_line(exported, tm
     path = os.path.join(damaged, "saved_model", "translator_ids", version)
     shutil.rmtree(path)
     untrained = Transformer(ModelDir(model_dir).read()["model"])  # servable, same shapes, wrong weights
+    untrained.build()
     TranslationModule(untrained).save(path)
     capsys.readouterr()
     assert main(["export", "--check", damaged, "--sample", "20"]) == 1

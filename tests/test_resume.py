@@ -145,3 +145,41 @@ def test_a_checkpoint_whose_write_was_cut_short_is_not_used(tmp_path):
     assert model_dir.checkpoints() == [str(checkpoints / "ckpt-2")]
     assert restore_newest(tf.train.Checkpoint(v=variable), model_dir.checkpoints()).endswith("ckpt-2")
     assert float(variable.numpy()) == 1.0
+
+
+def train_command(model_dir, *flags):
+    return [sys.executable, "-m", "keras_transformer", "train", "--data", str(FIXTURE), "--model-dir", model_dir,
+            *TINY_TRAINING, "--max-steps", "100000", *flags]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_second_signal_ends_the_process_at_once(tmp_path):
+    """The first SIGTERM asks for a checkpoint after the step in flight; a second one, before that
+    is done, gets the default action: the process ends at once, killed, with nothing more written."""
+    run = Training(train_command(str(tmp_path / "model"), "--steps-per-epoch", "100000"))
+    try:
+        run.wait_for("training on")
+        time.sleep(3)
+        run.process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # the first one's Python handler has run: the signal's handler is the default again
+        run.process.send_signal(signal.SIGTERM)
+        status = run.process.wait(timeout=30)
+    finally:
+        run.process.kill()
+    run.reader.join(timeout=10)
+    assert status == -signal.SIGTERM  # killed by the signal, not exit status 128 + 15 after a checkpoint
+    assert "interrupted by SIGTERM" not in "".join(run.lines)
+
+
+@pytest.mark.slow
+def test_a_time_budget_ends_with_a_checkpoint_and_the_same_command_trains_for_another(tmp_path):
+    model_dir = str(tmp_path / "model")
+    command = train_command(model_dir, "--steps-per-epoch", "20", "--time-budget", "25s")
+    first = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=TIMEOUT_S)
+    assert first.returncode == 0, first.stderr[-3000:]
+    stopped = latest_step(model_dir)
+    assert stopped and "time budget of 25s used up at step" in first.stderr
+    assert f"trained to step {stopped}; checkpoint " in first.stderr  # the final checkpoint is the last step
+    second = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=TIMEOUT_S)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"resumed from step {stopped}" in second.stderr and latest_step(model_dir) > stopped

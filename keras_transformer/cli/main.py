@@ -245,7 +245,10 @@ def _translate(args):
     from keras_transformer.inference.alignment import format_pharaoh
 
     translator = _translator(args)
-    lines = _decoded_lines(sys.stdin.buffer, args.strict_input)
+    stdin = getattr(sys.stdin, "buffer", None) or (
+        line.encode("utf-8") for line in sys.stdin
+    )  # bytes, or a text stream's
+    lines = _decoded_lines(stdin, args.strict_input)
     texts = [args.text] if args.text else _chunks(lines, STDIN_CHUNK)
     prefixes = args.prefix
     if args.prefix_file:  # one prefix per input: the inputs are read whole, to match them up

@@ -85,6 +85,18 @@ class Ensemble:
         started = [model.start_decoding(source_ids, hypotheses, max_length) for model in self.models]
         return tuple(context for context, _ in started), tuple(cache for _, cache in started)
 
+    @property
+    def dtype_policy(self):
+        """The first model's (the models decode in one dtype: `with_dtype`)."""
+        return self.models[0].dtype_policy
+
+    def __call__(self, inputs, training=False):
+        """(source_ids [B, S], target_in_ids [B, T]) -> log of the mean next-token probability
+        [B, T, V] float32 at every target position: the teacher-forced pass of `decode_step`
+        (what scoring reads; its log-softmax leaves these as they are)."""
+        log_probs = [tf.nn.log_softmax(tf.cast(model(inputs, training=training), tf.float32)) for model in self.models]
+        return tf.reduce_logsumexp(tf.stack(log_probs), axis=0) - math.log(len(self.models))  # [B, T, V]
+
     def decode_step(self, token_ids, position, cache, context):
         """token_ids [B'] at `position` -> (log of the mean next-token probability [B', V] float32,
         the updated caches). These are normalized log-probabilities, so the search's log-softmax
