@@ -126,3 +126,21 @@ def scrambled_model():
         if "layer_norm" not in weight.path:
             weight.assign(rng.normal(scale=2.0, size=weight.shape) / np.sqrt(weight.shape[0]))
     return model
+
+
+@pytest.fixture(scope="session")
+def untrained_model_dir(tmp_path_factory, tokenizer):
+    """A model dir with an untrained 1-layer tiny model (max_length 24) and the fixture's
+    tokenizer, one checkpoint: for the command line and `Translator` tests that need a model dir
+    but no training. Read-only."""
+    import tensorflow as tf
+
+    import keras_transformer as kt
+
+    directory = kt.ModelDir(str(tmp_path_factory.mktemp("untrained") / "model"))
+    config = kt.TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, num_layers=1, max_length=24)
+    directory.write(config, kt.TrainingConfig(), "fixture", tokenizer)
+    model = kt.Transformer(config)
+    model.build()
+    directory.checkpoint_manager(tf.train.Checkpoint(model=model)).save(checkpoint_number=1)
+    return directory.path

@@ -79,22 +79,11 @@ def test_bad_prefixes_are_refused(scrambled_model):
     np.testing.assert_array_equal(xla.ids.numpy(), graph.ids.numpy())
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tokenizer):
-    directory = ModelDir(str(tmp_path_factory.mktemp("prefix") / "model"))
-    config = kt.TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, num_layers=1, max_length=24)
-    directory.write(config, kt.TrainingConfig(), "fixture", tokenizer)
-    model = kt.Transformer(config)
-    model.build()
-    directory.checkpoint_manager(tf.train.Checkpoint(model=model)).save(checkpoint_number=1)
-    return directory.path
-
-
 SENTENCES = ["In the beginning God created the heavens and the earth.", "Jesus wept."]
 
 
-def test_translator_and_cli_continue_text_prefixes(model_dir, tmp_path, capsys, monkeypatch):
-    translator = kt.Translator.from_model_dir(model_dir, beam_size=2)
+def test_translator_and_cli_continue_text_prefixes(untrained_model_dir, tmp_path, capsys, monkeypatch):
+    translator = kt.Translator.from_model_dir(untrained_model_dir, beam_size=2)
     for translation in translator.translate(SENTENCES, prefixes="Im Anfang"):
         assert translation.startswith("Im Anfang")
     one_each = translator.translate(SENTENCES, prefixes=["Und Gott", ""])
@@ -105,15 +94,20 @@ def test_translator_and_cli_continue_text_prefixes(model_dir, tmp_path, capsys, 
     with pytest.raises(ValueError, match="^2 texts but 1 prefixes$"):
         translator.translate(SENTENCES, prefixes=["Da"])
 
-    assert main(["translate", "--model-dir", model_dir, "--beam-size", "2", "--prefix", "Im Anfang", *SENTENCES]) == 0
+    assert (
+        main(["translate", "--model-dir", untrained_model_dir, "--beam-size", "2", "--prefix", "Im Anfang", *SENTENCES])
+        == 0
+    )
     assert capsys.readouterr().out.splitlines() == translator.translate(SENTENCES, prefixes="Im Anfang")
     prefixes = tmp_path / "prefixes.txt"
     prefixes.write_text("Und Gott\n\n", encoding="utf-8")
     monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{s}\n" for s in SENTENCES)))
-    assert main(["translate", "--model-dir", model_dir, "--beam-size", "2", "--prefix-file", str(prefixes)]) == 0
+    assert (
+        main(["translate", "--model-dir", untrained_model_dir, "--beam-size", "2", "--prefix-file", str(prefixes)]) == 0
+    )
     assert capsys.readouterr().out.splitlines() == one_each
     prefixes.write_text("Und Gott\n", encoding="utf-8")
-    assert main(["translate", "--model-dir", model_dir, "--prefix-file", str(prefixes), *SENTENCES]) == 2
+    assert main(["translate", "--model-dir", untrained_model_dir, "--prefix-file", str(prefixes), *SENTENCES]) == 2
     assert capsys.readouterr().err.strip() == (
         f"keras-transformer: error: --prefix-file {prefixes} has 1 lines for 2 inputs"
     )

@@ -126,39 +126,31 @@ def test_sampling_settings_are_checked():
         DecodingConfig(sampling_topk=0, sampling_temperature=0)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tokenizer):
-    directory = ModelDir(str(tmp_path_factory.mktemp("sampling") / "model"))
-    config = kt.TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, num_layers=1, max_length=24)
-    directory.write(config, kt.TrainingConfig(), "fixture", tokenizer)
-    model = kt.Transformer(config)
-    model.build()
-    directory.checkpoint_manager(tf.train.Checkpoint(model=model)).save(checkpoint_number=1)
-    return directory.path
-
-
 SENTENCES = ["In the beginning God created the heavens and the earth.", "Jesus wept.", ""]
 
 
-def test_translator_and_cli_sample_reproducibly(model_dir, capsys, monkeypatch):
+def test_translator_and_cli_sample_reproducibly(untrained_model_dir, capsys, monkeypatch):
     settings = dict(sampling_topk=20, sampling_topp=0.9, num_samples=3, seed=5)
-    translator = kt.Translator.from_model_dir(model_dir, **settings)
+    translator = kt.Translator.from_model_dir(untrained_model_dir, **settings)
     samples = translator.translate_nbest(SENTENCES)
     assert [len(s) for s in samples] == [3, 3, 3] and samples[2] == [("", 0.0)] * 3
     assert len({text for text, _ in samples[0]}) > 1  # three different draws
     assert translator.translate(SENTENCES) == [s[0][0] for s in samples]  # the best-scoring sample
-    assert kt.Translator.from_model_dir(model_dir, **settings).translate_nbest(SENTENCES) == samples
+    assert kt.Translator.from_model_dir(untrained_model_dir, **settings).translate_nbest(SENTENCES) == samples
     with pytest.raises(ValueError, match="^a target prefix is decoded by beam search, not sampled"):
         translator.translate(SENTENCES, prefixes="Im")
 
     flags = ["--sampling-topk", "20", "--sampling-topp", "0.9", "--num-samples", "3", "--seed", "5"]
     monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{s}\n" for s in SENTENCES)))
-    assert main(["translate", "--model-dir", model_dir, *flags]) == 0
+    assert main(["translate", "--model-dir", untrained_model_dir, *flags]) == 0
     lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
     want = [(str(i), f"{s:.4f}", text) for i, hypotheses in enumerate(samples) for text, s in hypotheses]
     assert [tuple(line) for line in lines] == want
-    assert main(["translate", "--model-dir", model_dir, "--sampling-topk", "0", "--seed", "5", SENTENCES[1]]) == 0
-    one = capsys.readouterr().out.splitlines()
-    assert len(one) == 1 and one == kt.Translator.from_model_dir(model_dir, sampling_topk=0, seed=5).translate(
-        SENTENCES[1:2]
+    assert (
+        main(["translate", "--model-dir", untrained_model_dir, "--sampling-topk", "0", "--seed", "5", SENTENCES[1]])
+        == 0
     )
+    one = capsys.readouterr().out.splitlines()
+    assert len(one) == 1 and one == kt.Translator.from_model_dir(
+        untrained_model_dir, sampling_topk=0, seed=5
+    ).translate(SENTENCES[1:2])

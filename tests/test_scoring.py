@@ -82,29 +82,18 @@ def test_score_refuses_mismatched_batches(scrambled_model):
         score(scrambled_model, SOURCE, np.ones((1, 2), np.int32))
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tokenizer):
-    directory = ModelDir(str(tmp_path_factory.mktemp("scoring") / "model"))
-    config = kt.TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, num_layers=1, max_length=24)
-    directory.write(config, kt.TrainingConfig(), "fixture", tokenizer)
-    model = kt.Transformer(config)
-    model.build()
-    directory.checkpoint_manager(tf.train.Checkpoint(model=model)).save(checkpoint_number=1)
-    return directory.path
-
-
 PAIRS = [("In the beginning God created the heavens and the earth.", "Im Anfang schuf Gott"), ("Jesus wept.", "")]
 
 
-def test_translator_scores_text_pairs(model_dir, capsys):
-    translator = kt.Translator.from_model_dir(model_dir, batch_size=1)
+def test_translator_scores_text_pairs(untrained_model_dir, capsys):
+    translator = kt.Translator.from_model_dir(untrained_model_dir, batch_size=1)
     sources, targets = zip(*PAIRS)
     scores = translator.score(sources, targets)
     assert [s.tokens for s in scores] == [len(translator.target_ids([targets[0]])[0]) + 1, 1]
     for s in scores:
         assert len(s.token_log_probs) == s.tokens and s.log_prob == pytest.approx(sum(s.token_log_probs), rel=1e-5)
         assert s.score == pytest.approx(s.log_prob / ((5 + s.tokens) / 6) ** 0.6, rel=1e-5)
-    batched = kt.Translator.from_model_dir(model_dir, batch_size=8).score(sources, targets)
+    batched = kt.Translator.from_model_dir(untrained_model_dir, batch_size=8).score(sources, targets)
     assert [s.score for s in batched] == pytest.approx([s.score for s in scores], abs=1e-5)
     long_target = "Gott " * 40
     assert translator.score(["Amen."], [long_target])[0].tokens == 24  # cut to max_length - 1, then EOS
@@ -113,23 +102,23 @@ def test_translator_scores_text_pairs(model_dir, capsys):
         translator.score(sources, targets[:1])
 
 
-def test_cli_scores_stdin_and_a_file(model_dir, tmp_path, capsys, monkeypatch):
+def test_cli_scores_stdin_and_a_file(untrained_model_dir, tmp_path, capsys, monkeypatch):
     import io
 
     lines = "".join(f"{source}\t{target}\n" for source, target in PAIRS)
     monkeypatch.setattr("sys.stdin", io.StringIO(lines))
-    assert main(["score", "--model-dir", model_dir, "--alpha", "0"]) == 0
+    assert main(["score", "--model-dir", untrained_model_dir, "--alpha", "0"]) == 0
     printed = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
-    want = kt.Translator.from_model_dir(model_dir, alpha=0.0).score(*zip(*PAIRS))
+    want = kt.Translator.from_model_dir(untrained_model_dir, alpha=0.0).score(*zip(*PAIRS))
     assert [float(normalised) for normalised, _, _ in printed] == pytest.approx([s.score for s in want], abs=1e-5)
     assert [float(log_prob) for _, log_prob, _ in printed] == pytest.approx([s.log_prob for s in want], abs=1e-5)
     assert [int(tokens) for _, _, tokens in printed] == [s.tokens for s in want]
     data = tmp_path / "pairs.tsv"
     data.write_text(lines, encoding="utf-8")
-    assert main(["score", "--model-dir", model_dir, "--data", str(data), "--alpha", "0"]) == 0
+    assert main(["score", "--model-dir", untrained_model_dir, "--data", str(data), "--alpha", "0"]) == 0
     assert [line.split("\t") for line in capsys.readouterr().out.splitlines()] == printed
     data.write_text("no tab here\n", encoding="utf-8")
-    assert main(["score", "--model-dir", model_dir, "--data", str(data)]) == 2
+    assert main(["score", "--model-dir", untrained_model_dir, "--data", str(data)]) == 2
     assert capsys.readouterr().err.strip() == (
         f"keras-transformer: error: {data}:1: expected SOURCE<TAB>TARGET, got 1 fields"
     )
