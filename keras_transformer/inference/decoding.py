@@ -28,7 +28,6 @@ without EOS ends there.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import weakref
 from typing import NamedTuple
 
@@ -232,11 +231,14 @@ def _retire(search: Search, beam_size: int, alpha: float, nbest: int, patience: 
     return tf.cond(tf.reduce_any(stopped), retire, lambda: search)
 
 
-def search_beams(model, source_ids, decoding: DecodingConfig, *, static_shapes: bool = False, target_prefix=None):
+def search_beams(
+    model, source_ids, decoding: DecodingConfig, *, static_shapes: bool = False, target_prefix=None, constraints=None
+):
     """The traceable beam search: source_ids [B, S] int32 -> (ids [B, n, L] int32, scores [B, n] float32),
     the n = `decoding.nbest` (default K) best hypotheses, by the stopping rule `decoding.patience`;
     with `target_prefix` [B, P] int32 (pad-padded), every hypothesis starts with its sentence's
-    prefix (`prefix.force_prefix`).
+    prefix (`prefix.force_prefix`); with `constraints` [B, C, T] int32, the search of
+    `constraints.py` (dynamic beam allocation: every phrase in the output).
 
     Wrap it in `tf.function` or a `tf.Module` signature; `beam_search` is the checked, compiled
     entry point. L = `max_decode_length` if given; else, with `static_shapes` (what XLA compiles:
@@ -286,13 +288,19 @@ def search_beams(model, source_ids, decoding: DecodingConfig, *, static_shapes: 
         cache=cache,
     )
 
-    step = functools.partial(_beam_step, beam_size=k, alpha=alpha, banned=banned)
+    def step(state, tokens_to_log_probs, limits, sentences):  # sentences [B'] still searching (None: all)
+        return _beam_step(state, tokens_to_log_probs, limits, beam_size=k, alpha=alpha, banned=banned)
+
+    if constraints is not None:  # its own state and step (constraints.py); the search loop is this one
+        from keras_transformer.inference.constraints import constrained_search_step
+
+        state, step = constrained_search_step(state, constraints, beam_size=k, alpha=alpha, banned=banned)
     if fixed is not None:  # static shapes: the whole batch runs until its last sentence stops
         state = tf.while_loop(
             lambda state: tf.logical_and(
                 state.position < length, tf.reduce_any(~_stopped(state, limits, alpha, nbest, patience))
             ),
-            lambda state: (step(state, log_probs(context), limits),),
+            lambda state: (step(state, log_probs(context), limits, None),),
             (state,),
         )[0]
         return state.finished_ids[:, :nbest], state.finished_scores[:, :nbest]
@@ -302,7 +310,11 @@ def search_beams(model, source_ids, decoding: DecodingConfig, *, static_shapes: 
         lambda search: tf.logical_and(search.beams.position < length, tf.size(search.sentences) > 0),
         lambda search: (
             _retire(
-                search._replace(beams=step(search.beams, log_probs(search.context, search.sentences), search.limits)),
+                search._replace(
+                    beams=step(
+                        search.beams, log_probs(search.context, search.sentences), search.limits, search.sentences
+                    )
+                ),
                 k,
                 alpha,
                 nbest,
@@ -381,8 +393,41 @@ def _prefix_search(model, source_ids, target_prefix, decoding: DecodingConfig):
     return search_beams(model, source_ids, decoding, target_prefix=target_prefix)
 
 
+def _constrained_search(model, source_ids, constraints, decoding: DecodingConfig):
+    return search_beams(model, source_ids, decoding, constraints=constraints)
+
+
+def _prefix_constrained_search(model, source_ids, target_prefix, constraints, decoding: DecodingConfig):
+    return search_beams(model, source_ids, decoding, target_prefix=target_prefix, constraints=constraints)
+
+
+def _traced_search(model, source_ids, decoding: DecodingConfig, target_prefix, constraints):
+    """The search of `beam_search`'s inputs: ids, scores."""
+    settings = search_settings(decoding)
+    if constraints is not None:  # the TensorFlow graph's search (constraints.py), with or without a prefix
+        from keras_transformer.inference.constraints import CONSTRAINTS_SPEC, check_constraints
+
+        constraints = check_constraints(constraints, source_ids.shape[0]) if tf.executing_eagerly() else constraints
+        if target_prefix is None:
+            inputs = (SOURCE_SPEC, CONSTRAINTS_SPEC)
+            return compiled(model, "beam_constrained", _constrained_search, inputs=inputs, decoding=settings)(
+                source_ids, constraints
+            )
+        inputs = (SOURCE_SPEC, PREFIX_SPEC, CONSTRAINTS_SPEC)
+        search = compiled(model, "prefix_constrained", _prefix_constrained_search, inputs=inputs, decoding=settings)
+        return search(source_ids, target_prefix, constraints)
+    if target_prefix is not None:  # the TensorFlow graph's search, with or without jit_compile
+        search = compiled(model, "beam_prefix", _prefix_search, inputs=(SOURCE_SPEC, PREFIX_SPEC), decoding=settings)
+        return search(source_ids, target_prefix)
+    if decoding.jit_compile:
+        if not model.built:  # XLA cannot create the variables
+            model.build()
+        return compiled(model, "bucketed_xla", _xla_search, decoding=settings)(source_ids)
+    return compiled(model, "beam", search_beams, decoding=settings)(source_ids)
+
+
 def beam_search(
-    model, source_ids, decoding: DecodingConfig | None = None, *, target_prefix=None, **overrides
+    model, source_ids, decoding: DecodingConfig | None = None, *, target_prefix=None, constraints=None, **overrides
 ) -> DecodeResult:
     """Beam search with the GNMT length penalty (§6.1; Wu et al., 2016): the `nbest` (default
     `beam_size`) best hypotheses of every sentence, best first.
@@ -400,7 +445,11 @@ def beam_search(
     `target_prefix`: [B, P] int32 token ids, left-aligned, padded with PAD_ID (no start or EOS):
     every hypothesis of sentence b starts with row b (`prefix.py`; a separate traced search, so
     the search without a prefix is unchanged; never compiled by XLA: `jit_compile` is ignored).
-    Returns ids [B, nbest, L] and scores [B, nbest].
+    `constraints`: [B, C, T] int32, C phrases of at most T token ids per sentence, left-aligned,
+    padded with PAD_ID (an all-pad phrase: none): every phrase appears in the output, by dynamic
+    beam allocation (`constraints.py`; a separate traced search, never XLA's; with a prefix too);
+    hypotheses that meet every phrase come first, and a phrase is met only if the length limit
+    leaves room for it. Returns ids [B, nbest, L] and scores [B, nbest].
     """
     decoding = (decoding or DecodingConfig()).replace(**overrides)
     source_ids = tf.convert_to_tensor(source_ids, tf.int32)
@@ -410,22 +459,16 @@ def beam_search(
         raise ValueError(
             f"source of {source_ids.shape[1]} tokens is longer than the model's max_length {model.config.max_length}"
         )
-    settings = search_settings(decoding)
-    if target_prefix is not None:  # the TensorFlow graph's search, with or without jit_compile
-        target_prefix = check_prefix(target_prefix, source_ids.shape[0]) if tf.executing_eagerly() else target_prefix
-        search = compiled(model, "beam_prefix", _prefix_search, inputs=(SOURCE_SPEC, PREFIX_SPEC), decoding=settings)
-        ids, scores = search(source_ids, target_prefix)
-    elif decoding.jit_compile:
-        if not model.built:  # XLA cannot create the variables
-            model.build()
-        ids, scores = compiled(model, "bucketed_xla", _xla_search, decoding=settings)(source_ids)
-    else:
-        ids, scores = compiled(model, "beam", search_beams, decoding=settings)(source_ids)
+    if target_prefix is not None and tf.executing_eagerly():
+        target_prefix = check_prefix(target_prefix, source_ids.shape[0])
+    ids, scores = _traced_search(model, source_ids, decoding, target_prefix, constraints)
     return DecodeResult(ids=ids, scores=scores)
 
 
-def greedy_search(model, source_ids, *, target_prefix=None, **overrides) -> DecodeResult:
+def greedy_search(model, source_ids, *, target_prefix=None, constraints=None, **overrides) -> DecodeResult:
     """Greedy decoding, which is beam search with beam_size 1 and alpha 0: ids [B, 1, L], scores
     [B, 1] = the sum of the chosen tokens' log-probabilities; `overrides` of the other
-    `DecodingConfig` fields (e.g. `length_b`); `target_prefix` as `beam_search`'s."""
-    return beam_search(model, source_ids, DecodingConfig.greedy(**overrides), target_prefix=target_prefix)
+    `DecodingConfig` fields (e.g. `length_b`); `target_prefix` and `constraints` as
+    `beam_search`'s (greedy with constraints writes each phrase as soon as it can: weak)."""
+    decoding = DecodingConfig.greedy(**overrides)
+    return beam_search(model, source_ids, decoding, target_prefix=target_prefix, constraints=constraints)
