@@ -75,6 +75,13 @@ def _add_translate(subparsers):
     prefix = p.add_mutually_exclusive_group()
     prefix.add_argument("--prefix", metavar="TEXT", help="every translation continues this start of a translation")
     prefix.add_argument("--prefix-file", metavar="FILE", help="one target prefix per input line, in order")
+    constraint = p.add_mutually_exclusive_group()
+    constraint.add_argument(
+        "--constraint", action="append", metavar="PHRASE", help="every translation holds PHRASE (repeat for more)"
+    )
+    constraint.add_argument(
+        "--constraints", metavar="FILE", help="one line per input line: its phrases, tab-separated (empty: none)"
+    )
     p.add_argument(
         "--strict-input",
         action="store_true",
@@ -256,11 +263,13 @@ def _translate(args):
         texts = [args.text or list(lines)]
         if len(prefixes) != len(texts[0]):
             raise ValueError(f"--prefix-file {args.prefix_file} has {len(prefixes)} lines for {len(texts[0])} inputs")
+    constraints, texts = _constraints(args, texts, lines)
     decoding = translator.decoding
     n = decoding.num_samples if decoding.sampling else decoding.nbest or 1  # 1: one line per input
-    if args.alignments and (n > 1 or prefixes is not None):
+    if args.alignments and (n > 1 or prefixes is not None or constraints is not None):
         raise ValueError(
-            "--alignments aligns the best translation of each input: drop --nbest, --num-samples, --prefix"
+            "--alignments aligns the best translation of each input: "
+            "drop --nbest, --num-samples, --prefix, --constraint"
         )
     index = 0
     for chunk in texts:  # each chunk sorted by length inside the translator, printed in input order
@@ -268,14 +277,38 @@ def _translate(args):
             for translation, pairs in translator.translate_with_alignments(chunk):
                 print(f"{translation}\t{format_pharaoh(pairs)}")
         elif n == 1:
-            for translation in translator.translate(chunk, prefixes):
+            for translation in translator.translate(chunk, prefixes, constraints):
                 print(translation)
         else:
-            for k, hypotheses in enumerate(translator.translate_nbest(chunk, prefixes=prefixes)):
+            for k, hypotheses in enumerate(
+                translator.translate_nbest(chunk, prefixes=prefixes, constraints=constraints)
+            ):
                 for translation, score in hypotheses:
                     print(f"{index + k}\t{score:.4f}\t{translation}")
         index += len(chunk)
         sys.stdout.flush()
+
+
+def _constraints(args, texts, lines):
+    """(the phrases every translation holds: one list for all inputs, one per input, or None; the
+    inputs, read whole to match them up with a --constraints file's lines)."""
+    if args.constraint:
+        for phrase in args.constraint:
+            if not phrase.strip():
+                raise ValueError("--constraint: an empty phrase")
+        return list(args.constraint), texts
+    if not args.constraints:
+        return None, texts
+    texts = texts if isinstance(texts, list) else [list(lines)]
+    constraints = []
+    for number, line in enumerate(_lines(args.constraints), 1):
+        phrases = line.split("\t") if line else []
+        if any(not phrase.strip() for phrase in phrases):
+            raise ValueError(f"--constraints {args.constraints}:{number}: an empty phrase (phrases are tab-separated)")
+        constraints.append(phrases)
+    if len(constraints) != len(texts[0]):
+        raise ValueError(f"--constraints {args.constraints} has {len(constraints)} lines for {len(texts[0])} inputs")
+    return constraints, texts
 
 
 def _score(args):

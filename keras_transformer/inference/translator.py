@@ -7,6 +7,7 @@ translator.translate("Jesus wept.")               # -> str
 translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
 translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
 translator.translate("Jesus wept.", prefixes="Jesus")  # continues the given start of a translation
+translator.translate("Jesus wept.", constraints=["Jesus"])  # every output holds the phrases (constraints.py)
 translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
@@ -25,6 +26,7 @@ import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
 from keras_transformer.inference import alignment
+from keras_transformer.inference import constraints as lexical
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.inference.sampling import sample_with_seed
@@ -66,6 +68,8 @@ class Translator:
 
     `prefixes` (of `translate`, `translate_nbest`): a target prefix for every text (a str), or one
     per text (a list; "" for none): each translation continues its prefix (`prefix.py`).
+    `constraints` (of the same): phrases that every translation holds (`constraints.py`): one
+    list of phrases for every text, or one list per text ([] for none).
     `model` may be an `Ensemble` of models that share `tokenizer`.
     """
 
@@ -113,18 +117,23 @@ class Translator:
             rows.append(np.array(row[:keep], np.int32))
         return rows
 
-    def decode(self, source_ids, n: int | None = None, target_prefix=None, seed: int | None = None):
+    def decode(self, source_ids, n: int | None = None, target_prefix=None, seed: int | None = None, constraints=None):
         """[B, S] ids -> (hypothesis ids [B, n, L], scores [B, n]), the `n` best (default: the beam
         size), best first; every hypothesis starting with its row of `target_prefix` [B, P] if
-        given. With sampling on: `num_samples` samples drawn with `seed` (default: the decoding's)."""
+        given, and holding its row of `constraints` [B, C, T] if given. With sampling on:
+        `num_samples` samples drawn with `seed` (default: the decoding's)."""
         if self.decoding.sampling:
             if target_prefix is not None:
                 raise ValueError("a target prefix is decoded by beam search, not sampled: set sampling_topk 1")
+            if constraints is not None:
+                raise ValueError("constraints are decoded by beam search, not sampled: set sampling_topk 1")
             seed = self.decoding.seed if seed is None else seed
             seed = random.getrandbits(62) if seed is None else seed
             ids, scores = sample_with_seed(self.model, source_ids, tf.constant([seed, 0], tf.int64), self.decoding)
             return ids[:, :n], scores[:, :n]
-        result = beam_search(self.model, source_ids, self.decoding, nbest=n, target_prefix=target_prefix)
+        result = beam_search(
+            self.model, source_ids, self.decoding, nbest=n, target_prefix=target_prefix, constraints=constraints
+        )
         return result.ids, result.scores
 
     def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
@@ -157,11 +166,11 @@ class Translator:
     @overload
     def translate(self, texts: Sequence[str]) -> list[str]: ...
 
-    def translate(self, texts, prefixes=None):
+    def translate(self, texts, prefixes=None, constraints=None):
         """The best translation of a text (a str), or of each text of a list (a list of str)."""
         if isinstance(texts, str):
-            return self.translate([texts], prefixes)[0]
-        return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1, prefixes)]
+            return self.translate([texts], prefixes, None if constraints is None else [constraints])[0]
+        return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1, prefixes, constraints)]
 
     @overload
     def translate_nbest(self, texts: str, n: int | None = None) -> list[tuple[str, float]]: ...
@@ -169,7 +178,7 @@ class Translator:
     @overload
     def translate_nbest(self, texts: Sequence[str], n: int | None = None) -> list[list[tuple[str, float]]]: ...
 
-    def translate_nbest(self, texts, n=None, prefixes=None):
+    def translate_nbest(self, texts, n=None, prefixes=None, constraints=None):
         """The `n` best (translation, score) pairs of a text, best first (for a list: one such list
         per text); `n` defaults to the decoding's `nbest`, else the beam size (sampling: the
         `num_samples` samples)."""
@@ -182,8 +191,8 @@ class Translator:
         else:
             self.decoding.replace(nbest=n)  # a DecodingConfig checks n against the beam size
         if isinstance(texts, str):
-            return self._nbest([texts], n, prefixes)[0]
-        return self._nbest(list(texts), n, prefixes)
+            return self._nbest([texts], n, prefixes, None if constraints is None else [constraints])[0]
+        return self._nbest(list(texts), n, prefixes, constraints)
 
     @overload
     def translate_with_alignments(self, texts: str) -> tuple[str, list[tuple[int, int]]]: ...
@@ -238,13 +247,16 @@ class Translator:
             raise ValueError(f"{count} texts but {len(prefixes)} prefixes")
         return self.target_ids(prefixes)
 
-    def _nbest(self, texts: list[str], n: int, prefixes=None) -> list[list[tuple[str, float]]]:
+    def _nbest(self, texts: list[str], n: int, prefixes=None, constraints=None) -> list[list[tuple[str, float]]]:
         translations = [[("", 0.0)] * n for _ in texts]
         prefix_rows = self._prefix_rows(prefixes, len(texts))
+        phrase_rows = lexical.phrase_rows(self.tokenizer, constraints, len(texts), self.model.config.max_length)
         for indices, start, batch in self._batches(texts):
             extra = {}  # only what is given: a subclass's `decode(source_ids, n)` still serves the rest
             if prefix_rows is not None:
                 extra["target_prefix"] = _padded([prefix_rows[i] for i in indices])  # [B, P]
+            if phrase_rows is not None:
+                extra["constraints"] = lexical.padded_phrases([phrase_rows[i] for i in indices])  # [B, C, T]
             if self.decoding.seed is not None:
                 extra["seed"] = self.decoding.seed + start  # one stream per batch
             ids, scores = self.decode(batch, n, **extra)  # [B, n, L], [B, n]
