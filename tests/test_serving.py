@@ -41,6 +41,7 @@ def test_signatures_equal_the_python_translator(served):
         "translate_nbest",
         "translate_with_alignments",
         "translate_with_prefix",
+        "translate_constrained",
         "score",
         "sample",
     }

@@ -5,7 +5,8 @@ signature's method is `tensorflow/serving/predict`; every input and output has a
 dimension (rank >= 1, first dimension unknown) and no resource or variant dtype; no PyFunc
 (Python callbacks cannot run in the model server); every op is registered by TensorFlow or
 tensorflow-text (the ops TF Serving links). Then every signature serves hostile inputs (`HOSTILE`:
-empty strings, a huge string, control characters, invalid UTF-8; batches of 0, 1 and 64) the way
+empty strings, a huge string, control characters, invalid UTF-8; batches of 0, 1 and 64; a
+[B, C] string input, such as `translate_constrained`'s phrases, three of them per row) the way
 the model server runs it (the tf.compat.v1 loader and `Session.run` with the signature's tensor
 names): no error, every output's first dimension the batch's, strings valid UTF-8, no NaN.
 Imports only tensorflow, tensorflow_text and NumPy (and the package's reserved ids).
@@ -65,12 +66,16 @@ BATCHES = (0, 1, 64)
 def hostile_input(info, size: int, shift: int) -> np.ndarray:
     """A batch of `size` hostile values for a signature input (string [B], or int32 ids [B, S]),
     the list's order rotated by `shift`, so that two inputs of a signature pair different values;
-    a batch of one is the huge string (the longest ids)."""
+    a batch of one is the huge string (the longest ids). A string input of rank 2 ([B, C]: phrases
+    per text) gets three values per row, each row's rotated by one more."""
     values = (HOSTILE[2:3], HOSTILE_IDS[3:]) if size == 1 else (HOSTILE, HOSTILE_IDS)
     values = values[0] if info.dtype == types_pb2.DT_STRING else values[1]
     rows = list(itertools.islice(itertools.cycle(values[shift % len(values) :] + values), size))
     if info.dtype == types_pb2.DT_STRING:
-        return np.array([row.encode("utf-8") if isinstance(row, str) else row for row in rows], dtype=object)
+        strings = np.array([row.encode("utf-8") if isinstance(row, str) else row for row in rows], dtype=object)
+        if len(info.tensor_shape.dim) == 2:  # [B, C]
+            return np.stack([np.roll(strings, -column) for column in range(3)], axis=1)  # [B, 3]
+        return strings
     batch = np.full((size, max([0, *map(len, rows)])), PAD_ID, tf.dtypes.as_dtype(info.dtype).as_numpy_dtype)
     for i, row in enumerate(rows):
         batch[i, : len(row)] = row

@@ -12,6 +12,8 @@ all in the graph.
   [B] string}`: the alignment in Pharaoh format ("0-0 2-1 ..."; `inference/alignment.py`).
 - `translate_with_prefix(text [B], prefix [B]) -> {translation [B], score [B]}`: each translation
   continues its prefix ("" for none; `inference/prefix.py`).
+- `translate_constrained(text [B], constraints [B, C]) -> {translation [B], score [B]}`: each
+  translation holds its row's phrases ("" for none; `inference/constraints.py`).
 - `score(source [B], target [B]) -> {score [B] float32, log_prob [B] float32, tokens [B] int32}`:
   the given translations' log-probabilities (`inference/scoring.py`; a target is cut to its first
   `max_length - 1` tokens).
@@ -44,6 +46,7 @@ from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 PREFIX_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
+CONSTRAINTS_TEXT_SPEC = tf.TensorSpec([None, None], tf.string, name="constraints")
 SOURCE_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="source")
 TARGET_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="target")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
@@ -103,6 +106,9 @@ class TranslationModule(tf.Module):
             self.translate_with_prefix = tf.function(
                 self._translate_with_prefix, input_signature=[TEXT_SPEC, PREFIX_TEXT_SPEC]
             )
+            self.translate_constrained = tf.function(
+                self._translate_constrained, input_signature=[TEXT_SPEC, CONSTRAINTS_TEXT_SPEC]
+            )
             self.score = tf.function(self._score, input_signature=[SOURCE_TEXT_SPEC, TARGET_TEXT_SPEC])
             self.sample = tf.function(self._sample, input_signature=[TEXT_SPEC])
             self._pieces = alignment.pieces(tokenizer)
@@ -156,6 +162,15 @@ class TranslationModule(tf.Module):
         )
         return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
 
+    def _translate_constrained(self, text, constraints):
+        shape = tf.shape(constraints)  # [B, C]
+        ids = self._target_ids(tf.reshape(constraints, [-1]))  # [B * C, T]
+        phrases = tf.reshape(ids, tf.concat([shape, tf.shape(ids)[1:]], axis=0))  # [B, C, T]
+        ids, scores = self._search_text(
+            text, search=lambda source_ids: self._decode(self.model, source_ids, nbest=1, constraints=phrases)
+        )
+        return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
+
     def _score(self, source, target):
         source_ids, _ = self.tokenizer.source_ids(self._repaired(source), self.model.config.max_length)
         scores, log_prob, tokens, _ = score_targets(
@@ -196,6 +211,7 @@ class TranslationModule(tf.Module):
             "translate_ids": self.translate_ids,
             "translate_nbest": self.translate_nbest,
             "translate_with_prefix": self.translate_with_prefix,
+            "translate_constrained": self.translate_constrained,
             "score": self.score,
             "sample": self.sample,
             "translate_with_alignments": self.translate_with_alignments,

@@ -1,8 +1,9 @@
 """`keras-transformer export`: every deployment artifact of a trained model, from one command.
 
     OUT/saved_model/<name>/N/        serving_default (text -> translation, score), translate_ids,
-                                     translate_nbest, translate_with_prefix, score, sample,
-                                     translate_with_alignments (exporters/signatures.py); needs
+                                     translate_nbest, translate_with_prefix, translate_constrained,
+                                     score, sample, translate_with_alignments
+                                     (exporters/signatures.py); needs
                                      tensorflow-text's ops (TF Serving links them);
                                      assets.extra/tf_serving_warmup_requests
     OUT/saved_model/<name>_ids/N/    serving_default = translate_ids; TensorFlow ops only
