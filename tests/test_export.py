@@ -274,6 +274,41 @@ def test_hostile_input_through_serving_default(exported):
     assert np.all(np.isfinite(hostile["score"]))
 
 
+@pytest.mark.slow
+def test_translate_constrained_holds_the_phrases_and_serves_hostile_input(exported):
+    """`translate_constrained` in a fresh process: every translation holds its reference phrases, as
+    the Python translator's do; hostile text and phrases (empty, huge, invalid UTF-8) and batches of
+    0, 1 and 256 give a batch of valid UTF-8 and finite scores."""
+    from test_constraints import reference_phrases
+
+    sources, references = read_pairs(str(FIXTURE), "test")
+    phrases = reference_phrases(references)
+    grid = texts([p for row in phrases for p in row + [""] * (3 - len(row))]).reshape(len(phrases), 3)  # "": none
+    hostile_grid = (
+        texts(HOSTILE[1:] + HOSTILE[:1] + HOSTILE[2:] + HOSTILE[:2] + HOSTILE[3:] + HOSTILE[:3])
+        .reshape(3, len(HOSTILE))
+        .T
+    )  # [6, 3]: every hostile value in every column
+    calls = [
+        ("translate_constrained", {"text": texts(sources), "constraints": grid}),
+        ("translate_constrained", {"text": texts(HOSTILE), "constraints": hostile_grid}),
+        ("translate_constrained", {"text": texts([]), "constraints": np.zeros((0, 2), object)}),
+        ("translate_constrained", {"text": texts(HOSTILE[2:3]), "constraints": texts(HOSTILE[2:3])[None]}),
+        ("translate_constrained", {"text": texts(sources * 32), "constraints": np.tile(grid, (32, 1))}),
+    ]
+    outputs = run_artifact("saved_model", exported.paths["saved_model"], calls)
+    translations = decoded(outputs[0]["translation"])
+    assert translations == exported.translator.translate(sources, constraints=phrases)
+    assert all(p in text for text, row in zip(translations, phrases) for p in row)
+    assert [len(o["translation"]) for o in outputs[1:]] == [len(HOSTILE), 0, 1, 32 * len(sources)]
+    for output in outputs[1:]:
+        decoded(output["translation"])  # valid UTF-8 out, whatever came in
+        assert np.all(np.isfinite(output["score"]))
+    assert decoded(outputs[4]["translation"]) == translations * 32
+    served = run_artifact("session", exported.paths["saved_model"], calls[:1])  # as the model server runs it
+    assert decoded(served[0]["translation"]) == translations
+
+
 def kit_module(name):
     """A client example of export/ as a module."""
     import importlib.util

@@ -67,6 +67,20 @@ def test_new_signatures_equal_the_python_translator(served):
     assert unseeded.shape == (12, 1) and len({t for t in unseeded[[0, 3, 6, 9], 0]}) > 1  # independent draws
 
 
+def test_translate_constrained_equals_the_python_translator(served):
+    module, python = served
+    texts = ["And God said,", "", "Jesus wept.", "Amen."]
+    phrases = [["Gott", ""], ["Gott", "und"], ["Tag für", "und"], ["", ""]]  # "": no phrase
+    out = module.translate_constrained(tf.constant(texts), tf.constant(phrases))
+    translations = [t.decode() for t in out["translation"].numpy()]
+    assert translations == python.translate(texts, constraints=[[p for p in row if p] for row in phrases])
+    assert translations[1] == "" and out["score"].numpy()[1] == 0.0  # no source tokens: nothing to translate
+    assert "Gott" in translations[0] and "Tag für" in translations[2] and "und" in translations[2]
+    assert translations[3] == python.translate("Amen.")
+    empty = module.translate_constrained(tf.constant(texts[:2]), tf.zeros([2, 0], tf.string))
+    assert [t.decode() for t in empty["translation"].numpy()] == python.translate(texts[:2])
+
+
 class Unservable(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([], tf.float32, name="x")])
     def scalar_py_func(self, x):
