@@ -286,3 +286,40 @@ def test_cli_errors_are_exact(untrained_model_dir, tmp_path, capsys):
     assert capsys.readouterr().err == "keras-transformer: error: --constraint: an empty phrase\n"
     assert main([*model_dir, "--constraint", "Gott", "--alignments", "Amen."]) == 2
     assert "drop --nbest, --num-samples, --prefix, --constraint" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_constrained_search_converts_to_tflite_builtins(scrambled_model):
+    """The search with its two inputs, weights frozen, as TFLite builtins only: LiteRT gives the
+    graph's beams (constraints.py uses no strided slice of booleans and expand_dims for new axes)."""
+    from ai_edge_litert.interpreter import Interpreter
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    from keras_transformer.inference.constraints import CONSTRAINTS_SPEC
+    from keras_transformer.inference.decoding import SOURCE_SPEC, search_beams
+
+    decoding = kt.DecodingConfig(beam_size=3, length_b=30)
+    search = tf.function(
+        lambda source_ids, constraints: dict(
+            zip(("ids", "scores"), search_beams(scrambled_model, source_ids, decoding, constraints=constraints))
+        ),
+        input_signature=[SOURCE_SPEC, CONSTRAINTS_SPEC],
+    )
+    frozen = convert_variables_to_constants_v2(search.get_concrete_function())
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    interpreter = Interpreter(model_content=converter.convert())
+    inputs = {detail["name"]: detail for detail in interpreter.get_input_details()}
+    values = {"source_ids": SOURCE[:6], "constraints": PHRASES[:6]}
+    for name, detail in inputs.items():
+        key = next(key for key in values if key in name)
+        interpreter.resize_tensor_input(detail["index"], values[key].shape)
+    interpreter.allocate_tensors()
+    for name, detail in inputs.items():
+        interpreter.set_tensor(detail["index"], values[next(key for key in values if key in name)])
+    interpreter.invoke()
+    outputs = {d["dtype"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+    expected = beam_search(scrambled_model, SOURCE[:6], decoding, constraints=PHRASES[:6])
+    np.testing.assert_array_equal(outputs[np.int32], expected.ids.numpy())
+    np.testing.assert_allclose(outputs[np.float32], expected.scores.numpy(), rtol=1e-4)
+    assert all(holds(ids, phrases) for ids, phrases in zip(outputs[np.int32][:, 0], PHRASES[:6]))

@@ -82,7 +82,7 @@ def constrained_state(state, constraints, beam_size: int) -> ConstrainedState:
     """The initial state of the search from `decoding.BeamState` `state` and `padded_constraints`:
     the empty phrases met, no partial match."""
     shape = tf.shape(constraints)  # [B, C, T]
-    met = tf.tile((phrase_lengths(constraints) == 0)[:, None, :], [1, beam_size, 1])  # [B, K, C]
+    met = tf.tile(tf.expand_dims(phrase_lengths(constraints) == 0, 1), [1, beam_size, 1])  # [B, K, C]
     return ConstrainedState(
         **state._asdict(),
         alive_met=met,
@@ -109,7 +109,8 @@ def _banks_round_robin(scores, banks, most, count: int):
     width = tf.reduce_max(tf.concat([most, [0]], axis=0)) + 1  # banks 0..most
     in_bank = tf.one_hot(ranked_banks, width, dtype=tf.int32)  # [B, N, banks]
     rank = tf.reduce_sum(tf.math.cumsum(in_bank, axis=1, exclusive=True) * in_bank, axis=-1)  # [B, N] within bank
-    slot = rank * (most[:, None] + 1) + (most[:, None] - ranked_banks)  # [B, N] round-robin slot
+    most = tf.expand_dims(most, 1)  # [B, 1]
+    slot = rank * (most + 1) + (most - ranked_banks)  # [B, N] round-robin slot
     slot = tf.where(ranked_scores > NEG_INF, slot, tf.int32.max)
     _, picked = tf.math.top_k(-slot, k=count)  # [B, count], ties (-inf candidates) keep the score order
     return tf.gather(by_score, picked, batch_dims=1)
@@ -131,7 +132,8 @@ def _constrained_step(
 
     # EOS is banned while a phrase is unmet, but at the length limit (where every candidate ends).
     unmet = ~state.alive_met  # [B, K, C]
-    ban_eos = tf.reduce_any(unmet, axis=-1) & (generated < limits[:, None])  # [B, K]
+    limits = tf.expand_dims(limits, 1)  # [B, 1]
+    ban_eos = tf.reduce_any(unmet, axis=-1) & (generated < limits)  # [B, K]
     is_eos = tf.range(vocab_size) == EOS_ID  # [V]
     log_probs = tf.where(tf.reshape(ban_eos, [-1, 1]) & is_eos, NEG_INF, log_probs)  # [B*K, V]
 
@@ -143,11 +145,12 @@ def _constrained_step(
     # The next id of every unmet phrase after the hypothesis' longest partial match of it.
     steps = tf.range(1, width + 1)  # [T]: ids matched
     progress = tf.reduce_max(tf.where(state.alive_partial, steps, 0), axis=-1)  # [B, K, C]
-    next_tokens = tf.reduce_sum(phrases[:, None] * tf.one_hot(progress, width, dtype=tf.int32), axis=-1)  # [B, K, C]
+    next_tokens = tf.reduce_sum(tf.expand_dims(phrases, 1) * tf.one_hot(progress, width, dtype=tf.int32), axis=-1)
     next_values = tf.gather(tf.reshape(log_probs, [batch, k, vocab_size]), next_tokens, batch_dims=2)  # [B, K, C]
-    duplicate = tf.reduce_any(next_tokens[..., None] == model_tokens[:, :, None, :], axis=-1)  # [B, K, C]
-    earlier = tf.range(phrase_count)[None, :] < tf.range(phrase_count)[:, None]  # [C, C']: c' < c
-    same = (next_tokens[..., :, None] == next_tokens[..., None, :]) & unmet[..., None, :] & earlier  # [B, K, C, C']
+    duplicate = tf.reduce_any(tf.expand_dims(next_tokens, 3) == tf.expand_dims(model_tokens, 2), axis=-1)  # [B, K, C]
+    earlier = tf.expand_dims(tf.range(phrase_count), 0) < tf.expand_dims(tf.range(phrase_count), 1)  # [C, C']: c' < c
+    same = tf.expand_dims(next_tokens, 3) == tf.expand_dims(next_tokens, 2)  # [B, K, C, C']
+    same &= tf.expand_dims(unmet, 2) & earlier
     duplicate |= tf.reduce_any(same, axis=-1)
     next_values = tf.where(unmet & ~duplicate, next_values, NEG_INF)  # [B, K, C]
 
@@ -159,13 +162,17 @@ def _constrained_step(
 
     # Each candidate's matches: shift every partial match by one id, keep those the token continues.
     parent_partial = tf.gather(state.alive_partial, beams, axis=1)  # [B, N, C, T]
-    ends_with = tf.concat([tf.ones_like(parent_partial[..., :1]), parent_partial[..., :-1]], axis=-1)  # [B, N, C, T]
-    within = tf.range(width) < lengths[..., None]  # [B, C, T]
-    partial = ends_with & (phrases[:, None] == tokens[:, :, None, None]) & within[:, None]  # [B, N, C, T]
+    # ends_with[j]: the parent ends with the phrase's first j ids (bit j - 1; always for j = 0); a
+    # gather, not a slice: TFLite has no strided slice of booleans.
+    previous = tf.gather(parent_partial, tf.maximum(tf.range(width) - 1, 0), axis=-1)  # [B, N, C, T]
+    ends_with = previous | (tf.range(width) == 0)  # [B, N, C, T]
+    within = tf.range(width) < tf.expand_dims(lengths, 2)  # [B, C, T]
+    same_token = tf.expand_dims(phrases, 1) == tf.reshape(tokens, [batch, -1, 1, 1])  # [B, N, C, T]
+    partial = ends_with & same_token & tf.expand_dims(within, 1)  # [B, N, C, T]
     last = tf.one_hot(lengths - 1, width, on_value=True, off_value=False, dtype=tf.bool)  # [B, C, T]
-    met = tf.gather(state.alive_met, beams, axis=1) | tf.reduce_any(partial & last[:, None], axis=-1)  # [B, N, C]
+    met = tf.gather(state.alive_met, beams, axis=1) | tf.reduce_any(partial & tf.expand_dims(last, 1), axis=-1)
     progress = tf.where(met, 0, tf.reduce_max(tf.where(partial, steps, 0), axis=-1))  # [B, N, C]
-    banks = tf.reduce_sum(tf.where(met, lengths[:, None], 0), axis=-1) + tf.reduce_max(progress, axis=-1)  # [B, N]
+    banks = tf.reduce_sum(tf.where(met, tf.expand_dims(lengths, 1), 0), axis=-1) + tf.reduce_max(progress, axis=-1)
 
     top_index = _banks_round_robin(scores, banks, tf.reduce_sum(lengths, axis=1), 2 * k)  # [B, 2K], DBA order
     top_log_probs = tf.gather(scores, top_index, batch_dims=1)  # [B, 2K]
@@ -173,8 +180,8 @@ def _constrained_step(
     top_token = tf.gather(tokens, top_index, batch_dims=1)  # [B, 2K]
     top_met = tf.gather(met, top_index, batch_dims=1)  # [B, 2K, C]
     write = tf.one_hot(state.position, length, dtype=tf.int32)  # [L]
-    top_ids = _gather_beams(state.alive_ids, top_beam) + write * top_token[:, :, None]  # [B, 2K, L]
-    ends = (top_token == EOS_ID) | (generated >= limits[:, None])  # [B, 2K]
+    top_ids = _gather_beams(state.alive_ids, top_beam) + write * tf.expand_dims(top_token, 2)  # [B, 2K, L]
+    ends = (top_token == EOS_ID) | (generated >= limits)  # [B, 2K]
 
     # Alive: the first K that do not end, in that order (at most K of the 2K end in EOS), by score.
     open_log_probs = tf.where(ends, NEG_INF, top_log_probs)  # [B, 2K]
@@ -182,13 +189,14 @@ def _constrained_step(
     alive_log_probs, by_score = tf.math.top_k(tf.gather(open_log_probs, alive_rank, batch_dims=1), k=k)  # [B, K]
     alive_rank = tf.gather(alive_rank, by_score, batch_dims=1)
     alive_beam = _gather_beams(top_beam, alive_rank)  # [B, K]
-    cache_index = tf.reshape(alive_beam + tf.range(batch)[:, None] * k, [-1])  # [B*K]
+    cache_index = tf.reshape(alive_beam + tf.expand_dims(tf.range(batch), 1) * k, [-1])  # [B*K]
 
     # Finished: the ending candidates among the first K, merged with the finished set; those that
     # meet every phrase first, then by score (ties keep the older).
     ending_scores = tf.where(ends, top_log_probs / length_penalty(generated, alpha), NEG_INF)[:, :k]  # [B, K]
     merged_scores = tf.concat([state.finished_scores, ending_scores], axis=1)  # [B, 2K]
-    merged_complete = tf.concat([state.finished_complete, tf.reduce_all(top_met[:, :k], axis=-1)], axis=1)  # [B, 2K]
+    complete = tf.gather(tf.reduce_all(top_met, axis=-1), tf.range(k), axis=1)  # [B, K], of the first K
+    merged_complete = tf.concat([state.finished_complete, complete], axis=1)  # [B, 2K]
     merged_ids = tf.concat([state.finished_ids, top_ids[:, :k]], axis=1)  # [B, 2K, L]
     _, by_score = tf.math.top_k(merged_scores, k=2 * k)  # [B, 2K]
     tier = tf.where(merged_scores > NEG_INF, tf.where(merged_complete, 2, 1), 0)  # [B, 2K]
