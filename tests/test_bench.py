@@ -247,3 +247,10 @@ def test_score_compare(capsys, trained):
     assert line["pairs"] == 3 and set(line["systems"]) == {"ours", "ctranslate2"}
     assert all(system["pairs_per_s"] > 0 for system in line["systems"].values())
     assert 0 <= line["max_abs_log_prob_difference"] < 1.0
+
+
+def test_constraints_puts_every_phrase_in_the_outputs(capsys, trained):
+    line = run_main("constraints", ["--model-dir", trained.model_dir, "--limit", "4"], capsys)
+    assert line["verses"] == 4 and line["phrases"] >= 4 and line["inclusion_share"] == 1.0
+    assert set(line["seconds_per_verse_by_phrases"]) == {"0", "1", "2", "3"}
+    assert line["unconstrained"]["sentences"] == line["constrained"]["sentences"] == 4
