@@ -188,6 +188,8 @@ def test_bad_constraints_are_refused(scrambled_model):
         beam_search(scrambled_model, SOURCE[:2], constraints=[[[4]], [[EOS_ID]]])
     with pytest.raises(ValueError, match=r"^constraints must be \[batch 2, phrases, length\], got shape \(2, 1\)$"):
         beam_search(scrambled_model, SOURCE[:2], constraints=[[4], [5]])
+    with pytest.raises(ValueError, match=r"^constraints must be left-aligned, pad only at the end \(row 0\)$"):
+        beam_search(scrambled_model, SOURCE[:2], constraints=[[[4, 0, 5]], [[5, 0, 0]]])
     graph = beam_search(scrambled_model, SOURCE[:2], constraints=[[[4]], [[5]]])
     xla = beam_search(scrambled_model, SOURCE[:2], constraints=[[[4]], [[5]]], jit_compile=True)  # the graph's
     np.testing.assert_array_equal(xla.ids.numpy(), graph.ids.numpy())

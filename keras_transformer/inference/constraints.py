@@ -235,13 +235,18 @@ def constrained_search_step(state, constraints, *, beam_size: int, alpha: float,
 
 def check_constraints(constraints, batch: int) -> tf.Tensor:
     """`constraints` as [batch, C, T] int32 ids (C, T may be 0), or a ValueError: the wrong number
-    of rows, or a start or EOS id (a phrase is generated tokens: pad ends it)."""
+    of rows, a start or EOS id (a phrase is generated tokens: pad ends it), or a pad before an
+    id (phrases are left-aligned)."""
     constraints = tf.convert_to_tensor(constraints, tf.int32)
     if constraints.shape.rank != 3 or constraints.shape[0] != batch:
         raise ValueError(f"constraints must be [batch {batch}, phrases, length], got shape {constraints.shape}")
     reserved = np.isin(constraints.numpy(), [START_ID, EOS_ID])
     if reserved.any():
         raise ValueError(f"constraints hold the start or EOS id (row {int(np.argwhere(reserved)[0][0])})")
+    ids = constraints.numpy() != PAD_ID  # [B, C, T]
+    gaps = ids[..., 1:] & ~np.logical_and.accumulate(ids, axis=-1)[..., :-1]  # an id after a pad
+    if gaps.any():
+        raise ValueError(f"constraints must be left-aligned, pad only at the end (row {int(np.argwhere(gaps)[0][0])})")
     return constraints
 
 
