@@ -18,6 +18,7 @@ from keras_transformer.special_tokens import EOS_ID, PAD_ID, RESERVED_IDS, START
 
 # Names the command line offers before it imports TensorFlow (data.py and distribute.py use them).
 BIBLE_EN_DE = "bible-en-de"  # the embedded corpora
+BIBLE_EN_FR = "bible-en-fr"
 SOFTWARE_EN_DE = "software-en-de"
 STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")  # tf.distribute strategies
 
