@@ -218,7 +218,7 @@ class DataConfig:
     """Where the parallel text comes from, how it is split and sampled, and which pairs are skipped
     (`keras_transformer.data`; the README's "Data"). Field names are the `train` flags' names."""
 
-    data: str = BIBLE_EN_DE  # training pairs: bible-en-de, software-en-de, TSV path(s), tfds:NAME; weighted: S:W,S:W
+    data: str = BIBLE_EN_DE  # training pairs: bible-en-de, bible-en-fr, software-en-de, TSV path(s), tfds:NAME; S:W,S:W
     valid_data: str | None = None  # validation pairs (a file, used whole, or tfds:NAME's validation split)
     test_data: str | None = None  # test pairs for `evaluate` (a file, used whole, or tfds:NAME's test split)
     reverse: bool = False  # swap source and target

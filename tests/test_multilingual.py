@@ -19,6 +19,7 @@ from keras_transformer.data.mixing import training_pairs
 from keras_transformer.data.sources import read_pairs
 from keras_transformer.exporters.serving_check import check_saved_model, serve_saved_model
 from keras_transformer.exporters.signatures import TranslationModule
+from keras_transformer.exporters.tensorflow import tflite_metadata
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir, load_model
@@ -66,6 +67,8 @@ def test_the_tokenizer_encodes_each_language_token_as_one_id(multilingual):
     assert tokenizer.lang_ids == {"de": 4, "fr": 5}  # right after the reserved ids
     stored = json.load(open(os.path.join(multilingual, "config.json")))
     assert stored["target_langs"] == ["de", "fr"]
+    metadata = tflite_metadata(ModelDir(multilingual).read()["model"], GREEDY, (), tokenizer.lang_ids)
+    assert metadata["target_lang_ids"] == {"de": 4, "fr": 5}
     plain = tokenizer.tokenize(["Jesus wept."]).to_list()[0]
     tagged = tokenizer.tokenize_source(["<2de> Jesus wept.", "<2fr> Jesus wept.", "<2fr>Jesus wept.", "Jesus wept."])
     assert tagged.to_list() == [[4, *plain], [5, *plain], [5, *plain], plain]

@@ -189,11 +189,11 @@ class SubwordTokenizer(tf.Module):
         strings = tf.convert_to_tensor(strings, tf.string)  # [N]
         tags = "|".join(re.escape(lang_token(lang)) for lang in self.lang_ids)
         tagged = tf.strings.regex_full_match(strings, f"(?s)({tags}).*")  # [N]
-        tag = tf.strings.regex_replace(strings, f"(?s)^({tags}).*$", r"\1")  # [N]: the tag, where tagged
+        leading = tf.strings.regex_replace(strings, f"(?s)^({tags}).*$", r"\1")  # [N]: the piece, where tagged
         rest = tf.where(tagged, tf.strings.regex_replace(strings, f"^({tags}) ?", ""), strings)  # [N]
         tag_ids = tf.zeros_like(tagged, tf.int32)  # [N]
         for lang, piece_id in self.lang_ids.items():
-            tag_ids = tf.where(tagged & (tag == lang_token(lang)), piece_id, tag_ids)
+            tag_ids = tf.where(tagged & (leading == lang_token(lang)), piece_id, tag_ids)
         tokens = self.tokenize(rest, alpha)  # [N, (len)]
         splits = tokens.row_splits.dtype
         column = tf.RaggedTensor.from_tensor(
