@@ -127,6 +127,10 @@ def test_translator_translates_into_the_language_asked(translator):
         translator.translate(SOURCES)
     with pytest.raises(ValueError, match=r"unknown target language 'es': this model translates into de, fr"):
         translator.translate(SOURCES, target_lang="es")
+    with pytest.raises(ValueError, match=r"multilingual model translates into de, fr: pass a target language"):
+        translator.translate_with_alignments(SOURCES)
+    translation, pairs = translator.translate_with_alignments(f"<2fr> {SOURCES[1]}")  # the token counts as word 0
+    assert translation == french[1] and all(0 <= i <= len(SOURCES[1].split()) for i, _ in pairs)
 
 
 def test_a_target_language_for_a_model_of_one_language_is_an_error(untrained_model_dir):

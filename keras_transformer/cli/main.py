@@ -264,9 +264,10 @@ def _translate(args):
             raise ValueError(f"--prefix-file {args.prefix_file} has {len(prefixes)} lines for {len(texts[0])} inputs")
     decoding = translator.decoding
     n = decoding.num_samples if decoding.sampling else decoding.nbest or 1  # 1: one line per input
-    if args.alignments and (n > 1 or prefixes is not None):
+    if args.alignments and (n > 1 or prefixes is not None or args.target_lang):
         raise ValueError(
-            "--alignments aligns the best translation of each input: drop --nbest, --num-samples, --prefix"
+            "--alignments aligns the best translation of each input: drop --nbest, --num-samples, --prefix, "
+            "--target-lang (start each input with its language's token, <2fr>, instead)"
         )
     index, lang = 0, args.target_lang
     for chunk in texts:  # each chunk sorted by length inside the translator, printed in input order

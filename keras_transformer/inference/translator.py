@@ -205,7 +205,7 @@ class Translator:
         averaged over heads); for a list: one such pair per text."""
         if isinstance(texts, str):
             return self.translate_with_alignments([texts])[0]
-        texts = list(texts)
+        texts = self._with_language(list(texts), None)  # a multilingual model: the token in each text
         results = [("", [])] * len(texts)
         for indices, _, batch in self._batches(texts):
             ids, _ = self.decode(batch, 1)  # [B, 1, L]
