@@ -18,7 +18,13 @@ from keras_transformer.special_tokens import EOS_ID, PAD_ID, RESERVED_IDS, START
 
 # Names the command line offers before it imports TensorFlow (data.py and distribute.py use them).
 BIBLE_EN_DE = "bible-en-de"  # the embedded corpora
+BIBLE_EN_FR = "bible-en-fr"
 SOFTWARE_EN_DE = "software-en-de"
+EMBEDDED = (BIBLE_EN_DE, BIBLE_EN_FR, SOFTWARE_EN_DE)
+# A fine-tuned model's vocabulary (`TrainingConfig.vocabulary`): keep the parent's, or update: learn
+# one from the new data, with the parent's embedding rows for the pieces both have.
+VOCABULARIES = ("keep", "update")
+VOCABULARY_CHOICES = {"choices": VOCABULARIES}
 STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")  # tf.distribute strategies
 
 
@@ -169,17 +175,33 @@ LEGACY_RESERVED_IDS = {"pad_id": PAD_ID, "start_id": START_ID, "eos_id": EOS_ID}
 
 
 _WEIGHTED = re.compile(r"^(.+):(\d+(?:\.\d*)?(?:e-?\d+)?|\.\d+)$")
+_LANGUAGE = r"[a-z]{2,3}"
+_PAIR = re.compile(rf"(?<![a-z])({_LANGUAGE})-({_LANGUAGE})(?![a-z])")
+
+
+def language_pair(spec: str) -> tuple[str, str] | None:
+    """(source, target) languages that a source's name says, its last `xx-yy` (ISO 639 codes):
+    "bible-en-fr" -> ("en", "fr"), "data/news.en-de.tsv.gz" -> ("en", "de"); else None."""
+    pairs = _PAIR.findall(spec.lower())
+    return pairs[-1] if pairs else None
 
 
 def weighted_sources(spec: str) -> tuple[tuple[str, float], ...]:
     """The sources of a `--data` value and the share of training pairs drawn from each:
     "bible-en-de:0.3,software-en-de:0.7" -> (("bible-en-de", 0.3), ("software-en-de", 0.7)) (the
-    weights normalised to sum 1); any other value is one source, weight 1 (a comma-separated list
-    of TSV files without weights is one source, its files read together)."""
+    weights normalised to sum 1). Without weights, a comma-separated list is several sources in
+    equal shares when its parts are embedded corpora or `tfds:` names, or when their names say
+    different target languages ("bible-en-de,bible-en-fr": a multilingual model); any other value
+    is one source, weight 1 (a list of TSV files of one language pair is one source, read together)."""
     parts = [part.strip() for part in spec.split(",")]
     matches = [_WEIGHTED.match(part) for part in parts]
     if not any(matches):
-        return ((spec, 1.0),)
+        named = all(part in EMBEDDED or part.startswith("tfds:") for part in parts)
+        targets = {(language_pair(part) or ("", ""))[1] for part in parts}
+        if len(parts) > 1 and (named or len(targets) > 1):
+            matches = [_WEIGHTED.match(f"{part}:1") for part in parts]
+        else:
+            return ((spec, 1.0),)
     _check(
         all(matches),
         f"weighted sources need a weight on every source (e.g. bible-en-de:0.3,software-en-de:0.7), got {spec!r}",
@@ -196,7 +218,7 @@ class DataConfig:
     """Where the parallel text comes from, how it is split and sampled, and which pairs are skipped
     (`keras_transformer.data`; the README's "Data"). Field names are the `train` flags' names."""
 
-    data: str = BIBLE_EN_DE  # training pairs: bible-en-de, software-en-de, TSV path(s), tfds:NAME; weighted: S:W,S:W
+    data: str = BIBLE_EN_DE  # training pairs: bible-en-de, bible-en-fr, software-en-de, TSV path(s), tfds:NAME; S:W,S:W
     valid_data: str | None = None  # validation pairs (a file, used whole, or tfds:NAME's validation split)
     test_data: str | None = None  # test pairs for `evaluate` (a file, used whole, or tfds:NAME's test split)
     reverse: bool = False  # swap source and target
@@ -207,10 +229,12 @@ class DataConfig:
     subword_alpha: float = 0.0  # subword regularisation: sample training segmentations with this alpha (0: off)
     tfds_data_dir: str | None = None  # TFDS data directory (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets)
     tfds_download: bool = False  # download and prepare a tfds:NAME not prepared there (default: fail at once)
+    target_langs: str | None = None  # target language of each --data source, e.g. de,fr (default: from its name)
 
     def __post_init__(self):
         _check(bool(self.data), "data must name a data source")
         weighted_sources(self.data)  # checks the weights
+        self.languages()  # checks the languages
         _check(self.valid_pairs >= 1, f"valid_pairs must be >= 1, got {self.valid_pairs}")
         _check(self.tokenizer_sample >= 1, f"tokenizer_sample must be >= 1, got {self.tokenizer_sample}")
         _check(self.max_length_ratio >= 1.0, f"max_length_ratio must be >= 1, got {self.max_length_ratio}")
@@ -219,7 +243,40 @@ class DataConfig:
     def sources(self) -> tuple[tuple[DataConfig, float], ...]:
         """One `DataConfig` per source of `data` (`weighted_sources`) with its weight; each reads
         its own validation split (or `valid_data`, when given: then the first source only)."""
-        return tuple((dataclasses.replace(self, data=spec), weight) for spec, weight in weighted_sources(self.data))
+        specs = weighted_sources(self.data)
+        langs = self.languages() if self.target_langs else (None,) * len(specs)
+        return tuple(
+            (dataclasses.replace(self, data=spec, target_langs=lang), weight)
+            for (spec, weight), lang in zip(specs, langs)
+        )
+
+    def languages(self) -> tuple[str | None, ...]:
+        """The target language of each source of `data`: `target_langs`, else what its name says
+        (`language_pair`; the source language with `reverse`), None where neither says one."""
+        specs = [spec for spec, _ in weighted_sources(self.data)]
+        if self.target_langs:
+            langs = tuple(lang.strip() for lang in self.target_langs.split(","))
+            _check(
+                len(langs) == len(specs),
+                f"target_langs names {len(langs)} language(s) for {len(specs)} source(s) of {self.data!r}",
+            )
+            bad = [lang for lang in langs if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", lang)]
+            _check(not bad, f"target_langs must be language codes such as de or pt-br, got {', '.join(bad)}")
+            return langs
+        pairs = [language_pair(spec) for spec in specs]
+        langs = tuple(None if pair is None else pair[0 if self.reverse else 1] for pair in pairs)
+        _check(
+            None not in langs or len(set(langs) - {None}) < 2,
+            f"the sources of {self.data!r} have different target languages, but not every name says one: "
+            "pass target_langs (--target-langs de,fr), one per source",
+        )
+        return langs
+
+    @property
+    def multilingual(self) -> bool:
+        """Whether the sources translate into several languages: then each source sentence starts
+        with its target language's token, `<2fr>` (Johnson et al., 2017)."""
+        return len(set(self.languages()) - {None}) > 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,11 +308,13 @@ class TrainingConfig:
     ema_decay: float | None = None  # keep a moving average of the weights with this decay (e.g. 0.999) in ema/
     init_from: str | None = None  # fine-tuning: start a new model dir from this model dir's weights and tokenizer
     init_checkpoint: str = "latest"  # init_from's weights: latest, averaged, best, ema or a checkpoint path
+    vocabulary: str = dataclasses.field(default="keep", metadata=VOCABULARY_CHOICES)  # fine-tuning: keep or update
 
     def __post_init__(self):
         _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         _check(self.bleu_every_epochs >= 0, f"bleu_every_epochs must be >= 0, got {self.bleu_every_epochs}")
         _check(self.bleu_sentences >= 1, f"bleu_sentences must be >= 1, got {self.bleu_sentences}")
+        _check(self.vocabulary in VOCABULARIES, f"vocabulary must be keep or update, got {self.vocabulary!r}")
         _check(self.early_stopping >= 0, f"early_stopping must be >= 0, got {self.early_stopping}")
         _check(
             self.ema_decay is None or 0.0 < self.ema_decay < 1.0, f"ema_decay must be in (0, 1), got {self.ema_decay}"

@@ -156,10 +156,13 @@ class ModelDir:
         tokenizer: SubwordTokenizer,
         requested_vocab_size: int | None = None,
         parent: dict | None = None,
+        target_langs: tuple[str, ...] = (),
     ) -> None:
         """`data`: the data settings, or the data source's name; `requested_vocab_size`: the
         vocab_size the tokenizer was asked for (it may learn fewer); `parent`: the model dir a
-        fine-tuned model started from, {"dir", "checkpoint", "step"}."""
+        fine-tuned model started from, {"dir", "checkpoint", "step"} (and, after `--vocabulary
+        update`, "vocabulary": "update", the parent's "vocab_size" and the "shared_pieces" count);
+        `target_langs`: a multilingual model's target languages (its tokenizer's `<2xx>` pieces)."""
         data = DataConfig(data=data) if isinstance(data, str) else data
         os.makedirs(self.path, exist_ok=True)
         tokenizer.save(self.tokenizer_path)
@@ -172,6 +175,8 @@ class ModelDir:
             values["requested_vocab_size"] = requested_vocab_size
         if parent is not None:
             values["parent"] = parent
+        if target_langs:
+            values["target_langs"] = list(target_langs)
         temporary = self.config_path + ".tmp"
         with open(temporary, "w", encoding="utf-8") as f:
             json.dump(values, f, indent=2, sort_keys=True)

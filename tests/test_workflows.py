@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import FIXTURE
+from conftest import DATA, FIXTURE
 
 from keras_transformer.cli.flags import read_recipe, train_configs
 from keras_transformer.cli.main import main, parser
@@ -21,6 +21,7 @@ from keras_transformer.data.files import has_own_splits, split_files
 from keras_transformer.data.mixing import tokenizer_sentences, training_pairs, validation_pairs
 from keras_transformer.data.sources import read_pairs
 from keras_transformer.data.splits import near_duplicate_key, software_split, split_source
+from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir, ModelDirError, load_model
 from keras_transformer.training.callbacks.early_stopping import EarlyStopping
 from keras_transformer.training.trainer import train
@@ -313,6 +314,73 @@ def test_fine_tuning_refuses_another_architecture(ema_run, tmp_path):
     ):
         train(str(tmp_path / "child"), TransformerConfig.tiny(num_layers=3), training, str(FIXTURE), **QUIET)
     assert not os.path.exists(tmp_path / "child")
+
+
+class WeightsAtStart(keras.callbacks.Callback):
+    """Every weight when training begins (after the initial weights are set); which is the
+    embedding matrix, and which have the vocabulary's size."""
+
+    def on_train_begin(self, logs=None):
+        self.weights = [w.numpy() for w in self.model.weights]
+        self.embedding = next(i for i, w in enumerate(self.model.weights) if w is self.model.embedding.embeddings)
+        vocab_size = self.model.config.vocab_size
+        self.vocab_sized = [i for i, w in enumerate(self.model.weights) if vocab_size in w.shape]
+
+
+@pytest.fixture(scope="module")
+def updated_vocabulary(ema_run, tmp_path_factory):
+    """ema_run's model (vocabulary 300) fine-tuned for 1 step on the EN-FR fixture with a 280-piece
+    vocabulary learned from it."""
+    child_dir = str(tmp_path_factory.mktemp("vocabulary") / "child")
+    at_start = WeightsAtStart()
+    training = tiny_training(max_steps=1, init_from=ema_run[0], vocabulary="update")
+    config = TransformerConfig.tiny(vocab_size=280)
+    train(child_dir, config, training, str(DATA / "fixture_bible.en-fr.tsv"), callbacks=[at_start], **QUIET)
+    return child_dir, at_start
+
+
+def test_a_vocabulary_update_copies_the_rows_of_the_pieces_both_vocabularies_have(ema_run, updated_vocabulary):
+    parent_dir, (child_dir, at_start) = ema_run[0], updated_vocabulary
+    parent, parent_tokenizer, _ = load_model(parent_dir)
+    child_tokenizer = ModelDir(child_dir).tokenizer()
+    parent_ids = {parent_tokenizer.piece(i): i for i in range(parent_tokenizer.vocab_size)}
+    pieces = {i: child_tokenizer.piece(i) for i in range(child_tokenizer.vocab_size)}
+    shared = {i: parent_ids[piece] for i, piece in pieces.items() if piece in parent_ids}
+    assert 4 < len(shared) < child_tokenizer.vocab_size  # the English pieces, not all the French ones
+    embedding = at_start.weights[at_start.embedding]
+    parent_embedding = parent.embedding.embeddings.numpy()
+    assert embedding.shape == (child_tokenizer.vocab_size, 64) == (280, 64) and parent_embedding.shape == (300, 64)
+    for child_id, parent_id in shared.items():
+        np.testing.assert_array_equal(embedding[child_id], parent_embedding[parent_id])  # exactly the parent's row
+    new = sorted(set(range(child_tokenizer.vocab_size)) - set(shared))
+    assert 0.02 < embedding[new].std() < 0.25  # N(0, d_model^-1/2 = 0.125), as the initialiser draws them
+    # One matrix of the vocabulary's size: the embedding, tied to the output projection (§3.4).
+    assert at_start.vocab_sized == [at_start.embedding]
+    others = [(a, b) for i, (a, b) in enumerate(zip(at_start.weights, parent.get_weights())) if i != at_start.embedding]
+    assert len(others) == len(parent.weights) - 1 and all(np.array_equal(a, b) for a, b in others)
+    stored = json.load(open(os.path.join(child_dir, "config.json")))
+    assert stored["training"]["vocabulary"] == "update"
+    assert stored["parent"]["vocabulary"] == "update" and stored["parent"]["shared_pieces"] == len(shared)
+    assert stored["parent"]["vocab_size"] == parent_tokenizer.vocab_size
+    assert stored["model"]["vocab_size"] == child_tokenizer.vocab_size
+    assert isinstance(Translator.from_model_dir(child_dir, beam_size=1, alpha=0.0).translate("Amen."), str)
+
+
+def test_a_vocabulary_update_refuses_another_architecture(ema_run, tmp_path):
+    training = tiny_training(max_steps=1, init_from=ema_run[0], vocabulary="update")
+    with pytest.raises(
+        ModelDirError, match=r"\(num_layers: stored 2 != requested 3\); fine-tuning keeps the parent's architecture$"
+    ):
+        train(str(tmp_path / "child"), TransformerConfig.tiny(num_layers=3), training, str(FIXTURE), **QUIET)
+
+
+def test_the_vocabulary_flag_is_generated_and_checked():
+    assert train_configs(train_args("--vocabulary", "update"), "small")[1].vocabulary == "update"
+    assert train_configs(train_args(), "small")[1].vocabulary == "keep"
+    with pytest.raises(SystemExit):
+        train_args("--vocabulary", "grow")
+    with pytest.raises(ValueError, match="vocabulary must be keep or update"):
+        TrainingConfig(vocabulary="grow")
 
 
 # Recipes

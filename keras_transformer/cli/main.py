@@ -68,10 +68,15 @@ def _add_decoding(p, exclude=()):
     add_decoding_flags(p, exclude)
 
 
+def _add_target_lang(p, what):
+    p.add_argument("--target-lang", metavar="LANG", help=f"a multilingual model: {what} (e.g. fr)")
+
+
 def _add_translate(subparsers):
     p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
     _add_model_dirs(p)
     _add_decoding(p)
+    _add_target_lang(p, "the language to translate into")
     prefix = p.add_mutually_exclusive_group()
     prefix.add_argument("--prefix", metavar="TEXT", help="every translation continues this start of a translation")
     prefix.add_argument("--prefix-file", metavar="FILE", help="one target prefix per input line, in order")
@@ -128,6 +133,7 @@ def _add_evaluate(subparsers):
         "--tfds-download", action="store_true", help="download and prepare a tfds:NAME that is not prepared (network)"
     )
     p.add_argument("--limit", type=int, help="only the first N pairs")
+    _add_target_lang(p, "the language to translate into (default data: the training source of that language)")
     _add_decoding(p)
     p.add_argument("--show", type=int, default=3, help="print N example translations")
 
@@ -266,22 +272,22 @@ def _translate(args):
     constraints, texts = _constraints(args, texts, lines)
     decoding = translator.decoding
     n = decoding.num_samples if decoding.sampling else decoding.nbest or 1  # 1: one line per input
-    if args.alignments and (n > 1 or prefixes is not None or constraints is not None):
+    if args.alignments and (n > 1 or prefixes is not None or constraints is not None or args.target_lang):
         raise ValueError(
-            "--alignments aligns the best translation of each input: "
-            "drop --nbest, --num-samples, --prefix, --constraint"
+            "--alignments aligns the best translation of each input: drop --nbest, --num-samples, --prefix, "
+            "--constraint, --target-lang (start each input with its language's token, <2fr>, instead)"
         )
-    index = 0
+    index, lang = 0, args.target_lang
     for chunk in texts:  # each chunk sorted by length inside the translator, printed in input order
         if args.alignments:
             for translation, pairs in translator.translate_with_alignments(chunk):
                 print(f"{translation}\t{format_pharaoh(pairs)}")
         elif n == 1:
-            for translation in translator.translate(chunk, prefixes, constraints):
+            for translation in translator.translate(chunk, prefixes, constraints, lang):
                 print(translation)
         else:
             for k, hypotheses in enumerate(
-                translator.translate_nbest(chunk, prefixes=prefixes, constraints=constraints)
+                translator.translate_nbest(chunk, prefixes=prefixes, constraints=constraints, target_lang=lang)
             ):
                 for translation, score in hypotheses:
                     print(f"{index + k}\t{score:.4f}\t{translation}")
@@ -342,14 +348,17 @@ def _evaluate(args):
         source = args.data, args.split if has_own_splits(args.data) else WHOLE
         reverse = args.reverse
     else:
-        trained_on = trained_on.sources()[0][0]  # of weighted sources, the first
+        sources = [one for one, _ in trained_on.sources()]
+        if args.target_lang and trained_on.multilingual:  # the source of that language, if any
+            sources = [one for one, lang in zip(sources, trained_on.languages()) if lang == args.target_lang] or sources
+        trained_on = sources[0]  # of weighted sources, the first
         source = split_source(trained_on, args.split)
         reverse = trained_on.reverse or args.reverse  # the direction the model was trained in
         if source is None:
             raise DataError(f"{trained_on.data} was trained with --valid-data, without --test-data: pass --data")
     download = args.tfds_download or trained_on.tfds_download
     sources, references = read_pairs(*source, reverse, args.limit, tfds_data_dir=tfds_data_dir, tfds_download=download)
-    scores = evaluate(translator, (sources, references))
+    scores = evaluate(translator, (sources, references), target_lang=args.target_lang)
     for source, reference, hypothesis in list(zip(sources, references, scores.pop("translations")))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
     print(
@@ -360,6 +369,7 @@ def _evaluate(args):
                 "dtype": translator.model.dtype_policy.name,
                 "checkpoint": args.checkpoint,
                 "models": args.model_dir,
+                **({"target_lang": args.target_lang} if args.target_lang else {}),
             }
         )
     )

@@ -99,7 +99,7 @@ def make_batches(
     alpha = subword_alpha if training else 0.0
 
     def tokenize(sources, targets):  # [N] strings -> ragged [M, (len)] int32, the pairs kept
-        source = tokenizer.tokenize(sources, alpha)  # [N, (len)]
+        source = tokenizer.tokenize_source(sources, alpha)  # [N, (len)]: a target-language piece is one id
         target = tokenizer.tokenize(targets, alpha)
         source_length, target_length = source.row_lengths(), target.row_lengths()  # [N]
         empty = tf.logical_or(source_length == 0, target_length == 0)

@@ -9,10 +9,12 @@ import gzip
 import os
 from importlib import resources
 
-from keras_transformer.config import BIBLE_EN_DE, SOFTWARE_EN_DE
+from keras_transformer.config import BIBLE_EN_DE, BIBLE_EN_FR, SOFTWARE_EN_DE
 from keras_transformer.data.errors import DataError
 
 BIBLE_HEADER = ("book", "chapter", "verse")
+# Embedded Bibles: one file of every verse, split by books (`splits.BIBLE_HELD_OUT_BOOKS`).
+BIBLES = {BIBLE_EN_DE: "bible.en-de.tsv.gz", BIBLE_EN_FR: "bible.en-fr.tsv.gz"}
 # Embedded corpora that ship one plain TSV file per split (resources/README.md).
 SPLIT_FILES = {SOFTWARE_EN_DE: "software.en-de.{split}.tsv.gz"}
 
@@ -29,8 +31,8 @@ def split_files(spec: str, split: str) -> list[str]:
 def data_files(spec: str) -> list[str]:
     """The files of a TSV source: an embedded corpus's (all its splits), or every path and glob of a
     comma-separated list, in order."""
-    if spec == BIBLE_EN_DE:
-        return [_resource("bible.en-de.tsv.gz")]
+    if spec in BIBLES:
+        return [_resource(BIBLES[spec])]
     if spec in SPLIT_FILES:
         return [path for split in ("train", "validation", "test") for path in split_files(spec, split)]
     files = []

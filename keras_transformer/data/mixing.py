@@ -6,6 +6,10 @@ Training draws each pair from source i with probability w_i (`sample_from_datase
 source's own shuffled, repeated stream), so memory is bounded by one shuffle buffer per source,
 whatever the sources' sizes: a small source is repeated more often than a large one. The
 proportions are of sentence pairs read, before `make_batches` skips empty or over-long ones.
+
+Sources of several target languages (`DataConfig.multilingual`; Johnson et al., 2017): every
+source sentence of the training and validation streams starts with its source's target-language
+piece, "<2fr> ..." (`tokenizer.lang_token`), which the tokenizer encodes as one id.
 """
 
 from __future__ import annotations
@@ -19,18 +23,36 @@ from keras_transformer.config import DataConfig
 from keras_transformer.data.errors import data_errors
 from keras_transformer.data.sources import PAIRS_PER_READ, pairs_dataset, read_pairs
 from keras_transformer.data.splits import split_source
+from keras_transformer.data.tokenizer import lang_token, tag
 
 
 def _reading(data: DataConfig) -> dict:
     return dict(reverse=data.reverse, tfds_data_dir=data.tfds_data_dir, tfds_download=data.tfds_download)
 
 
+def tag_sources(pairs: tf.data.Dataset, lang: str | None) -> tf.data.Dataset:
+    """(source, target) pairs with `lang`'s piece before each non-empty source ("<2fr> ..."); None: as they are."""
+    if lang is None:
+        return pairs
+    token = lang_token(lang) + " "
+    non_empty = lambda text: tf.strings.length(tf.strings.strip(text)) > 0  # noqa: E731
+    return pairs.map(lambda s, t: (tf.where(non_empty(s), tf.strings.join([token, s]), s), t))
+
+
+def _languages(data: DataConfig) -> tuple[str | None, ...]:
+    """Each source's target language, for tagging: None for all unless `data` is multilingual."""
+    return data.languages() if data.multilingual else (None,) * len(data.sources())
+
+
 def training_pairs(data: DataConfig, *, seed: int, shuffle_buffer: int) -> tf.data.Dataset:
     """The training split's (source, target) stream: one source's as `pairs_dataset` gives it
     (`make_batches` shuffles and repeats it), or the weighted draw from several sources' shuffled,
-    repeated streams (infinite)."""
+    repeated streams (infinite); tagged with their target languages if multilingual."""
     sources = data.sources()
-    streams = [pairs_dataset(*split_source(one, "train"), shuffle_seed=seed, **_reading(one)) for one, _ in sources]
+    streams = [
+        tag_sources(pairs_dataset(*split_source(one, "train"), shuffle_seed=seed, **_reading(one)), lang)
+        for (one, _), lang in zip(sources, _languages(data))
+    ]
     if len(streams) == 1:
         return streams[0]
     streams = [
@@ -40,12 +62,13 @@ def training_pairs(data: DataConfig, *, seed: int, shuffle_buffer: int) -> tf.da
     return tf.data.Dataset.sample_from_datasets(streams, weights=[w for _, w in sources], seed=seed)
 
 
-def validation_splits(data: DataConfig) -> list[tuple[str, str]]:
-    """(spec, split) of every source's validation split, or of `valid_data` alone when given."""
+def validation_splits(data: DataConfig) -> list[tuple[str, str, str | None]]:
+    """(spec, split, target language to tag with or None) of every source's validation split, or
+    of `valid_data` alone when given."""
     sources = [one for one, _ in data.sources()]
     if data.valid_data:
         sources = sources[:1]
-    return [split_source(one, "validation") for one in sources]
+    return [(*split_source(one, "validation"), lang) for one, lang in zip(sources, _languages(data))]
 
 
 def validation_pairs(data: DataConfig) -> tf.data.Dataset:
@@ -53,7 +76,9 @@ def validation_pairs(data: DataConfig) -> tf.data.Dataset:
     validation splits, one after the other."""
     splits = validation_splits(data)
     share = max(1, data.valid_pairs // len(splits))
-    streams = [pairs_dataset(*split, **_reading(data)).take(share) for split in splits]
+    streams = [
+        tag_sources(pairs_dataset(spec, split, **_reading(data)), lang).take(share) for spec, split, lang in splits
+    ]
     pairs = streams[0]
     for stream in streams[1:]:
         pairs = pairs.concatenate(stream)
@@ -65,9 +90,9 @@ def read_validation(data: DataConfig, limit: int) -> tuple[list[str], list[str]]
     splits = validation_splits(data)
     share = max(1, limit // len(splits))
     sources, references = [], []
-    for split in splits:
-        more = read_pairs(*split, limit=share, **_reading(data))
-        sources += more[0]
+    for spec, split, lang in splits:
+        more = read_pairs(spec, split, limit=share, **_reading(data))
+        sources += [tag(text, lang) for text in more[0]]
         references += more[1]
     return sources, references
 

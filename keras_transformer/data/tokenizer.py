@@ -14,13 +14,19 @@ segmentations of a sentence, while inference always takes the most probable one.
 
 Every vocabulary reserves the ids of `special_tokens` (pad, start = SentencePiece's BOS, EOS,
 unknown). Characters that the model never saw map to the unknown id; `detokenize` drops it.
+
+Multilingual models (Johnson et al., 2017): a vocabulary learned with `target_langs` holds one
+user-defined piece per target language, `<2de>`, `<2fr>`, right after the reserved ids. A source
+that starts with one (`tagged`: "<2fr> Jesus wept.") is encoded with that piece as its first id,
+one token (`tokenize_source`; SentencePiece alone would put a "▁" piece before it).
 """
 
 from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 
 import sentencepiece
 import tensorflow as tf
@@ -33,6 +39,19 @@ class TokenizerError(ValueError):
     """A tokenizer that cannot be trained or loaded."""
 
 
+def lang_token(lang: str) -> str:
+    """The piece that asks a multilingual model for target language `lang`: "fr" -> "<2fr>"."""
+    return f"<2{lang}>"
+
+
+def tag(text: str, lang: str | None) -> str:
+    """`text` with `lang`'s piece in front, "<2fr> Jesus wept."; an empty text, or no `lang`: as it is."""
+    return f"{lang_token(lang)} {text}" if lang and text.strip() else text
+
+
+_LANG_PIECE = re.compile(r"^<2([A-Za-z][A-Za-z0-9_-]*)>$")
+
+
 class SubwordTokenizer(tf.Module):
     """`tokenize(strings [N]) -> RaggedTensor int32 [N, (len)]`; `detokenize(ids [N, L]) -> strings [N]`."""
 
@@ -43,14 +62,57 @@ class SubwordTokenizer(tf.Module):
         if ids != RESERVED_IDS:
             raise TokenizerError(f"tokenizer reserves ids (pad, start, eos, unk) = {ids}, expected {RESERVED_IDS}")
         self.model_proto = model_proto
+        self._processor = processor
         self.vocab_size = processor.get_piece_size()
         self._tokenizer = tf_text.FastSentencepieceTokenizer(model_proto)
+        pieces = (processor.id_to_piece(i) for i in range(len(RESERVED_IDS), self.vocab_size))
+        # {language: id} of the target-language pieces, user-defined (always one piece), in id order
+        self.lang_ids = {
+            match[1]: processor.piece_to_id(match[0])
+            for match in map(_LANG_PIECE.match, pieces)
+            if match and processor.encode(match[0])[-1:] == [processor.piece_to_id(match[0])]
+        }
+
+    def piece(self, token_id: int) -> str:
+        """The string of one vocabulary entry ("▁the", "<2fr>", "<pad>")."""
+        return self._processor.id_to_piece(token_id)
+
+    @property
+    def target_langs(self) -> tuple[str, ...]:
+        """The target languages of a multilingual vocabulary (none: a model of one language pair)."""
+        return tuple(self.lang_ids)
+
+    def tagged(self, texts: Sequence[str], langs: str | Sequence[str]) -> list[str]:
+        """Each non-empty text with its target language's piece in front ("<2fr> Jesus wept."); `langs`:
+        one for all texts, or one per text. A language the vocabulary has no piece for is an error."""
+        langs = [langs] * len(texts) if isinstance(langs, str) else list(langs)
+        if len(langs) != len(texts):
+            raise ValueError(f"{len(texts)} texts but {len(langs)} target languages")
+        if not self.lang_ids:
+            raise ValueError("this model translates into one language (no <2xx> tokens): drop the target language")
+        unknown = sorted({lang for lang in langs if lang not in self.lang_ids}, key=str)
+        if unknown:
+            raise ValueError(
+                f"unknown target language {', '.join(map(repr, unknown))}: "
+                f"this model translates into {', '.join(self.target_langs)}"
+            )
+        return [tag(text, lang) for text, lang in zip(texts, langs)]
+
+    def has_tag(self, text: str) -> bool:
+        """Whether `text` starts with a target language's piece (as `tagged` puts it there)."""
+        return any(text.startswith(lang_token(lang)) for lang in self.lang_ids)
 
     @classmethod
     def train(
-        cls, texts: Iterable[str], vocab_size: int, sample_sentences: int = 400_000, seed: int = 0
+        cls,
+        texts: Iterable[str],
+        vocab_size: int,
+        sample_sentences: int = 400_000,
+        seed: int = 0,
+        target_langs: Sequence[str] = (),
     ) -> SubwordTokenizer:
-        """Learn a unigram vocabulary of at most `vocab_size` pieces from `texts` (source and target).
+        """Learn a unigram vocabulary of at most `vocab_size` pieces from `texts` (source and target),
+        with one user-defined piece per language of `target_langs` (`lang_token`; ids 4, 5, ...).
 
         `texts` may stream a whole corpus: SentencePiece keeps a uniform random sample of
         `sample_sentences` of them (reservoir sampling, drawn with `seed`), so memory is bounded
@@ -79,6 +141,7 @@ class SubwordTokenizer(tf.Module):
                 eos_id=EOS_ID,
                 unk_id=UNK_ID,
                 hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary, not an error
+                user_defined_symbols=[lang_token(lang) for lang in target_langs],
                 input_sentence_size=sample_sentences,
                 shuffle_input_sentence=True,
                 num_threads=os.cpu_count() or 1,
@@ -117,6 +180,27 @@ class SubwordTokenizer(tf.Module):
         sampler = tf_text.SentencepieceTokenizer(self.model_proto, nbest_size=-1, alpha=alpha)
         return tf.cast(sampler.tokenize(strings), tf.int32)
 
+    def tokenize_source(self, strings, alpha: float = 0.0):
+        """strings [N] -> ragged [N, (len)] int32 as `tokenize`, except that a leading target-language
+        piece ("<2fr> ", its space optional) becomes one id at the front (a vocabulary without such
+        pieces: `tokenize` itself). Regex ops: not in the TFLite text model."""
+        if not self.lang_ids:
+            return self.tokenize(strings, alpha)
+        strings = tf.convert_to_tensor(strings, tf.string)  # [N]
+        tags = "|".join(re.escape(lang_token(lang)) for lang in self.lang_ids)
+        tagged = tf.strings.regex_full_match(strings, f"(?s)({tags}).*")  # [N]
+        leading = tf.strings.regex_replace(strings, f"(?s)^({tags}).*$", r"\1")  # [N]: the piece, where tagged
+        rest = tf.where(tagged, tf.strings.regex_replace(strings, f"^({tags}) ?", ""), strings)  # [N]
+        tag_ids = tf.zeros_like(tagged, tf.int32)  # [N]
+        for lang, piece_id in self.lang_ids.items():
+            tag_ids = tf.where(tagged & (leading == lang_token(lang)), piece_id, tag_ids)
+        tokens = self.tokenize(rest, alpha)  # [N, (len)]
+        splits = tokens.row_splits.dtype
+        column = tf.RaggedTensor.from_tensor(
+            tag_ids[:, None], lengths=tf.cast(tagged, splits), row_splits_dtype=splits
+        )  # [N, (0|1)]
+        return tf.concat([column, tokens], axis=1)  # [N, (len)]
+
     def detokenize(self, ids):
         """ids [N, L] int32 -> strings [N]: the tokens before the first EOS or pad; start and
         unknown ids are dropped, and the spaces they leave behind with them."""
@@ -127,13 +211,19 @@ class SubwordTokenizer(tf.Module):
         text = self._tokenizer.detokenize(tokens)  # [N]
         return tf.strings.strip(tf.strings.regex_replace(text, "  +", " "))
 
-    def source_ids(self, strings, max_length: int):
+    def source_ids(self, strings, max_length: int, lite: bool = False):
         """strings [B] -> (source_ids [B, S] int32, token_counts [B] int32): the encoder input, each
-        string's first `max_length - 1` tokens, then EOS, padded; and each string's token count
-        before that cut (0: nothing to translate). The one rule for every translation path.
-        Only ops with TFLite kernels besides the tokenizer's, so it runs inside a TFLite model."""
-        tokens = self.tokenize(strings)  # [B, (n)]
+        string's first `max_length - 1` tokens (a leading target-language piece one of them,
+        `tokenize_source`), then EOS, padded; and each string's token count before that cut (0:
+        nothing to translate, also for a target-language piece alone). The one rule for every
+        translation path. With `lite`, only ops with TFLite kernels besides the tokenizer's, so it
+        runs inside a TFLite model (and a leading target-language piece is plain text there)."""
+        tokens = self.tokenize(strings) if lite else self.tokenize_source(strings)  # [B, (n)]
         counts = tf.cast(tokens.row_lengths(), tf.int32)  # [B]
+        if self.lang_ids and not lite:  # a language's piece alone is nothing to translate
+            first = tokens.to_tensor(default_value=PAD_ID, shape=[None, 1])[:, 0]  # [B]
+            alone = (counts == 1) & tf.reduce_any(first[:, None] == list(self.lang_ids.values()), axis=1)  # [B]
+            counts = tf.where(alone, 0, counts)
         kept = tf.minimum(counts, max_length - 1)  # [B]
         dense = tokens.to_tensor(default_value=PAD_ID)[:, : max_length - 1]  # [B, n]
         width = tf.reduce_max(tf.concat([kept, [0]], axis=0)) + 1

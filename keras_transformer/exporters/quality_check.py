@@ -175,6 +175,7 @@ def check_quality(
     checkpoint of `model_dirs` (several: their ensemble), on the first one's held-out pairs."""
     from keras_transformer.data.sources import read_pairs
     from keras_transformer.data.splits import split_source
+    from keras_transformer.data.tokenizer import tag
     from keras_transformer.model_dir import ModelDir
 
     metadata_path = os.path.join(out, "translator.json")
@@ -184,9 +185,12 @@ def check_quality(
             metadata = json.load(f)
     known = {field.name for field in dataclasses.fields(DecodingConfig)}
     decoding = DecodingConfig(**{k: v for k, v in metadata.items() if k in known})
-    data = ModelDir(model_dirs[0]).read()["data_config"]
+    trained_on = ModelDir(model_dirs[0]).read()["data_config"]
+    data = trained_on.sources()[0][0]  # of weighted sources, the first
     source = split_source(data, "test") or split_source(data, "validation")
     sources, references = read_pairs(*source, data.reverse, sample, tfds_data_dir=data.tfds_data_dir)
+    if trained_on.multilingual:  # into the first source's language, its piece at each text's start
+        sources = [tag(text, trained_on.languages()[0]) for text in sources]
     translator = Translator.from_model_dir(list(model_dirs), "latest", decoding)
     expected = translator.translate(sources)
     reference_bleu = corpus_scores(expected, references)["bleu"]

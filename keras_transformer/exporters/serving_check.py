@@ -6,7 +6,9 @@ dimension (rank >= 1, first dimension unknown) and no resource or variant dtype;
 (Python callbacks cannot run in the model server); every op is registered by TensorFlow or
 tensorflow-text (the ops TF Serving links). Then every signature serves hostile inputs (`HOSTILE`:
 empty strings, a huge string, control characters, invalid UTF-8; batches of 0, 1 and 64; a
-[B, C] string input, such as `translate_constrained`'s phrases, three of them per row) the way
+[B, C] string input, such as `translate_constrained`'s phrases, three of them per row; a
+multilingual model's `translate_to` also gets known and unknown target languages, in batches of
+0, 1 and 256) the way
 the model server runs it (the tf.compat.v1 loader and `Session.run` with the signature's tensor
 names): no error, every output's first dimension the batch's, strings valid UTF-8, no NaN.
 Imports only tensorflow, tensorflow_text and NumPy (and the package's reserved ids).
@@ -60,16 +62,22 @@ HOSTILE = (
     b"\xff\xfe invalid \xc3\x28 utf-8",
 )
 HOSTILE_IDS = ([EOS_ID], [4, 5, 6, EOS_ID], [], [4] * 1000 + [EOS_ID])  # empty, short, all pad, too long
+# A target language per sentence: common known ones, unknown ones, empty, a token, junk, invalid UTF-8.
+HOSTILE_LANGS = ("de", "fr", "xx", "", "<2de>", "de " * 3000, "\x00fr", b"\xff\xfe fr")
 BATCHES = (0, 1, 64)
+SIGNATURE_BATCHES = {"translate_to": (0, 1, 256)}  # one request mixing every language and failure
 
 
-def hostile_input(info, size: int, shift: int) -> np.ndarray:
-    """A batch of `size` hostile values for a signature input (string [B], or int32 ids [B, S]),
-    the list's order rotated by `shift`, so that two inputs of a signature pair different values;
-    a batch of one is the huge string (the longest ids). A string input of rank 2 ([B, C]: phrases
-    per text) gets three values per row, each row's rotated by one more."""
+def hostile_input(info, size: int, shift: int, key: str = "") -> np.ndarray:
+    """A batch of `size` hostile values for a signature input `key` (string [B], or int32 ids
+    [B, S]), the list's order rotated by `shift`, so that two inputs of a signature pair different
+    values; a batch of one is the huge string (the longest ids; for a target language, "fr"). A
+    string input of rank 2 ([B, C]: phrases per text) gets three values per row, each row's
+    rotated by one more."""
     values = (HOSTILE[2:3], HOSTILE_IDS[3:]) if size == 1 else (HOSTILE, HOSTILE_IDS)
     values = values[0] if info.dtype == types_pb2.DT_STRING else values[1]
+    if key == "target_lang":
+        values = HOSTILE_LANGS[1:2] if size == 1 else HOSTILE_LANGS
     rows = list(itertools.islice(itertools.cycle(values[shift % len(values) :] + values), size))
     if info.dtype == types_pb2.DT_STRING:
         strings = np.array([row.encode("utf-8") if isinstance(row, str) else row for row in rows], dtype=object)
@@ -113,10 +121,10 @@ def serve_saved_model(path: str) -> list[str]:
             if name.startswith("__"):
                 continue
             fetch = {key: info.name for key, info in signature.outputs.items()}
-            for size in BATCHES:
+            for size in SIGNATURE_BATCHES.get(name, BATCHES):
                 where = f"{path}: signature {name} on a batch of {size} hostile inputs"
                 inputs = sorted(signature.inputs.items())
-                feed = {info.name: hostile_input(info, size, shift) for shift, (_, info) in enumerate(inputs)}
+                feed = {info.name: hostile_input(info, size, shift, key) for shift, (key, info) in enumerate(inputs)}
                 try:
                     outputs = session.run(fetch, feed_dict=feed)
                 except tf.errors.OpError as error:

@@ -17,6 +17,11 @@ all in the graph.
 - `score(source [B], target [B]) -> {score [B] float32, log_prob [B] float32, tokens [B] int32}`:
   the given translations' log-probabilities (`inference/scoring.py`; a target is cut to its first
   `max_length - 1` tokens).
+- `translate_to(text [B], target_lang [B]) -> {translation [B], score [B], error [B] string}`: a
+  multilingual model's signature (Johnson et al., 2017), each text into its language ("fr"); a
+  language the model does not know translates to "" with score 0 and a one-line `error` ("" when
+  fine). Every text signature of a multilingual model also reads a language's piece at the text's
+  start ("<2fr> Jesus wept."; `SubwordTokenizer.tokenize_source`).
 - `sample(text [B]) -> {translations [B, n] string, scores [B, n] float32}`: n = `num_samples`
   translations drawn per text (`inference/sampling.py`), best first, with the export's sampling
   settings (with sampling off there, from the whole distribution: `sampling_topk` 0) and its
@@ -49,6 +54,7 @@ PREFIX_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
 CONSTRAINTS_TEXT_SPEC = tf.TensorSpec([None, None], tf.string, name="constraints")
 SOURCE_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="source")
 TARGET_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="target")
+TARGET_LANG_SPEC = tf.TensorSpec([None], tf.string, name="target_lang")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 
 Decode = Callable[..., DecodeResult]
@@ -113,6 +119,8 @@ class TranslationModule(tf.Module):
             self.sample = tf.function(self._sample, input_signature=[TEXT_SPEC])
             self._pieces = alignment.pieces(tokenizer)
             self.translate_with_alignments = tf.function(self._translate_with_alignments, input_signature=[TEXT_SPEC])
+            if tokenizer.target_langs:
+                self.translate_to = tf.function(self._translate_to, input_signature=[TEXT_SPEC, TARGET_LANG_SPEC])
 
     def _translate_ids(self, source_ids):
         result = self._decode(self.model, truncate_source_ids(source_ids, self.model.config.max_length))
@@ -132,7 +140,8 @@ class TranslationModule(tf.Module):
         """text [B] -> (ids [B, n, L], scores [B, n]), the `nbest` best (default: every beam) by
         `search(source_ids) -> DecodeResult` (default: the module's `decode`); a text with no
         tokens gets only pads (which detokenize to "") and score 0."""
-        source_ids, token_counts = self.tokenizer.source_ids(self._repaired(text), self.model.config.max_length)
+        max_length = self.model.config.max_length
+        source_ids, token_counts = self.tokenizer.source_ids(self._repaired(text), max_length, lite=self._lite_text)
         empty = token_counts == 0  # [B]
         if search is None:
             result = self._decode(self.model, source_ids, nbest=nbest)
@@ -150,6 +159,15 @@ class TranslationModule(tf.Module):
     def _translate(self, text):
         ids, scores = self._search_text(text, nbest=1)  # one translation (the exact rule stops sooner)
         return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
+
+    def _translate_to(self, text, target_lang):
+        langs = self.tokenizer.target_langs
+        lang = self._repaired(target_lang)  # [B]
+        known = tf.reduce_any(tf.expand_dims(lang, 1) == tf.constant(langs)[None, :], axis=1)  # [B]
+        tagged = tf.strings.join(["<2", lang, "> ", self._repaired(text)])  # [B]: "<2fr> Jesus wept." (lang_token)
+        translation = self._translate(tf.where(known, tagged, ""))  # an unknown language: nothing to translate
+        message = f"unknown target language: this model translates into {', '.join(langs)}"
+        return {**translation, "error": tf.where(known, "", message)}  # [B] each
 
     def _translate_nbest(self, text):
         ids, scores = self._search_text(text)
@@ -215,6 +233,7 @@ class TranslationModule(tf.Module):
             "score": self.score,
             "sample": self.sample,
             "translate_with_alignments": self.translate_with_alignments,
+            **({"translate_to": self.translate_to} if self.tokenizer.target_langs else {}),
         }
 
     def save(self, path: str) -> None:

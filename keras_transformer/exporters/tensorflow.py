@@ -99,11 +99,16 @@ def write_warmup_requests(path: str, model_name: str, signature: str, inputs: di
         writer.write(prediction_log(model_name, signature, inputs))
 
 
-def tflite_metadata(config, decoding: DecodingConfig, model_dirs: Sequence[str] = ()) -> dict:
+def tflite_metadata(
+    config, decoding: DecodingConfig, model_dirs: Sequence[str] = (), lang_ids: dict[str, int] | None = None
+) -> dict:
     """`OUT/translator.json`: what a device needs besides the TFLite models: the input limit, the
     reserved ids, the search the models run (every `DecodingConfig` field), and the steps around
-    them; also the SavedModels' dtype and the model dir exported (for `export --check`)."""
+    them; also the SavedModels' dtype and the model dir exported (for `export --check`), and a
+    multilingual model's target-language ids (`lang_ids`), which a device puts first in source_ids."""
+    multilingual = {"target_lang_ids": dict(lang_ids)} if lang_ids else {}
     return {
+        **multilingual,
         "models": {"ids": "translator.tflite", "ids_int8": "translator_int8.tflite", "text": "translator_text.tflite"},
         "tokenizer": "tokenizer.model",
         "vocab_size": config.vocab_size,
@@ -217,6 +222,6 @@ def export_tensorflow(
             f.write(flatbuffer)
     tokenizer.save(paths["tokenizer"])
     with open(paths["metadata"], "w", encoding="utf-8") as f:
-        json.dump(tflite_metadata(model.config, decoding, model_dirs), f, indent=2)
+        json.dump(tflite_metadata(model.config, decoding, model_dirs, tokenizer.lang_ids), f, indent=2)
         f.write("\n")
     return paths

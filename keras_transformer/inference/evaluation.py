@@ -37,13 +37,15 @@ def evaluate(
     pairs: tuple[Sequence[str], Sequence[str]],
     checkpoint: str = "latest",
     decoding: DecodingConfig | None = None,
+    target_lang: str | None = None,
     **overrides,
 ) -> dict:
     """Translate the sources of `pairs` (sources, references), as `read_pairs` returns them, and
     score the translations: `corpus_scores` and "translations" (one per source, in order).
 
     `translator`: a `Translator`, or a model directory (its `checkpoint`'s weights). `decoding`
-    and `overrides` (`DecodingConfig` fields) replace the translator's settings.
+    and `overrides` (`DecodingConfig` fields) replace the translator's settings. `target_lang`: a
+    multilingual model's target language (`Translator.translate`).
     """
     if isinstance(translator, str | os.PathLike):
         translator = Translator.from_model_dir(os.fspath(translator), checkpoint, decoding, **overrides)
@@ -52,5 +54,5 @@ def evaluate(
     sources, references = pairs
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
-    translations = translator.translate(list(sources))
+    translations = translator.translate(list(sources), target_lang=target_lang)
     return {**corpus_scores(translations, list(references)), "translations": translations}

@@ -8,6 +8,7 @@ translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
 translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
 translator.translate("Jesus wept.", prefixes="Jesus")  # continues the given start of a translation
 translator.translate("Jesus wept.", constraints=["Jesus"])  # every output holds the phrases (constraints.py)
+translator.translate("Jesus wept.", target_lang="fr")  # a multilingual model: into French (or one per text)
 translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
@@ -25,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
+from keras_transformer.data.tokenizer import lang_token
 from keras_transformer.inference import alignment
 from keras_transformer.inference import constraints as lexical
 from keras_transformer.inference.decoding import beam_search
@@ -71,6 +73,11 @@ class Translator:
     `constraints` (of the same): phrases that every translation holds (`constraints.py`): one
     list of phrases for every text, or one list per text ([] for none).
     `model` may be an `Ensemble` of models that share `tokenizer`.
+
+    `target_lang` (of `translate`, `translate_nbest`): a multilingual model's target language for
+    every text (a str), or one per text (a list); it puts that language's piece before each text
+    (`SubwordTokenizer.tagged`: "<2fr> Jesus wept."), which a text may also carry itself. A
+    multilingual model needs one of the two; an unknown language is a `ValueError`.
     """
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig | None = None, **overrides):
@@ -166,11 +173,11 @@ class Translator:
     @overload
     def translate(self, texts: Sequence[str]) -> list[str]: ...
 
-    def translate(self, texts, prefixes=None, constraints=None):
+    def translate(self, texts, prefixes=None, constraints=None, target_lang=None):
         """The best translation of a text (a str), or of each text of a list (a list of str)."""
         if isinstance(texts, str):
-            return self.translate([texts], prefixes, None if constraints is None else [constraints])[0]
-        return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1, prefixes, constraints)]
+            return self.translate([texts], prefixes, None if constraints is None else [constraints], target_lang)[0]
+        return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1, prefixes, constraints, target_lang)]
 
     @overload
     def translate_nbest(self, texts: str, n: int | None = None) -> list[tuple[str, float]]: ...
@@ -178,7 +185,7 @@ class Translator:
     @overload
     def translate_nbest(self, texts: Sequence[str], n: int | None = None) -> list[list[tuple[str, float]]]: ...
 
-    def translate_nbest(self, texts, n=None, prefixes=None, constraints=None):
+    def translate_nbest(self, texts, n=None, prefixes=None, constraints=None, target_lang=None):
         """The `n` best (translation, score) pairs of a text, best first (for a list: one such list
         per text); `n` defaults to the decoding's `nbest`, else the beam size (sampling: the
         `num_samples` samples)."""
@@ -191,8 +198,8 @@ class Translator:
         else:
             self.decoding.replace(nbest=n)  # a DecodingConfig checks n against the beam size
         if isinstance(texts, str):
-            return self._nbest([texts], n, prefixes, None if constraints is None else [constraints])[0]
-        return self._nbest(list(texts), n, prefixes, constraints)
+            return self._nbest([texts], n, prefixes, None if constraints is None else [constraints], target_lang)[0]
+        return self._nbest(list(texts), n, prefixes, constraints, target_lang)
 
     @overload
     def translate_with_alignments(self, texts: str) -> tuple[str, list[tuple[int, int]]]: ...
@@ -207,7 +214,7 @@ class Translator:
         averaged over heads); for a list: one such pair per text."""
         if isinstance(texts, str):
             return self.translate_with_alignments([texts])[0]
-        texts = list(texts)
+        texts = self._with_language(list(texts), None)  # a multilingual model: the token in each text
         results = [("", [])] * len(texts)
         for indices, _, batch in self._batches(texts):
             ids, _ = self.decode(batch, 1)  # [B, 1, L]
@@ -247,7 +254,22 @@ class Translator:
             raise ValueError(f"{count} texts but {len(prefixes)} prefixes")
         return self.target_ids(prefixes)
 
-    def _nbest(self, texts: list[str], n: int, prefixes=None, constraints=None) -> list[list[tuple[str, float]]]:
+    def _with_language(self, texts: list[str], target_lang) -> list[str]:
+        """`texts` with `target_lang`'s piece in front (see the class docstring); checked."""
+        if target_lang is not None:
+            return self.tokenizer.tagged(texts, target_lang)
+        langs = self.tokenizer.target_langs
+        if langs and not all(self.tokenizer.has_tag(text) or not text.strip() for text in texts):
+            raise ValueError(
+                f"this multilingual model translates into {', '.join(langs)}: pass a target language "
+                f"(target_lang, --target-lang), or start each text with its token ({lang_token(langs[0])} ...)"
+            )
+        return texts
+
+    def _nbest(
+        self, texts: list[str], n: int, prefixes=None, constraints=None, target_lang=None
+    ) -> list[list[tuple[str, float]]]:
+        texts = self._with_language(texts, target_lang)
         translations = [[("", 0.0)] * n for _ in texts]
         prefix_rows = self._prefix_rows(prefixes, len(texts))
         phrase_rows = lexical.phrase_rows(self.tokenizer, constraints, len(texts), self.model.config.max_length)

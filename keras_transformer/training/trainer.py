@@ -5,7 +5,8 @@ SIGINT end a run after the step in flight, with a checkpoint (`budget.StopOnSign
 
 Workflows on top (the README's "Training workflows"): weighted data sources (`data.mixing`),
 early stopping (`callbacks.early_stopping`), a moving average of the weights (`callbacks.ema`)
-and fine-tuning from another model dir (`init_from`, `preparation.initial_weights`).
+and fine-tuning from another model dir (`init_from`, `preparation.initial_weights`; with
+`vocabulary="update"` on a new vocabulary), multilingual sources (`data.mixing.tag_sources`).
 
 A run: prepare the model dir (`preparation`), build and compile the model (`optimization`),
 resume or initialise its weights, make the batches, the callbacks in their order, `model.fit`.
@@ -127,7 +128,7 @@ def _resume(directory: ModelDir, model, fitted, training: TrainingConfig, strate
         restore_newest(checkpoint, newest_first, warn=log)
         log(f"resumed from step {trained_steps(model)}")
     elif parent := directory.read().get("parent"):  # fine-tuning: the parent's weights, a fresh optimizer
-        model.set_weights(initial_weights(model.config, parent["checkpoint"]))
+        model.set_weights(initial_weights(model, parent, directory.tokenizer()))
     return manager
 
 
