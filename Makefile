@@ -42,6 +42,7 @@ demo: install
 	$(BIN)/keras-transformer export --model-dir $(DEMO_DIR) --out $(DEMO_EXPORT)
 	$(BIN)/keras-transformer export --check $(DEMO_EXPORT)
 
+# KT_TEST_CPU=cpu.jsonl make test: one JSON line per test, its CPU seconds (tests/conftest.py's recorder).
 test: install-dev lint
 	$(BIN)/python -m pytest -q $(PYTEST_XDIST) --durations=10
 

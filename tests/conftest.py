@@ -8,6 +8,7 @@ import dataclasses  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import pathlib  # noqa: E402
+import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
@@ -29,6 +30,25 @@ def pytest_collection_modifyitems(items):
     ones, instead of one worker running a long file alone at the end."""
     slow = collections.Counter(item.path for item in items if item.get_closest_marker("slow"))
     items.sort(key=lambda item: -slow[item.path])
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its waited-for children."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With KT_TEST_CPU=PATH, append one JSON line per test to PATH: its CPU seconds (this process's
+    and its waited-for children's) for setup, call and teardown, which the machine's load does not
+    inflate as it does wall time. A session or module fixture counts for the first test that uses it."""
+    path = os.environ.get("KT_TEST_CPU")
+    start = _cpu_seconds() if path else 0.0
+    yield
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - start, 2)}) + "\n")
 
 
 @pytest.fixture(autouse=True)

@@ -18,6 +18,15 @@ from keras_transformer.cli.quiet import drop_native_logs
 TINY = [*TINY_TRAINING, "--steps-per-epoch", "15"]
 
 
+def run_here(capsys, *argv):
+    """`main(argv)` in this process (no TensorFlow import to pay for): (status, stdout, stderr).
+    Each subcommand also runs in a fresh process (`run`) in at least one test here."""
+    capsys.readouterr()
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 def test_an_error_is_exactly_one_line_on_stderr(tmp_path):
     """TensorFlow is imported (the command runs) and says nothing: its native log lines are filtered."""
     result = run("translate", "--model-dir", str(tmp_path / "none"), "Jesus wept.")
@@ -80,23 +89,28 @@ def test_train_writes_a_complete_model_dir(trained):
 
 
 @pytest.mark.slow
-def test_training_again_resumes(trained, tmp_path):
+def test_training_again_resumes(trained, tmp_path, capsys):
     model_dir = str(tmp_path / "model")
     shutil.copytree(trained.model_dir, model_dir)
-    result = run("train", "--data", str(FIXTURE), "--model-dir", model_dir, "--max-steps", "45", *TINY)
-    assert result.returncode == 0, result.stderr
-    assert "resumed from step 30" in result.stderr
-    assert "trained to step 45" in result.stderr
+    status, _, err = run_here(
+        capsys, "train", "--data", str(FIXTURE), "--model-dir", model_dir, "--max-steps", "45", *TINY
+    )
+    assert status == 0, err
+    assert "resumed from step 30" in err
+    assert "trained to step 45" in err
     assert os.path.exists(os.path.join(model_dir, "checkpoints", "ckpt-45.index"))
 
 
 @pytest.mark.slow
-def test_translate_arguments_and_stdin(trained):
+def test_translate_arguments_and_stdin(trained, capsys):
     model_dir = trained.model_dir
-    result = run("translate", "--model-dir", model_dir, "In the beginning God created the heavens.", "", "🦜 ∑")
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.split("\n")
+    status, out, err = run_here(
+        capsys, "translate", "--model-dir", model_dir, "In the beginning God created the heavens.", "", "🦜 ∑"
+    )
+    assert status == 0, err
+    lines = out.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # one line per input; empty -> empty
+    # stdin, in a fresh process (the translate subcommand's own)
     piped = run("translate", "--model-dir", model_dir, stdin="And God said\n\nJesus wept.\n")
     assert piped.returncode == 0, piped.stderr
     assert len(piped.stdout.split("\n")) == 4
@@ -121,17 +135,18 @@ def test_evaluate_prints_sacrebleu_scores(trained):
 
 
 @pytest.mark.slow
-def test_translate_nbest(trained):
-    result = run("translate", "--model-dir", trained.model_dir, "--beam-size", "3", "--nbest", "2", "Jesus wept.", "")
-    assert result.returncode == 0, result.stderr
-    fields = [line.split("\t") for line in result.stdout.splitlines()]
+def test_translate_nbest(trained, capsys):
+    argv = ["translate", "--model-dir", trained.model_dir, "--beam-size", "3", "--nbest", "2", "Jesus wept.", ""]
+    status, out, err = run_here(capsys, *argv)
+    assert status == 0, err
+    fields = [line.split("\t") for line in out.splitlines()]
     assert [f[0] for f in fields] == ["0", "0", "1", "1"]  # INDEX<TAB>SCORE<TAB>TRANSLATION, 2 per input
     assert float(fields[0][1]) >= float(fields[1][1]) and fields[0][2] != fields[1][2]
     assert fields[2][1:] == ["0.0000", ""] == fields[3][1:]
 
 
 @pytest.mark.slow
-def test_average_then_evaluate_greedy_on_the_averaged_weights(trained, tmp_path):
+def test_average_then_evaluate_greedy_on_the_averaged_weights(trained, tmp_path, capsys):
     model_dir = str(tmp_path / "model")
     shutil.copytree(trained.model_dir, model_dir)
     result = run("average", "--model-dir", model_dir, "--last", "2")
@@ -139,21 +154,10 @@ def test_average_then_evaluate_greedy_on_the_averaged_weights(trained, tmp_path)
     assert "averaged the last 2 checkpoints into" in result.stderr and os.path.exists(
         os.path.join(model_dir, "averaged", "ckpt-30.index")
     )
-    result = run(
-        "evaluate",
-        "--model-dir",
-        model_dir,
-        "--checkpoint",
-        "averaged",
-        "--beam-size",
-        "1",
-        "--alpha",
-        "0",
-        "--show",
-        "0",
-    )
-    assert result.returncode == 0, result.stderr
-    scores = json.loads(result.stdout)
+    argv = ["evaluate", "--model-dir", model_dir, "--checkpoint", "averaged", "--beam-size", "1", "--alpha", "0"]
+    status, out, err = run_here(capsys, *argv, "--show", "0")
+    assert status == 0, err
+    scores = json.loads(out)
     assert (scores["checkpoint"], scores["beam_size"], scores["alpha"], scores["sentences"]) == ("averaged", 1, 0.0, 8)
     assert scores["patience"] == 1.0  # the default stopping rule
 
@@ -349,15 +353,15 @@ def test_data_flags_make_the_data_config(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-def test_evaluate_data_scores_the_whole_file(trained):
+def test_evaluate_data_scores_the_whole_file(trained, capsys):
     argv = ["evaluate", "--model-dir", trained.model_dir, "--data", str(FIXTURE), "--beam-size", "1", "--show", "0"]
-    result = run(*argv)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["sentences"] == 400  # not the last 2% (8)
+    status, out, err = run_here(capsys, *argv)
+    assert status == 0, err
+    assert json.loads(out)["sentences"] == 400  # not the last 2% (8)
 
 
 @pytest.mark.slow
-def test_explicit_validation_and_test_files(tmp_path):
+def test_explicit_validation_and_test_files(tmp_path, capsys):
     lines = FIXTURE.read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "train.tsv").write_text("".join(lines[:300]) + "\tan empty source\n", encoding="utf-8")
     (tmp_path / "valid.tsv").write_text("".join(lines[300:350]), encoding="utf-8")
@@ -365,14 +369,16 @@ def test_explicit_validation_and_test_files(tmp_path):
     model_dir = str(tmp_path / "model")
     data = ["--data", str(tmp_path / "train.tsv"), "--valid-data", str(tmp_path / "valid.tsv")]
     data += ["--test-data", str(tmp_path / "test.tsv")]
-    result = run("train", *data, "--valid-pairs", "20", "--model-dir", model_dir, "--max-steps", "30", *TINY)
-    assert result.returncode == 0, result.stderr
+    status, _, err = run_here(
+        capsys, "train", *data, "--valid-pairs", "20", "--model-dir", model_dir, "--max-steps", "30", *TINY
+    )
+    assert status == 0, err
     read, skipped = map(
-        int, re.search(r"training data: read (\d+) pairs, skipped (\d+): \2 with an empty side", result.stderr).groups()
+        int, re.search(r"training data: read (\d+) pairs, skipped (\d+): \2 with an empty side", err).groups()
     )
     assert read == skipped * 301  # one in every pass over the file
     stored = json.load(open(os.path.join(model_dir, "config.json")))["data_config"]
     assert (stored["valid_data"], stored["test_data"], stored["valid_pairs"]) == (data[3], data[5], 20)
-    result = run("evaluate", "--model-dir", model_dir, "--beam-size", "1", "--show", "0")
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["sentences"] == 50  # all of test.tsv
+    status, out, err = run_here(capsys, "evaluate", "--model-dir", model_dir, "--beam-size", "1", "--show", "0")
+    assert status == 0, err
+    assert json.loads(out)["sentences"] == 50  # all of test.tsv
