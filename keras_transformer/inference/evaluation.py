@@ -54,5 +54,7 @@ def evaluate(
     sources, references = pairs
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
-    translations = translator.translate(list(sources), target_lang=target_lang)
+    # Only a multilingual model's call names the language: any object with `translate(texts)` serves.
+    given = {} if target_lang is None else {"target_lang": target_lang}
+    translations = translator.translate(list(sources), **given)
     return {**corpus_scores(translations, list(references)), "translations": translations}
