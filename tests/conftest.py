@@ -135,12 +135,18 @@ def trained(tmp_path_factory):
 def scrambled_model():
     """A tiny untrained model over 12 tokens with large random weights: its choices vary from step
     to step, and EOS is likely enough that most searches end before their limit."""
-    import numpy as np
-
     from keras_transformer import Transformer, TransformerConfig
 
     model = Transformer(TransformerConfig.tiny(vocab_size=12, dropout=0.0, max_length=20))
     model.build()
+    return scramble(model)
+
+
+def scramble(model):
+    """`model` with large random weights (but its layer norms'), so that an untrained model's
+    choices vary from step to step."""
+    import numpy as np
+
     rng = np.random.default_rng(1)
     for weight in model.weights:
         if "layer_norm" not in weight.path:

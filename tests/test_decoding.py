@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from conftest import scramble
 
 from keras_transformer import DecodingConfig, Transformer, TransformerConfig
 from keras_transformer.inference.decoding import compiled, decode_limits, greedy_search, search_beams
@@ -13,12 +14,7 @@ SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
 def model():
     model = Transformer(CONFIG)
     model.build()
-    # Large random weights make the untrained model's choices vary from step to step.
-    rng = np.random.default_rng(1)
-    for weight in model.weights:
-        if "layer_norm" not in weight.path:
-            weight.assign(rng.normal(scale=2.0, size=weight.shape) / np.sqrt(weight.shape[0]))
-    return model
+    return scramble(model)
 
 
 def reference_greedy(model, source, steps):
