@@ -44,7 +44,7 @@ import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
 from keras_transformer.inference import alignment
-from keras_transformer.inference.decoding import DecodeResult, beam_search
+from keras_transformer.inference.decoding import DecodeResult, beam_search, graph_function
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score_targets
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
@@ -103,24 +103,24 @@ class TranslationModule(tf.Module):
         self._decode = decode
         self._lite_text = lite_text
         self._decoding = decoding or DecodingConfig()
-        self.translate_ids = tf.function(self._translate_ids, input_signature=[IDS_SPEC])
+        self.translate_ids = graph_function(self._translate_ids, input_signature=[IDS_SPEC])
         if tokenizer is not None and lite_text:
-            self.translate_text_to_ids = tf.function(self._translate_text_to_ids, input_signature=[TEXT_SPEC])
+            self.translate_text_to_ids = graph_function(self._translate_text_to_ids, input_signature=[TEXT_SPEC])
         elif tokenizer is not None:
-            self.translate = tf.function(self._translate, input_signature=[TEXT_SPEC])
-            self.translate_nbest = tf.function(self._translate_nbest, input_signature=[TEXT_SPEC])
-            self.translate_with_prefix = tf.function(
+            self.translate = graph_function(self._translate, input_signature=[TEXT_SPEC])
+            self.translate_nbest = graph_function(self._translate_nbest, input_signature=[TEXT_SPEC])
+            self.translate_with_prefix = graph_function(
                 self._translate_with_prefix, input_signature=[TEXT_SPEC, PREFIX_TEXT_SPEC]
             )
-            self.translate_constrained = tf.function(
+            self.translate_constrained = graph_function(
                 self._translate_constrained, input_signature=[TEXT_SPEC, CONSTRAINTS_TEXT_SPEC]
             )
-            self.score = tf.function(self._score, input_signature=[SOURCE_TEXT_SPEC, TARGET_TEXT_SPEC])
-            self.sample = tf.function(self._sample, input_signature=[TEXT_SPEC])
+            self.score = graph_function(self._score, input_signature=[SOURCE_TEXT_SPEC, TARGET_TEXT_SPEC])
+            self.sample = graph_function(self._sample, input_signature=[TEXT_SPEC])
             self._pieces = alignment.pieces(tokenizer)
-            self.translate_with_alignments = tf.function(self._translate_with_alignments, input_signature=[TEXT_SPEC])
+            self.translate_with_alignments = graph_function(self._translate_with_alignments, input_signature=[TEXT_SPEC])
             if tokenizer.target_langs:
-                self.translate_to = tf.function(self._translate_to, input_signature=[TEXT_SPEC, TARGET_LANG_SPEC])
+                self.translate_to = graph_function(self._translate_to, input_signature=[TEXT_SPEC, TARGET_LANG_SPEC])
 
     def _translate_ids(self, source_ids):
         result = self._decode(self.model, truncate_source_ids(source_ids, self.model.config.max_length))

@@ -36,7 +36,7 @@ from tensorflow.python.framework.convert_to_constants import (
 from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import UNK_ID
 from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule
-from keras_transformer.inference.decoding import beam_search
+from keras_transformer.inference.decoding import beam_search, graph_function
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 WARMUP_TEXTS = ("In the beginning God created the heavens and the earth.", "Jesus wept.")
@@ -143,7 +143,7 @@ def tflite_models(function, spec: tf.TensorSpec, quantize=(False,), *, custom_op
     concrete = function.get_concrete_function()
     frozen = convert_variables_to_constants_v2(concrete)
 
-    @tf.function(input_signature=[spec])
+    @functools.partial(graph_function, input_signature=[spec])
     def serving_default(x):
         return tf.nest.pack_sequence_as(concrete.structured_outputs, frozen(x))
 

@@ -29,7 +29,7 @@ from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import lang_token
 from keras_transformer.inference import alignment
 from keras_transformer.inference import constraints as lexical
-from keras_transformer.inference.decoding import beam_search
+from keras_transformer.inference.decoding import beam_search, graph_function
 from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
@@ -229,7 +229,7 @@ class Translator:
         """`alignment.alignments` as a tf.function (source_ids [B, S], target_ids [B, T]) -> [B] strings."""
         table, layer = alignment.pieces(self.tokenizer), self.decoding.alignment_layer
         spec = tf.TensorSpec([None, None], tf.int32)
-        return tf.function(
+        return graph_function(
             lambda source_ids, target_ids: alignment.alignments(self.model, source_ids, target_ids, table, layer),
             input_signature=[spec, spec],
         )
