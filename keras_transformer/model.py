@@ -35,6 +35,8 @@ class Transformer(keras.Model):
         self.decoder = Decoder(c, name="decoder", dtype=policy)
 
     def build(self, input_shape=None):
+        if self.built:  # `compile_model` builds it; building again would make a second set of weights
+            return
         hidden = (None, None, self.config.d_model)
         self.embedding.build((None, None))
         self.positional_encoding.build(hidden)

@@ -112,8 +112,6 @@ def _build(config: TransformerConfig, training: TrainingConfig, strategy: tf.dis
     with strategy.scope():
         schedule = learning_rate_schedule(config.d_model, training)
         model = compile_model(Transformer(config, dtype=dtype), training, schedule)
-        model.build()
-        model.optimizer.build(model.trainable_variables)
     return model, schedule if isinstance(schedule, StepBudgetSchedule) else None
 
 
