@@ -170,3 +170,53 @@ def untrained_model_dir(tmp_path_factory, tokenizer):
     model.build()
     directory.checkpoint_manager(tf.train.Checkpoint(model=model)).save(checkpoint_number=1)
     return directory.path
+
+
+# --- one pair repeated, trained on one device (test_faults, test_distribute) ---------------------
+
+# `train` on one sentence pair repeated, without dropout: every batch is the same whatever its size or
+# order, so another run that must end alike (a resumed one, one on 2 replicas) can be compared with it.
+ONE_PAIR_FLAGS = ["--preset", "tiny", "--num-layers", "1", "--vocab-size", "60", "--dropout", "0"]
+ONE_PAIR_FLAGS += ["--batch-tokens", "512", "--warmup-steps", "2", "--max-steps", "4", "--steps-per-epoch", "2"]
+ONE_PAIR_FLAGS += ["--tokenizer-sample", "200"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OnePairRun:
+    """The data, model dir and output (stdout then stderr) of `train --data DATA ONE_PAIR_FLAGS`."""
+
+    data: str
+    model_dir: str
+    output: str
+
+
+@pytest.fixture(scope="session")
+def one_pair_run(tmp_path_factory):
+    """`keras-transformer train --data ONE_PAIR ONE_PAIR_FLAGS` (4 steps, 2 epochs) run once per test
+    run, in-process (`main`), shared read-only as `trained` is (and between pytest-xdist workers)."""
+    import contextlib
+    import io
+
+    from keras_transformer.cli.main import main
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    root = base / "one-pair"
+    data, model_dir = root / "one-pair.tsv", root / "model"
+    with FileLock(str(root) + ".lock"):
+        if not (root / "fingerprint.json").exists():
+            root.mkdir(exist_ok=True)
+            pair = FIXTURE.read_text(encoding="utf-8").splitlines()[5]
+            data.write_text((pair + "\n") * 200, encoding="utf-8")
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = main(["train", "--data", str(data), "--model-dir", str(model_dir), *ONE_PAIR_FLAGS])
+            assert status == 0, err.getvalue()[-3000:]
+            (root / "output").write_text(out.getvalue() + err.getvalue(), encoding="utf-8")
+            (root / "fingerprint.json").write_text(json.dumps(fingerprint(model_dir)), encoding="utf-8")
+    expected = json.loads((root / "fingerprint.json").read_text(encoding="utf-8"))
+    run = OnePairRun(str(data), str(model_dir), (root / "output").read_text(encoding="utf-8"))
+    assert fingerprint(model_dir) == expected, f"a test wrote into the shared model dir {run.model_dir}"
+    yield run
+    assert fingerprint(model_dir) == expected, f"a test wrote into the shared model dir {run.model_dir}"

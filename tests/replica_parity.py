@@ -2,9 +2,9 @@
 train the same tiny model on the same batches on one device and under a strategy on 2 logical
 CPU devices, through the public API (`kt.Transformer`, `compile_model`, `model.fit`); print the
 per-step losses, then `model.evaluate`'s loss on the same batches, and the largest weight
-difference as JSON.
+difference as JSON: one line per SIZES, each run on models of its own.
 
-    python tests/replica_parity.py STRATEGY SIZES   # SIZES: sequences per batch, e.g. 4,5,4
+    python tests/replica_parity.py STRATEGY SIZES...   # SIZES: sequences per batch, e.g. 4,5,4
 """
 
 import json
@@ -23,7 +23,7 @@ from keras_transformer.training.distribute import resolve_strategy, use_cpu_devi
 from keras_transformer.training.optimization import compile_model  # noqa: E402
 
 use_cpu_devices(2)
-CONFIG = kt.TransformerConfig.tiny(vocab_size=50, dropout=0.0)
+CONFIG = kt.TransformerConfig.tiny(vocab_size=50, num_layers=1, dropout=0.0)  # what is compared is not depth
 # Adam's epsilon 1e-9 (§5.3) turns float rounding in a near-zero gradient into a full-size step
 # of either sign; a larger epsilon keeps the comparison about the gradients.
 TRAINING = kt.TrainingConfig(warmup_steps=3, learning_rate_scale=2.0, epsilon=1e-4)
@@ -67,20 +67,25 @@ def run(strategy, sizes, initial):
     return losses + [validation], model.get_weights(), initial, int(model.optimizer.iterations.numpy())
 
 
-sizes = [int(size) for size in sys.argv[2].split(",")]
-one_losses, one_weights, initial, one_steps = run(tf.distribute.get_strategy(), sizes, None)
 strategy = resolve_strategy(sys.argv[1])
-mirrored_losses, mirrored_weights, _, mirrored_steps = run(strategy, sizes, initial)
-print(
-    json.dumps(
-        {
-            "replicas": strategy.num_replicas_in_sync,
-            "steps": [one_steps, mirrored_steps],
-            "one_device_losses": one_losses,
-            "mirrored_losses": mirrored_losses,
-            "max_loss_difference": max(abs(a - b) for a, b in zip(one_losses, mirrored_losses)),
-            "max_weight_difference": max(float(np.max(np.abs(a - b))) for a, b in zip(one_weights, mirrored_weights)),
-            "max_weight_change": max(float(np.max(np.abs(a - b))) for a, b in zip(one_weights, initial)),
-        }
+for argument in sys.argv[2:]:
+    sizes = [int(size) for size in argument.split(",")]
+    one_losses, one_weights, initial, one_steps = run(tf.distribute.get_strategy(), sizes, None)
+    mirrored_losses, mirrored_weights, _, mirrored_steps = run(strategy, sizes, initial)
+    print(
+        json.dumps(
+            {
+                "sizes": argument,
+                "replicas": strategy.num_replicas_in_sync,
+                "steps": [one_steps, mirrored_steps],
+                "one_device_losses": one_losses,
+                "mirrored_losses": mirrored_losses,
+                "max_loss_difference": max(abs(a - b) for a, b in zip(one_losses, mirrored_losses)),
+                "max_weight_difference": max(
+                    float(np.max(np.abs(a - b))) for a, b in zip(one_weights, mirrored_weights)
+                ),
+                "max_weight_change": max(float(np.max(np.abs(a - b))) for a, b in zip(one_weights, initial)),
+            }
+        ),
+        flush=True,
     )
-)

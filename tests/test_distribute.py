@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import FIXTURE
+from conftest import FIXTURE, ONE_PAIR_FLAGS
 
 from keras_transformer.training.distribute import check_jit_compile, resolve_strategy, tf_config_workers
 
@@ -24,26 +24,26 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 TIMEOUT_S = 600
 
 
+# the batch of 5 splits 3 + 2 after an even first batch: the logged loss is right; an uneven first
+# batch: Keras' symbolic build no longer fails on it. Both in one process (fresh models for each).
+PARITY_SIZES = ("4,5,4", "5,4,4")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "sizes",
-    [
-        "4,5,4",  # the batch of 5 splits 3 + 2 after an even first batch: the logged loss is right
-        "5,4,4",  # an uneven first batch: Keras' symbolic build no longer fails on it
-    ],
-)
-def test_transformer_on_two_cpu_devices_matches_one_device(sizes):
+def test_transformer_on_two_cpu_devices_matches_one_device():
     result = subprocess.run(
-        [sys.executable, os.path.join(HERE, "replica_parity.py"), "mirrored", sizes],
+        [sys.executable, os.path.join(HERE, "replica_parity.py"), "mirrored", *PARITY_SIZES],
         capture_output=True, text=True, env=ENV, timeout=TIMEOUT_S,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    print(report)
-    assert report["replicas"] == 2 and report["steps"] == [3, 3]
-    assert report["max_loss_difference"] < 1e-5
-    assert report["max_weight_difference"] < 1e-5
-    assert report["max_weight_change"] > 1e-2  # the weights did move
+    reports = [json.loads(line) for line in result.stdout.strip().splitlines()[-len(PARITY_SIZES) :]]
+    print(reports)
+    assert [report["sizes"] for report in reports] == list(PARITY_SIZES)
+    for report in reports:
+        assert report["replicas"] == 2 and report["steps"] == [3, 3], report
+        assert report["max_loss_difference"] < 1e-5, report
+        assert report["max_weight_difference"] < 1e-5, report
+        assert report["max_weight_change"] > 1e-2, report  # the weights did move
 
 
 def test_auto_is_the_default_strategy_on_one_cpu(monkeypatch):
@@ -94,7 +94,8 @@ def free_ports(count):
 def test_two_workers_end_with_identical_weights(tmp_path):
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     args = [
-        "train", "--data", str(FIXTURE), "--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512",
+        "train", "--data", str(FIXTURE), "--preset", "tiny", "--num-layers", "1", "--vocab-size", "300",
+        "--batch-tokens", "512",
         "--warmup-steps", "10", "--steps-per-epoch", "4", "--max-steps", "4",
         "--strategy", "multi-worker", "--collective-timeout", "120",
     ]  # fmt: skip
@@ -128,29 +129,24 @@ def test_two_workers_end_with_identical_weights(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_on_two_cpu_devices_equals_one_device(tmp_path):
-    """`keras-transformer train --strategy mirrored --cpu-devices 2` (a process each) logs the
-    losses of one device: the data is one pair repeated and dropout is off, so every batch has the
-    same per-token loss whatever its size, and the replicas' shares must add up to it (a replica
-    weighted wrongly moved the logged loss by ~0.1, bench/RESULTS.md). The losses of every step
-    and of validation, to the 3 decimals printed; the weights move alike (Adam's sign for a ~0
-    gradient aside, which summation order can flip)."""
-    pair = FIXTURE.read_text(encoding="utf-8").splitlines()[5]
-    data = tmp_path / "one-pair.tsv"
-    data.write_text((pair + "\n") * 200, encoding="utf-8")
-    flags = ["--data", str(data), "--preset", "tiny", "--vocab-size", "60", "--dropout", "0", "--batch-tokens", "512"]
-    flags += ["--warmup-steps", "2", "--max-steps", "4", "--steps-per-epoch", "2", "--tokenizer-sample", "200"]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    logged = {}
-    for name, strategy in (("one", []), ("two", ["--strategy", "mirrored", "--cpu-devices", "2"])):
-        command = [sys.executable, "-m", "keras_transformer", "train", "--model-dir", str(tmp_path / name)]
-        result = subprocess.run([*command, *flags, *strategy], capture_output=True, text=True, env=env, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
-        output = result.stdout + result.stderr
-        logged[name] = re.findall(r"\b(val_loss|loss) (\d+\.\d+)", output)
+def test_train_on_two_cpu_devices_equals_one_device(one_pair_run, tmp_path):
+    """`keras-transformer train --strategy mirrored --cpu-devices 2` (a process of its own) logs the
+    losses of one device (conftest's `one_pair_run`, the same command without those flags): the
+    data is one pair repeated and dropout is off, so every batch has the same per-token loss
+    whatever its size, and the replicas' shares must add up to it (a replica weighted wrongly
+    moved the logged loss by ~0.1, bench/RESULTS.md). The losses of every step and of validation,
+    to the 3 decimals printed; the weights move alike (Adam's sign for a ~0 gradient aside, which
+    summation order can flip)."""
+    command = [sys.executable, "-m", "keras_transformer", "train", "--model-dir", str(tmp_path / "two")]
+    command += ["--data", one_pair_run.data, *ONE_PAIR_FLAGS, "--strategy", "mirrored", "--cpu-devices", "2"]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs = {"one": one_pair_run.output, "two": result.stdout + result.stderr}
+    logged = {name: re.findall(r"\b(val_loss|loss) (\d+\.\d+)", output) for name, output in outputs.items()}
     assert "training on 2 replica(s) with MirroredStrategy" in result.stderr
+    assert "training on 1 replica(s)" in one_pair_run.output
     assert len(logged["one"]) >= 4 and logged["two"] == logged["one"]
-    one = tf.train.load_checkpoint(str(tmp_path / "one" / "checkpoints" / "ckpt-4"))
+    one = tf.train.load_checkpoint(f"{one_pair_run.model_dir}/checkpoints/ckpt-4")
     two = tf.train.load_checkpoint(str(tmp_path / "two" / "checkpoints" / "ckpt-4"))
     names = sorted(set(one.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"})
     assert names == sorted(set(two.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"})

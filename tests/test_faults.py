@@ -1,7 +1,10 @@
 """The faults a long training and a translation service meet, each sent for real: two `train`
 processes on one model dir, a lock left by a `kill -9`, a truncated checkpoint, a full disk (a
 small tmpfs, or an injected error), bytes that are not UTF-8 on stdin, a TFDS dataset that is not
-prepared, many threads calling one Translator; and what ten epochs leave in the model dir."""
+prepared, many threads calling one Translator; and what ten epochs leave in the model dir.
+
+The models trained here have one layer each side: no fault here depends on depth, and a layer less
+halves every trace."""
 
 import errno
 import glob
@@ -18,7 +21,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import FIXTURE, TINY_TRAINING
+from conftest import FIXTURE, ONE_PAIR_FLAGS, TINY_TRAINING
 
 from keras_transformer.cli.main import main
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
@@ -26,7 +29,8 @@ from keras_transformer.model_dir import CheckpointWriteError, ModelDir, ModelDir
 
 EPOCHS, STEPS_PER_EPOCH, KEEP = 10, 2, 3
 TRAINING = dict(batch_tokens=512, warmup_steps=10, steps_per_epoch=STEPS_PER_EPOCH, keep_checkpoints=KEEP)
-TRAIN_FLAGS = ["train", "--data", str(FIXTURE), *TINY_TRAINING, "--steps-per-epoch", str(STEPS_PER_EPOCH)]
+TRAIN_FLAGS = ["train", "--data", str(FIXTURE), *TINY_TRAINING, "--num-layers", "1"]
+TRAIN_FLAGS += ["--steps-per-epoch", str(STEPS_PER_EPOCH)]
 USER_ENV = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "KERAS_TRANSFORMER_DEBUG")}
 
 
@@ -37,7 +41,9 @@ def cli(*args, stdin=None, timeout=300):
 
 
 def tiny(max_steps: int, **training) -> tuple[TransformerConfig, TrainingConfig]:
-    return TransformerConfig.tiny(vocab_size=300), TrainingConfig(**{**TRAINING, "max_steps": max_steps, **training})
+    return TransformerConfig.tiny(vocab_size=300, num_layers=1), TrainingConfig(
+        **{**TRAINING, "max_steps": max_steps, **training}
+    )
 
 
 def train_tiny(model_dir, max_steps: int, log=None, **training):
@@ -110,28 +116,26 @@ def hold_lock(model_dir) -> subprocess.Popen:
     return holder
 
 
-def test_a_second_train_on_a_model_dir_in_use_refuses_naming_the_first(tmp_path, capsys):
+def test_a_second_train_on_a_model_dir_in_use_refuses_naming_the_first_and_a_killed_ones_lock_is_taken_over(
+    tmp_path, capsys
+):
+    """One lock holder (a process of its own, as another `train` is): while it lives, a `train` on its
+    model dir is refused; once it is killed (no chance to release the lock), the lock is stale and
+    taken over."""
     model_dir = tmp_path / "model"
     holder = hold_lock(model_dir)
     try:
         status = main([*TRAIN_FLAGS, "--model-dir", str(model_dir), "--max-steps", "2"])
+        stderr = capsys.readouterr().err
+        assert status == 2
+        assert stderr == (
+            f"keras-transformer: error: {model_dir} is in use by another train (host {socket.gethostname()}, "
+            f"PID {holder.pid}; lock file {model_dir}/train.lock): wait for it to end, or use another --model-dir\n"
+        )
+        assert os.listdir(model_dir) == ["train.lock"]  # no tokenizer, no config.json: nothing written
     finally:
-        holder.kill()
+        holder.send_signal(signal.SIGKILL)  # no chance to release it
         holder.wait()
-    stderr = capsys.readouterr().err
-    assert status == 2
-    assert stderr == (
-        f"keras-transformer: error: {model_dir} is in use by another train (host {socket.gethostname()}, "
-        f"PID {holder.pid}; lock file {model_dir}/train.lock): wait for it to end, or use another --model-dir\n"
-    )
-    assert os.listdir(model_dir) == ["train.lock"]  # no tokenizer, no config.json: nothing written
-
-
-def test_the_lock_of_a_killed_train_is_stale_and_taken_over(tmp_path, capsys):
-    model_dir = tmp_path / "model"
-    holder = hold_lock(model_dir)
-    holder.send_signal(signal.SIGKILL)  # no chance to release it
-    holder.wait()
     lock = ModelDir(str(model_dir)).lock_path()
     assert open(lock).read() == f"{socket.gethostname()} {holder.pid}\n"
     with ModelDir(str(model_dir)).lock():
@@ -322,7 +326,7 @@ def test_install_hints_name_our_distribution(monkeypatch):
 
 @pytest.mark.slow
 def test_a_translator_serves_eight_threads_as_it_serves_one(untrained, fixture_pairs, monkeypatch):
-    """8 threads x 50 requests (40 distinct ones, of 1-3 sentences of 1-3 words) on one Translator,
+    """8 threads x 10 requests (20 distinct ones, of 1-3 sentences of 1-3 words) on one Translator,
     as a web service's thread pool calls it: the results of one thread, no error, one trace."""
     from keras_transformer.inference import decoding
     from keras_transformer.inference.translator import Translator
@@ -332,8 +336,8 @@ def test_a_translator_serves_eight_threads_as_it_serves_one(untrained, fixture_p
     monkeypatch.setattr(decoding, "search_beams", lambda *a, **k: traces.append(1) or search_beams(*a, **k))
     translator = Translator.from_model_dir(untrained, beam_size=2)
     words = [source.split()[:3] for source in fixture_pairs[0]]  # within max_length
-    distinct = [[" ".join(words[(7 * i + j) % len(words)][: 1 + i % 3]) for j in range(1 + i % 3)] for i in range(40)]
-    requests = [distinct[(i * 13) % 40] for i in range(400)]
+    distinct = [[" ".join(words[(7 * i + j) % len(words)][: 1 + i % 3]) for j in range(1 + i % 3)] for i in range(20)]
+    requests = [distinct[(i * 7) % 20] for i in range(80)]
     threaded, failures = [None] * len(requests), []
 
     def serve(worker):
@@ -350,7 +354,7 @@ def test_a_translator_serves_eight_threads_as_it_serves_one(untrained, fixture_p
         thread.join()
     assert failures == []
     sequential = [translator.translate(request) for request in distinct]
-    assert threaded == [sequential[(i * 13) % 40] for i in range(400)]
+    assert threaded == [sequential[(i * 7) % 20] for i in range(80)]
     assert len({tuple(translations) for translations in sequential}) > 10
     assert len(traces) == 1  # one trace of the search, shared by every thread and batch shape
 
@@ -358,27 +362,27 @@ def test_a_translator_serves_eight_threads_as_it_serves_one(untrained, fixture_p
 # --- a resumed training is the uninterrupted one ---------------------------------------------------
 
 
-def test_a_resumed_training_equals_an_uninterrupted_one(tmp_path):
-    """Through `train` itself (its ModelDir, CheckpointCallback and resume): 4 steps in one run vs
-    2 + 2 in two runs. The resumed stream is shuffled anew (seed + step), so the data is one pair
-    repeated and dropout is off: every batch is the same, and the weights, Adam's moments and the
-    step count must be too."""
-    from keras_transformer.training.trainer import train
-
-    pair = FIXTURE.read_text(encoding="utf-8").splitlines()[5]
-    data = tmp_path / "one-pair.tsv"
-    data.write_text((pair + "\n") * 200, encoding="utf-8")
-    config = TransformerConfig.tiny(vocab_size=60, dropout=0.0)
-
-    def run(model_dir, max_steps):
-        training = TrainingConfig(**{**TRAINING, "max_steps": max_steps, "warmup_steps": 2})
-        train(str(model_dir), config, training, DataConfig(data=str(data), tokenizer_sample=200), verbose=0, log=print)
-
-    run(tmp_path / "once", 4)
-    run(tmp_path / "twice", 2)
-    run(tmp_path / "twice", 4)
-    once = tf.train.load_checkpoint(str(tmp_path / "once" / "checkpoints" / "ckpt-4"))
-    twice = tf.train.load_checkpoint(str(tmp_path / "twice" / "checkpoints" / "ckpt-4"))
+def test_a_resumed_training_equals_an_uninterrupted_one(one_pair_run, tmp_path, capsys):
+    """Through `train` itself (its ModelDir, CheckpointCallback and resume): 4 steps in one run
+    (conftest's `one_pair_run`) vs 2 + 2 in two runs of the same command. The resumed stream is
+    shuffled anew (seed + step), so the data is one pair repeated and dropout is off: every batch
+    is the same, and the weights, Adam's moments and the step count must be too."""
+    twice = tmp_path / "twice"
+    for max_steps in ("2", "4"):
+        argv = [
+            "train",
+            "--data",
+            one_pair_run.data,
+            "--model-dir",
+            str(twice),
+            *ONE_PAIR_FLAGS,
+            "--max-steps",
+            max_steps,
+        ]
+        assert main(argv) == 0, capsys.readouterr().err[-3000:]
+    assert "resumed from step 2" in capsys.readouterr().err
+    once = tf.train.load_checkpoint(f"{one_pair_run.model_dir}/checkpoints/ckpt-4")
+    twice = tf.train.load_checkpoint(str(twice / "checkpoints" / "ckpt-4"))
     names = sorted(once.get_variable_to_shape_map())
     assert names == sorted(twice.get_variable_to_shape_map())
     moments = [name for name in names if "optimizer" in name and "VARIABLE_VALUE" in name]

@@ -1,12 +1,16 @@
 """Training workflows (the README's "Training workflows"): the embedded software-en-de corpus,
 weighted sources, early stopping, a moving average of the weights, fine-tuning from another
-model dir, and recipes as files."""
+model dir, and recipes as files.
+
+The models trained here have one layer each side (`TINY`): no workflow depends on depth, and a
+layer less halves every trace."""
 
 import gzip
 import hashlib
 import json
 import math
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -27,7 +31,7 @@ from keras_transformer.training.callbacks.early_stopping import EarlyStopping
 from keras_transformer.training.trainer import train
 
 QUIET = dict(verbose=0, log=lambda message: None)
-TINY = TransformerConfig.tiny(vocab_size=300)
+TINY = TransformerConfig.tiny(vocab_size=300, num_layers=1)
 
 
 def tiny_training(**overrides):
@@ -248,11 +252,14 @@ def test_translate_evaluate_export_and_average_take_the_ema_checkpoint(ema_run, 
     assert "holds 2 ema checkpoint(s), fewer than the 3 to average" in capsys.readouterr().err
 
 
-def test_ema_cannot_be_switched_on_when_resuming(ema_run, tmp_path):
+def test_ema_cannot_be_switched_on_when_resuming(trained, tmp_path):
     model_dir = str(tmp_path / "plain")
-    train(model_dir, TINY, tiny_training(max_steps=1), str(FIXTURE), **QUIET)
+    shutil.copytree(trained.model_dir, model_dir)  # conftest's, trained without --ema-decay
+    config = TransformerConfig.tiny(vocab_size=300)  # its architecture
+    before = sorted(os.listdir(model_dir))
     with pytest.raises(ModelDirError, match="trained without --ema-decay"):
-        train(model_dir, TINY, tiny_training(max_steps=2, ema_decay=0.9), str(FIXTURE), **QUIET)
+        train(model_dir, config, tiny_training(max_steps=40, ema_decay=0.9), str(FIXTURE), **QUIET)
+    assert sorted(os.listdir(model_dir)) == before
 
 
 # Fine-tuning
@@ -284,7 +291,7 @@ def test_fine_tuning_starts_from_the_parent_weights_and_leaves_the_parent_untouc
     at_start = LogitsAtStart(ids)
     child_dir = str(tmp_path / "child")
     training = tiny_training(max_steps=2, init_from=parent_dir, init_checkpoint="ema", learning_rate_scale=0.1)
-    train(child_dir, TransformerConfig.tiny(), training, f"{FIXTURE}", callbacks=[at_start], **QUIET)
+    train(child_dir, TransformerConfig.tiny(num_layers=1), training, f"{FIXTURE}", callbacks=[at_start], **QUIET)
     parent_model = load_model(parent_dir, "ema")[0]
     assert at_start.step == 0
     assert np.array_equal(at_start.logits, parent_model(ids, training=False).numpy())
@@ -303,14 +310,14 @@ def test_fine_tuning_starts_from_the_parent_weights_and_leaves_the_parent_untouc
     assert tf.train.latest_checkpoint(os.path.join(child_dir, "checkpoints")).endswith("ckpt-2")  # a fresh optimizer
     # The same command resumes the child from its own checkpoint.
     lines = []
-    train(child_dir, TransformerConfig.tiny(), training, f"{FIXTURE}", verbose=0, log=lines.append)
+    train(child_dir, TransformerConfig.tiny(num_layers=1), training, f"{FIXTURE}", verbose=0, log=lines.append)
     assert "already trained for 2 steps (--max-steps 2): nothing to do" in lines
 
 
 def test_fine_tuning_refuses_another_architecture(ema_run, tmp_path):
     training = tiny_training(max_steps=1, init_from=ema_run[0])
     with pytest.raises(
-        ModelDirError, match=r"\(num_layers: stored 2 != requested 3\); fine-tuning keeps the parent's architecture$"
+        ModelDirError, match=r"\(num_layers: stored 1 != requested 3\); fine-tuning keeps the parent's architecture$"
     ):
         train(str(tmp_path / "child"), TransformerConfig.tiny(num_layers=3), training, str(FIXTURE), **QUIET)
     assert not os.path.exists(tmp_path / "child")
@@ -334,7 +341,7 @@ def updated_vocabulary(ema_run, tmp_path_factory):
     child_dir = str(tmp_path_factory.mktemp("vocabulary") / "child")
     at_start = WeightsAtStart()
     training = tiny_training(max_steps=1, init_from=ema_run[0], vocabulary="update")
-    config = TransformerConfig.tiny(vocab_size=280)
+    config = TransformerConfig.tiny(vocab_size=280, num_layers=1)
     train(child_dir, config, training, str(DATA / "fixture_bible.en-fr.tsv"), callbacks=[at_start], **QUIET)
     return child_dir, at_start
 
@@ -369,7 +376,7 @@ def test_a_vocabulary_update_copies_the_rows_of_the_pieces_both_vocabularies_hav
 def test_a_vocabulary_update_refuses_another_architecture(ema_run, tmp_path):
     training = tiny_training(max_steps=1, init_from=ema_run[0], vocabulary="update")
     with pytest.raises(
-        ModelDirError, match=r"\(num_layers: stored 2 != requested 3\); fine-tuning keeps the parent's architecture$"
+        ModelDirError, match=r"\(num_layers: stored 1 != requested 3\); fine-tuning keeps the parent's architecture$"
     ):
         train(str(tmp_path / "child"), TransformerConfig.tiny(num_layers=3), training, str(FIXTURE), **QUIET)
 
