@@ -118,7 +118,9 @@ class TranslationModule(tf.Module):
             self.score = graph_function(self._score, input_signature=[SOURCE_TEXT_SPEC, TARGET_TEXT_SPEC])
             self.sample = graph_function(self._sample, input_signature=[TEXT_SPEC])
             self._pieces = alignment.pieces(tokenizer)
-            self.translate_with_alignments = graph_function(self._translate_with_alignments, input_signature=[TEXT_SPEC])
+            self.translate_with_alignments = graph_function(
+                self._translate_with_alignments, input_signature=[TEXT_SPEC]
+            )
             if tokenizer.target_langs:
                 self.translate_to = graph_function(self._translate_to, input_signature=[TEXT_SPEC, TARGET_LANG_SPEC])
 
