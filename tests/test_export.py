@@ -71,6 +71,37 @@ def run_artifact(kind, path, calls):
     return outputs
 
 
+PROBES = []  # the @probe functions, whose artifact runs `probed` makes together
+
+
+def probe(build):
+    """Register `build(exported) -> [(kind, artifact, calls)]`, one test's runs of artifacts
+    (`kind` as run_artifact's, `artifact` a key of `exported.paths`), for `probed` to make."""
+    PROBES.append(build)
+    return build
+
+
+@pytest.fixture(scope="module")
+def probed(exported):
+    """{build: [the outputs of each (kind, artifact, calls) it returned]} for every @probe function:
+    the calls of every test, run by one fresh process per runtime and artifact (run_artifact, which
+    imports no package code), in the order registered, as one model server serves one request
+    after another. A process per test paid TensorFlow's import, the artifact's load and each
+    signature's first run (its graph optimised and instantiated) again for every test."""
+    runs = {build: build(exported) for build in PROBES}
+    grouped = {}
+    for kind, artifact, calls in (run for test_runs in runs.values() for run in test_runs):
+        grouped.setdefault((kind, artifact), []).extend(calls)
+    outputs = {
+        (kind, artifact): iter(run_artifact(kind, exported.paths[artifact], calls))
+        for (kind, artifact), calls in grouped.items()
+    }
+    return {
+        build: [[next(outputs[kind, artifact]) for _ in calls] for kind, artifact, calls in test_runs]
+        for build, test_runs in runs.items()
+    }
+
+
 def assert_same_beams(got_ids, want_ids, got_scores, want_scores):
     """Equal n-best lists: equal scores, and equal ids for every beam whose score no other beam of
     its sentence ties. The test model is barely trained, so several hypotheses (the same tokens in
@@ -156,55 +187,68 @@ def test_next_version_is_one_above_both_base_paths(tmp_path):
     assert next_version(str(tmp_path), "translator") == 5
 
 
+@probe
+def signature_calls(exported):
+    sentences = exported.sentences[:6]
+    source_ids = exported.source_ids(sentences)
+    text_calls = [
+        ("serving_default", {"text": texts(sentences)}),
+        ("translate_ids", {"source_ids": source_ids}),
+        ("translate_nbest", {"text": texts(sentences)}),
+    ]
+    ids_calls = [("serving_default", {"source_ids": source_ids})]
+    return [("saved_model", "saved_model", text_calls), ("saved_model", "saved_model_ids", ids_calls)]
+
+
 @pytest.mark.slow
-def test_saved_model_signatures_equal_the_python_model(exported):
+def test_saved_model_signatures_equal_the_python_model(exported, probed):
     sentences = exported.sentences[:6]
     source_ids = exported.source_ids(sentences)
     reference = beam_search(exported.model, source_ids)
-    outputs = run_artifact(
-        "saved_model",
-        exported.paths["saved_model"],
-        [
-            ("serving_default", {"text": texts(sentences)}),
-            ("translate_ids", {"source_ids": source_ids}),
-            ("translate_nbest", {"text": texts(sentences)}),
-        ],
-    )
+    outputs, ids_only = probed[signature_calls]
     translations = exported.translator.translate(sentences)
     assert decoded(outputs[0]["translation"]) == translations
     assert outputs[0]["score"].shape == (6,) and outputs[0]["score"].dtype == np.float32
     assert_same_beams(outputs[1]["ids"], reference.ids.numpy(), outputs[1]["scores"], reference.scores.numpy())
     assert outputs[2]["translations"].shape == (6, 4) and decoded(outputs[2]["translations"][:, 0]) == translations
-    ids_only = run_artifact(
-        "saved_model", exported.paths["saved_model_ids"], [("serving_default", {"source_ids": source_ids})]
-    )
     assert_same_beams(ids_only[0]["ids"], reference.ids.numpy(), ids_only[0]["scores"], reference.scores.numpy())
 
 
+@probe
+def session_calls(exported):
+    sentences = exported.sentences[2:8]
+    calls = [
+        ("serving_default", {"text": texts(sentences)}),
+        ("translate_ids", {"source_ids": exported.source_ids(sentences)}),
+    ]
+    return [("session", "saved_model", calls)]
+
+
 @pytest.mark.slow
-def test_session_run_as_the_model_server_does(exported):
+def test_session_run_as_the_model_server_does(exported, probed):
     sentences = exported.sentences[2:8]
     source_ids = exported.source_ids(sentences)
-    outputs = run_artifact(
-        "session",
-        exported.paths["saved_model"],
-        [("serving_default", {"text": texts(sentences)}), ("translate_ids", {"source_ids": source_ids})],
-    )
+    [outputs] = probed[session_calls]
     assert decoded(outputs[0]["translation"]) == exported.translator.translate(sentences)
     reference = beam_search(exported.model, source_ids)
     assert_same_beams(outputs[1]["ids"], reference.ids.numpy(), outputs[1]["scores"], reference.scores.numpy())
 
 
-@pytest.mark.slow
-def test_tflite_ids_equal_the_saved_model(exported):
-    """Two batch sizes x two lengths, on held-out sentences; the int8 model runs with the same shapes."""
+@probe
+def tflite_calls(exported):
+    """Two batch sizes x two lengths, on held-out sentences."""
     by_length = sorted(exported.sentences, key=len)
     batches = [exported.source_ids(s) for s in (by_length[:1], by_length[-1:], by_length[:4], by_length[-4:])]
     assert len({b.shape for b in batches}) == 4
     calls = [("serving_default", {"source_ids": b}) for b in batches]
-    expected = run_artifact("saved_model", exported.paths["saved_model_ids"], calls)
-    for kind in ("tflite", "tflite_int8"):
-        outputs = run_artifact("litert", exported.paths[kind], calls)
+    return [("saved_model", "saved_model_ids", calls), ("litert", "tflite", calls), ("litert", "tflite_int8", calls)]
+
+
+@pytest.mark.slow
+def test_tflite_ids_equal_the_saved_model(probed):
+    """Two batch sizes x two lengths, on held-out sentences; the int8 model runs with the same shapes."""
+    expected, *lite = probed[tflite_calls]
+    for kind, outputs in zip(("tflite", "tflite_int8"), lite):
         same_best, rows = 0, 0
         for want, got in zip(expected, outputs):
             assert got["ids"].shape == want["ids"].shape and got["ids"].dtype == np.int32
@@ -216,12 +260,15 @@ def test_tflite_ids_equal_the_saved_model(exported):
             assert same_best >= 0.5 * rows, f"{same_best} of {rows} int8 best hypotheses equal float's"
 
 
+@probe
+def text_tflite_calls(exported):
+    return [("litert_text", "tflite_text", [("serving_default", {"text": texts(exported.sentences[:5] + [""])})])]
+
+
 @pytest.mark.slow
-def test_text_tflite_ids_equal_the_saved_model(exported):
+def test_text_tflite_ids_equal_the_saved_model(exported, probed):
     sentences = exported.sentences[:5] + [""]
-    outputs = run_artifact(
-        "litert_text", exported.paths["tflite_text"], [("serving_default", {"text": texts(sentences)})]
-    )
+    [outputs] = probed[text_tflite_calls]
     want = beam_search(exported.model, exported.source_ids(sentences[:5]))
     length = want.ids.shape[2]
     assert_same_beams(
@@ -244,15 +291,20 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.slow
-def test_hostile_input_through_serving_default(exported):
-    assert len(HOSTILE[2]) > 9000
+@probe
+def hostile_calls(exported):
     calls = [
         ("serving_default", {"text": texts(HOSTILE)}),
         ("serving_default", {"text": texts([])}),
         ("serving_default", {"text": texts(exported.sentences[:8] * 32)}),
     ]
-    outputs = run_artifact("saved_model", exported.paths["saved_model"], calls)
+    return [("saved_model", "saved_model", calls)]
+
+
+@pytest.mark.slow
+def test_hostile_input_through_serving_default(exported, probed):
+    assert len(HOSTILE[2]) > 9000
+    [outputs] = probed[hostile_calls]
     assert [len(o["translation"]) for o in outputs] == [len(HOSTILE), 0, 256]
     assert [len(o["score"]) for o in outputs] == [len(HOSTILE), 0, 256]
     hostile = outputs[0]
@@ -268,15 +320,17 @@ def test_hostile_input_through_serving_default(exported):
     assert np.all(np.isfinite(hostile["score"]))
 
 
-@pytest.mark.slow
-def test_translate_constrained_holds_the_phrases_and_serves_hostile_input(exported):
-    """`translate_constrained` in a fresh process: every translation holds its reference phrases, as
-    the Python translator's do; hostile text and phrases (empty, huge, invalid UTF-8) and batches of
-    0, 1 and 256 give a batch of valid UTF-8 and finite scores."""
+def constrained_phrases():
+    """The fixture's test sources, and for each its reference's phrases (test_constraints')."""
     from test_constraints import reference_phrases
 
     sources, references = read_pairs(str(FIXTURE), "test")
-    phrases = reference_phrases(references)
+    return sources, reference_phrases(references)
+
+
+@probe
+def constrained_calls(exported):
+    sources, phrases = constrained_phrases()
     grid = texts([p for row in phrases for p in row + [""] * (3 - len(row))]).reshape(len(phrases), 3)  # "": none
     hostile_grid = (
         texts(HOSTILE[1:] + HOSTILE[:1] + HOSTILE[2:] + HOSTILE[:2] + HOSTILE[3:] + HOSTILE[:3])
@@ -290,7 +344,16 @@ def test_translate_constrained_holds_the_phrases_and_serves_hostile_input(export
         ("translate_constrained", {"text": texts(HOSTILE[2:3]), "constraints": texts(HOSTILE[2:3])[None]}),
         ("translate_constrained", {"text": texts(sources * 32), "constraints": np.tile(grid, (32, 1))}),
     ]
-    outputs = run_artifact("saved_model", exported.paths["saved_model"], calls)
+    return [("saved_model", "saved_model", calls), ("session", "saved_model", calls[:1])]  # and as the server runs it
+
+
+@pytest.mark.slow
+def test_translate_constrained_holds_the_phrases_and_serves_hostile_input(exported, probed):
+    """`translate_constrained` in a fresh process: every translation holds its reference phrases, as
+    the Python translator's do; hostile text and phrases (empty, huge, invalid UTF-8) and batches of
+    0, 1 and 256 give a batch of valid UTF-8 and finite scores."""
+    sources, phrases = constrained_phrases()
+    outputs, served = probed[constrained_calls]
     translations = decoded(outputs[0]["translation"])
     assert translations == exported.translator.translate(sources, constraints=phrases)
     assert all(p in text for text, row in zip(translations, phrases) for p in row)
@@ -299,7 +362,6 @@ def test_translate_constrained_holds_the_phrases_and_serves_hostile_input(export
         decoded(output["translation"])  # valid UTF-8 out, whatever came in
         assert np.all(np.isfinite(output["score"]))
     assert decoded(outputs[4]["translation"]) == translations * 32
-    served = run_artifact("session", exported.paths["saved_model"], calls[:1])  # as the model server runs it
     assert decoded(served[0]["translation"]) == translations
 
 
@@ -314,11 +376,9 @@ def kit_module(name):
     return module
 
 
-@pytest.mark.slow
-def test_client_payloads_run_through_the_served_signature(exported):
+@probe
+def client_calls(exported):
     """The REST body and the gRPC PredictRequest of export/'s clients, fed to the signature as the server would."""
-    import json
-
     sentences = exported.sentences[:3]
     body = json.loads(json.dumps(kit_module("rest_client").request_body(sentences)))
     request = kit_module("grpc_client").predict_request(sentences)
@@ -327,7 +387,14 @@ def test_client_payloads_run_through_the_served_signature(exported):
         (body["signature_name"], {"text": texts(body["instances"])}),
         (request.model_spec.signature_name, {k: tf.make_ndarray(v) for k, v in request.inputs.items()}),
     ]
-    outputs = run_artifact("session", exported.paths["saved_model"], calls)
+    return [("session", "saved_model", calls)]
+
+
+@pytest.mark.slow
+def test_client_payloads_run_through_the_served_signature(exported, probed):
+    """The REST body and the gRPC PredictRequest of export/'s clients (client_calls), as the server is fed them."""
+    sentences = exported.sentences[:3]
+    [outputs] = probed[client_calls]
     expected = exported.translator.translate(sentences)
     assert [decoded(o["translation"]) for o in outputs] == [expected, expected]
 
@@ -340,16 +407,20 @@ def test_litert_client_translates_like_the_python_model(exported):
     assert [t for t, _ in got] == exported.translator.translate(sentences)
 
 
-@pytest.mark.slow
-def test_too_long_ids_are_truncated_in_the_tflite_model(exported):
-    """More than max_length ids: cut to max_length - 1, then EOS (as text is), not a LiteRT resize error."""
+@probe
+def too_long_calls(exported):
     max_length = exported.model.config.max_length
     tokens = exported.tokenizer.tokenize(["In the beginning God created the heavens and the earth. " * 20]).numpy()[0]
     assert len(tokens) > max_length
     long = np.append(tokens[: max_length + 20], 2)[None].astype(np.int32)  # [1, max_length + 21]
     cut = np.append(tokens[: max_length - 1], 2)[None].astype(np.int32)  # [1, max_length]
-    calls = [("serving_default", {"source_ids": long}), ("serving_default", {"source_ids": cut})]
-    outputs = run_artifact("litert", exported.paths["tflite"], calls)
+    return [("litert", "tflite", [("serving_default", {"source_ids": long}), ("serving_default", {"source_ids": cut})])]
+
+
+@pytest.mark.slow
+def test_too_long_ids_are_truncated_in_the_tflite_model(probed):
+    """More than max_length ids: cut to max_length - 1, then EOS (as text is), not a LiteRT resize error."""
+    [outputs] = probed[too_long_calls]
     np.testing.assert_array_equal(outputs[0]["ids"], outputs[1]["ids"])
     np.testing.assert_array_equal(outputs[0]["scores"], outputs[1]["scores"])
 
@@ -367,14 +438,14 @@ sys.exit(status)
 
 @pytest.mark.slow
 def test_export_again_in_bfloat16_without_the_serving_api_adds_a_bfloat16_version_2(exported, tmp_path):
-    """One export for two properties (each export converts three TFLite models): exporting into an
-    existing OUT adds version 2, even where tensorflow-serving-api is missing; and `--dtype
-    bfloat16` serves the bf16 model."""
+    """One export for three properties: exporting into an existing OUT adds version 2, even where
+    tensorflow-serving-api is missing; `--dtype bfloat16` serves the bf16 model; and `--no-tflite`
+    writes no TFLite model (the SavedModels only, half the time) and removes the earlier export's."""
     from tensorflow_serving.apis import prediction_log_pb2
 
     out = str(tmp_path / "export")
     shutil.copytree(exported.out, out)
-    args = ["export", "--model-dir", exported.model_dir, "--out", out, "--dtype", "bfloat16"]
+    args = ["export", "--model-dir", exported.model_dir, "--out", out, "--dtype", "bfloat16", "--no-tflite"]
     command = [sys.executable, "-c", BLOCK_SERVING_API, *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
@@ -382,6 +453,10 @@ def test_export_again_in_bfloat16_without_the_serving_api_adds_a_bfloat16_versio
     for name in ("translator", "translator_ids"):
         assert sorted(os.listdir(os.path.join(out, "saved_model", name))) == ["1", "2"]
     assert f"saved_model\t{os.path.join(out, 'saved_model', 'translator', '2')}" in result.stdout.splitlines()
+    assert "tflite" not in result.stdout and not [name for name in os.listdir(out) if name.endswith(".tflite")]
+    with open(os.path.join(out, "translator.json"), encoding="utf-8") as f:
+        metadata = json.load(f)
+    assert metadata["models"] == {} and metadata["saved_model_dtype"] == "bfloat16"
 
     def warmup(version):
         path = os.path.join(out, "saved_model", "translator", version, "assets.extra", "tf_serving_warmup_requests")
@@ -423,12 +498,16 @@ def test_the_export_records_its_model_dir_and_passes_its_own_check(exported, cap
 
 
 def test_an_artifact_with_other_weights_fails_the_check_in_one_line(exported, tmp_path, capsys):
+    """An export of one artifact, the ids SavedModel, with other weights: it meets the contract
+    (servable), and the check fails in one line naming it. That every good artifact passes (the
+    same 8 test pairs) is the test above's, which runs the whole check; its other artifacts here
+    would only repeat that."""
     model_dir, out = exported.model_dir, exported.out
     damaged = str(tmp_path / "export")
-    shutil.copytree(out, damaged)
-    [version] = os.listdir(os.path.join(damaged, "saved_model", "translator_ids"))
+    os.makedirs(os.path.join(damaged, "saved_model", "translator_ids"))
+    shutil.copy(os.path.join(out, "translator.json"), damaged)  # the model dir to check against
+    [version] = os.listdir(os.path.join(out, "saved_model", "translator_ids"))
     path = os.path.join(damaged, "saved_model", "translator_ids", version)
-    shutil.rmtree(path)
     untrained = Transformer(ModelDir(model_dir).read()["model"])  # servable, same shapes, wrong weights
     untrained.build()
     TranslationModule(untrained).save(path)

@@ -152,6 +152,13 @@ def _add_export(subparsers):
         "--quantization", help="with --format ctranslate2: weight type, e.g. int8, float16 (default float32)"
     )
     p.add_argument("--name", default="translator", help="model name in TF Serving (default translator)")
+    p.add_argument(
+        "--no-tflite",
+        dest="tflite",
+        action="store_false",
+        help="the SavedModels only (for TF Serving; about half the time): no TFLite model, and none left from an "
+        "earlier export into OUT",
+    )
     p.add_argument("--checkpoint", default="latest", help=CHECKPOINT_HELP)
     add_decoding_flags(p, exclude=("batch_size",))
     p.add_argument(
@@ -438,7 +445,14 @@ def _export(args):
         from keras_transformer.exporters.tensorflow import export_tensorflow
 
         paths = export_tensorflow(
-            model, tokenizer, args.out, args.name, decoding(args), log=_log, model_dirs=args.model_dir
+            model,
+            tokenizer,
+            args.out,
+            args.name,
+            decoding(args),
+            log=_log,
+            model_dirs=args.model_dir,
+            tflite=args.tflite,
         )
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")

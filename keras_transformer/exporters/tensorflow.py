@@ -14,6 +14,11 @@
     OUT/tokenizer.model              the SentencePiece model, to tokenize and detokenize on a device
     OUT/translator.json              what a device needs besides the models (`tflite_metadata`)
 
+`tflite=False` (`export --no-tflite`) writes the SavedModels, the tokenizer and translator.json
+only (its `models` then empty), for a deployment to TF Serving alone: the three TFLite
+conversions are about half of an export's time. TFLite models that an earlier export wrote to
+OUT are removed then, since they would not be the served version's.
+
 N is the next version number under each SavedModel's base path: TF Serving serves the highest,
 so exporting again into the same OUT rolls the served model forward (the TFLite files are
 replaced). The TFLite models take any batch and length: resize the input tensor, then allocate.
@@ -99,17 +104,25 @@ def write_warmup_requests(path: str, model_name: str, signature: str, inputs: di
         writer.write(prediction_log(model_name, signature, inputs))
 
 
+TFLITE_MODELS = {"ids": "translator.tflite", "ids_int8": "translator_int8.tflite", "text": "translator_text.tflite"}
+
+
 def tflite_metadata(
-    config, decoding: DecodingConfig, model_dirs: Sequence[str] = (), lang_ids: dict[str, int] | None = None
+    config,
+    decoding: DecodingConfig,
+    model_dirs: Sequence[str] = (),
+    lang_ids: dict[str, int] | None = None,
+    tflite: bool = True,
 ) -> dict:
     """`OUT/translator.json`: what a device needs besides the TFLite models: the input limit, the
     reserved ids, the search the models run (every `DecodingConfig` field), and the steps around
     them; also the SavedModels' dtype and the model dir exported (for `export --check`), and a
-    multilingual model's target-language ids (`lang_ids`), which a device puts first in source_ids."""
+    multilingual model's target-language ids (`lang_ids`), which a device puts first in source_ids;
+    without `tflite` (an export of SavedModels only), `models` is empty."""
     multilingual = {"target_lang_ids": dict(lang_ids)} if lang_ids else {}
     return {
         **multilingual,
-        "models": {"ids": "translator.tflite", "ids_int8": "translator_int8.tflite", "text": "translator_text.tflite"},
+        "models": dict(TFLITE_MODELS) if tflite else {},
         "tokenizer": "tokenizer.model",
         "vocab_size": config.vocab_size,
         "max_length": config.max_length,
@@ -178,6 +191,7 @@ def export_tensorflow(
     decoding: DecodingConfig | None = None,
     log=print,
     model_dirs: Sequence[str] = (),
+    tflite: bool = True,
     **overrides,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding with `decoding` and
@@ -190,7 +204,8 @@ def export_tensorflow(
     float32 (and int8 weights), never with XLA (`tflite_decoding`). `model` may be an `Ensemble`
     (`inference/ensemble.py`): every artifact then runs the ensemble's search. `model_dirs`: the
     model directory exported, recorded in translator.json so that `export --check` can compare
-    the artifacts' translations with its checkpoint's."""
+    the artifacts' translations with its checkpoint's. `tflite=False`: no TFLite model (and
+    none left from an earlier export into `out`); the returned paths then have no TFLite key."""
     decoding = (decoding or DecodingConfig()).replace(**overrides)
     served = functools.partial(beam_search, decoding=decoding)
     decode = functools.partial(beam_search, decoding=tflite_decoding(decoding))
@@ -199,12 +214,13 @@ def export_tensorflow(
     paths = {
         "saved_model": saved_model_dir(out, name, version),
         "saved_model_ids": ids_saved_model_dir(out, name, version),
-        "tflite": os.path.join(out, "translator.tflite"),
-        "tflite_int8": os.path.join(out, "translator_int8.tflite"),
-        "tflite_text": os.path.join(out, "translator_text.tflite"),
+        "tflite": os.path.join(out, TFLITE_MODELS["ids"]),
+        "tflite_int8": os.path.join(out, TFLITE_MODELS["ids_int8"]),
+        "tflite_text": os.path.join(out, TFLITE_MODELS["text"]),
         "tokenizer": os.path.join(out, "tokenizer.model"),
         "metadata": os.path.join(out, METADATA),
     }
+    tflite_keys = ("tflite", "tflite_int8", "tflite_text")
     os.makedirs(out, exist_ok=True)
     log(f"writing the SavedModel {paths['saved_model']}")
     texts = np.array(WARMUP_TEXTS, dtype=object)
@@ -212,16 +228,24 @@ def export_tensorflow(
     _save_version(TranslationModule(served_model, tokenizer, served, decoding=decoding), paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
     _save_version(TranslationModule(served_model, decode=served), paths["saved_model_ids"])
-    log("converting to TFLite (builtin ops only) and int8")
-    ids_models = tflite_models(TranslationModule(model, decode=decode).translate_ids, IDS_SPEC, quantize=(False, True))
-    log("converting the text TFLite model (tensorflow-text tokenizer op)")
-    lite_text = TranslationModule(model, tokenizer, decode, lite_text=True)
-    text_model = tflite_models(lite_text.translate_text_to_ids, TEXT_SPEC, custom_ops=True)[0]
-    for key, flatbuffer in zip(("tflite", "tflite_int8", "tflite_text"), (*ids_models, text_model)):
-        with open(paths[key], "wb") as f:
-            f.write(flatbuffer)
+    if tflite:
+        log("converting to TFLite (builtin ops only) and int8")
+        lite_ids = TranslationModule(model, decode=decode).translate_ids
+        ids_models = tflite_models(lite_ids, IDS_SPEC, quantize=(False, True))
+        log("converting the text TFLite model (tensorflow-text tokenizer op)")
+        lite_text = TranslationModule(model, tokenizer, decode, lite_text=True)
+        text_model = tflite_models(lite_text.translate_text_to_ids, TEXT_SPEC, custom_ops=True)[0]
+        for key, flatbuffer in zip(tflite_keys, (*ids_models, text_model)):
+            with open(paths[key], "wb") as f:
+                f.write(flatbuffer)
+    else:
+        for key in tflite_keys:
+            path = paths.pop(key)
+            if os.path.isfile(path):  # an earlier export's: not of the version just written
+                log(f"removing the earlier export's {path}")
+                os.remove(path)
     tokenizer.save(paths["tokenizer"])
     with open(paths["metadata"], "w", encoding="utf-8") as f:
-        json.dump(tflite_metadata(model.config, decoding, model_dirs, tokenizer.lang_ids), f, indent=2)
+        json.dump(tflite_metadata(model.config, decoding, model_dirs, tokenizer.lang_ids, tflite), f, indent=2)
         f.write("\n")
     return paths
