@@ -29,10 +29,9 @@ from flops import FLOPS_FORMULA, matmul_rate, model_flops_per_step
 
 
 def build_ours(workload, jit_compile: bool, mixed_precision: bool = False, strategy=None):
-    """Our Transformer, compiled and built exactly as `keras-transformer train` does it
-    (`training.trainer._build`: under `strategy`'s scope, in its mixed-precision policy, the model
-    and its optimizer built before the first step, so that the step is traced once, not twice to
-    create the variables)."""
+    """Our Transformer, compiled exactly as `keras-transformer train` does it (`training.trainer._build`:
+    under `strategy`'s scope, in its mixed-precision policy; `compile_model` builds the model and
+    its optimizer before the first step)."""
     import tensorflow as tf
 
     from keras_transformer import TrainingConfig, Transformer
@@ -45,8 +44,6 @@ def build_ours(workload, jit_compile: bool, mixed_precision: bool = False, strat
         dtype = mixed_precision_policy(strategy) if mixed_precision else None
         model = compile_model(Transformer(workload.config, dtype=dtype), training)
         model.jit_compile = jit_compile
-        model.build()
-        model.optimizer.build(model.trainable_variables)
     return model
 
 

@@ -12,8 +12,8 @@ BENCH = pathlib.Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
 # Tiny benchmark runs in this process. Tracing dominates: a decode runner takes seconds, a
-# training benchmark ~8 CPU-s per model and input shape traced (our model is built with its
-# optimizer first, as `train` builds it: ~17 s when the first step creates the variables), and a
+# training benchmark ~8 CPU-s per model and input shape traced (`compile_model` builds the model
+# and its optimizer first: ~17 s when the first step creates the variables), and a
 # process of its own ~5 CPU-s to import TensorFlow, so each runs the fewest shapes, steps and
 # processes that exercise its code.
 pytestmark = pytest.mark.slow
