@@ -7,7 +7,7 @@ DEMO_DIR ?= runs/demo
 DEMO_BUDGET ?= 6m
 DEMO_EXPORT ?= $(DEMO_DIR)-export
 # Test processes: most of a test's time is single-threaded tracing, so two processes on two
-# cores take ~9 minutes where one takes ~15-17. A file's tests share a process (its fixtures);
+# cores take about half as long as one (~20 minutes here: bench/RESULTS.md). A file's tests share a process (its fixtures);
 # files are handed out in the order tests/conftest.py sorts them (the most slow tests first).
 TEST_WORKERS ?= 2
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder

@@ -61,7 +61,6 @@ def test_notebook_has_its_badge_and_a_pinned_install_cell(name):
     assert "except ImportError:" in install  # a local checkout (the suite) is used as installed
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
 def _requirement_name(requirement: str) -> str:
     return re.split(r"[<>=!~\[; @]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
