@@ -4,6 +4,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import collections  # noqa: E402
+import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
@@ -107,28 +108,40 @@ def fingerprint(directory: pathlib.Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="session")
-def trained(tmp_path_factory):
-    """A tiny model trained once per test run by the CLI, shared read-only by every test (and every
-    pytest-xdist worker: the first one trains under a file lock, the others wait for it). A test that
-    writes into a model dir copies it first (shutil.copytree); a write into this one fails the run."""
+@contextlib.contextmanager
+def shared_run(tmp_path_factory, name: str, make):
+    """The directory `name` of this test run, whose `model` dir `make(root)` writes once (the first
+    pytest-xdist worker, under a file lock; the others wait for it), yielded to be read only: a
+    write into `model` fails the run. A test that writes into it copies it first (shutil.copytree)."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the run's directory, above every worker's own
-    root = base / "trained"
+    root = base / name
     with FileLock(str(root) + ".lock"):
         if not (root / "fingerprint.json").exists():
-            result = run_cli("train", "--data", str(FIXTURE), "--model-dir", str(root / "model"), *TRAINED_FLAGS)
-            assert result.returncode == 0, result.stderr
-            (root / "stdout").write_text(result.stdout, encoding="utf-8")
-            (root / "stderr").write_text(result.stderr, encoding="utf-8")
+            root.mkdir(exist_ok=True)
+            make(root)
             (root / "fingerprint.json").write_text(json.dumps(fingerprint(root / "model")), encoding="utf-8")
     expected = json.loads((root / "fingerprint.json").read_text(encoding="utf-8"))
-    printed = [(root / name).read_text(encoding="utf-8") for name in ("stdout", "stderr")]
-    run = TrainedRun(str(root / "model"), *printed)
-    assert fingerprint(root / "model") == expected, f"a test wrote into the shared model dir {run.model_dir}"
-    yield run
-    assert fingerprint(root / "model") == expected, f"a test wrote into the shared model dir {run.model_dir}"
+    message = f"a test wrote into the shared model dir {root / 'model'}"
+    assert fingerprint(root / "model") == expected, message
+    yield root
+    assert fingerprint(root / "model") == expected, message
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """A tiny model trained once per test run by the CLI, shared read-only by every test (`shared_run`)."""
+
+    def make(root):
+        result = run_cli("train", "--data", str(FIXTURE), "--model-dir", str(root / "model"), *TRAINED_FLAGS)
+        assert result.returncode == 0, result.stderr
+        (root / "stdout").write_text(result.stdout, encoding="utf-8")
+        (root / "stderr").write_text(result.stderr, encoding="utf-8")
+
+    with shared_run(tmp_path_factory, "trained", make) as root:
+        printed = [(root / name).read_text(encoding="utf-8") for name in ("stdout", "stderr")]
+        yield TrainedRun(str(root / "model"), *printed)
 
 
 @pytest.fixture(scope="session")
@@ -193,30 +206,21 @@ class OnePairRun:
 @pytest.fixture(scope="session")
 def one_pair_run(tmp_path_factory):
     """`keras-transformer train --data ONE_PAIR ONE_PAIR_FLAGS` (4 steps, 2 epochs) run once per test
-    run, in-process (`main`), shared read-only as `trained` is (and between pytest-xdist workers)."""
-    import contextlib
+    run, in-process (`main`), shared read-only as `trained` is (`shared_run`)."""
     import io
 
     from keras_transformer.cli.main import main
 
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    root = base / "one-pair"
-    data, model_dir = root / "one-pair.tsv", root / "model"
-    with FileLock(str(root) + ".lock"):
-        if not (root / "fingerprint.json").exists():
-            root.mkdir(exist_ok=True)
-            pair = FIXTURE.read_text(encoding="utf-8").splitlines()[5]
-            data.write_text((pair + "\n") * 200, encoding="utf-8")
-            out, err = io.StringIO(), io.StringIO()
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                status = main(["train", "--data", str(data), "--model-dir", str(model_dir), *ONE_PAIR_FLAGS])
-            assert status == 0, err.getvalue()[-3000:]
-            (root / "output").write_text(out.getvalue() + err.getvalue(), encoding="utf-8")
-            (root / "fingerprint.json").write_text(json.dumps(fingerprint(model_dir)), encoding="utf-8")
-    expected = json.loads((root / "fingerprint.json").read_text(encoding="utf-8"))
-    run = OnePairRun(str(data), str(model_dir), (root / "output").read_text(encoding="utf-8"))
-    assert fingerprint(model_dir) == expected, f"a test wrote into the shared model dir {run.model_dir}"
-    yield run
-    assert fingerprint(model_dir) == expected, f"a test wrote into the shared model dir {run.model_dir}"
+    def make(root):
+        pair = FIXTURE.read_text(encoding="utf-8").splitlines()[5]
+        (root / "one-pair.tsv").write_text((pair + "\n") * 200, encoding="utf-8")
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(
+                ["train", "--data", str(root / "one-pair.tsv"), "--model-dir", str(root / "model"), *ONE_PAIR_FLAGS]
+            )
+        assert status == 0, err.getvalue()[-3000:]
+        (root / "output").write_text(out.getvalue() + err.getvalue(), encoding="utf-8")
+
+    with shared_run(tmp_path_factory, "one-pair", make) as root:
+        yield OnePairRun(str(root / "one-pair.tsv"), str(root / "model"), (root / "output").read_text(encoding="utf-8"))
