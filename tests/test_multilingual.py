@@ -155,6 +155,25 @@ def test_translate_and_evaluate_take_the_target_language(multilingual, capsys):
     assert f"reference:  {french_test[1][0]}" in out
 
 
+def test_score_takes_the_target_language(multilingual, translator, tmp_path, capsys):
+    """`score` reads the sources as `translate` does: with `target_lang` (`--target-lang`) as with
+    the language's token in the text; a multilingual model needs one of the two."""
+    sources, targets = SOURCES[:2], ["Jesus weinte.", "Amen."]
+    french = translator.score(sources, targets, target_lang="fr")
+    assert french == translator.score([f"<2fr> {s}" for s in sources], targets)
+    assert [s.log_prob for s in french] != [s.log_prob for s in translator.score(sources, targets, target_lang="de")]
+    with pytest.raises(ValueError, match=r"multilingual model translates into de, fr: pass a target language"):
+        translator.score(sources, targets)
+    data = tmp_path / "pairs.tsv"
+    data.write_text("".join(f"{s}\t{t}\n" for s, t in zip(sources, targets)), encoding="utf-8")
+    assert main(["score", "--model-dir", multilingual, "--data", str(data), "--target-lang", "fr"]) == 0
+    printed = [float(line.split("\t")[1]) for line in capsys.readouterr().out.splitlines()]
+    trained = Translator.from_model_dir(multilingual).score(sources, targets, target_lang="fr")
+    np.testing.assert_allclose(printed, [score.log_prob for score in trained], atol=1e-5)
+    assert main(["score", "--model-dir", multilingual, "--data", str(data)]) == 2
+    assert "error: this multilingual model translates into de, fr: pass a target language" in capsys.readouterr().err
+
+
 def test_the_saved_model_translates_each_sentence_into_its_language(scrambled, translator, tmp_path):
     model, tokenizer = scrambled
     path = str(tmp_path / "saved_model")

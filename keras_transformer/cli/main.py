@@ -114,6 +114,7 @@ def _add_score(subparsers):
     )
     p.add_argument("--model-dir", required=True)
     p.add_argument("--data", metavar="FILE", help="SOURCE<TAB>TARGET lines (default: stdin)")
+    _add_target_lang(p, "the language of the targets")
     excluded = tuple(f.name for f in dataclasses.fields(DecodingConfig) if f.name not in SCORING_FIELDS)
     _add_decoding(p, exclude=excluded)
 
@@ -336,7 +337,7 @@ def _score(args):
             raise DataError(f"{where}:{number}: expected SOURCE<TAB>TARGET, got {line.count(chr(9)) + 1} fields")
         pairs.append(line.split("\t"))
     sources, targets = [source for source, _ in pairs], [target for _, target in pairs]
-    for result in translator.score(sources, targets):
+    for result in translator.score(sources, targets, target_lang=args.target_lang):
         print(f"{result.score:.6f}\t{result.log_prob:.6f}\t{result.tokens}")
 
 

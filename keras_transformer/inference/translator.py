@@ -74,7 +74,7 @@ class Translator:
     list of phrases for every text, or one list per text ([] for none).
     `model` may be an `Ensemble` of models that share `tokenizer`.
 
-    `target_lang` (of `translate`, `translate_nbest`): a multilingual model's target language for
+    `target_lang` (of `translate`, `translate_nbest`, `score`): a multilingual model's target language for
     every text (a str), or one per text (a list); it puts that language's piece before each text
     (`SubwordTokenizer.tagged`: "<2fr> Jesus wept."), which a text may also carry itself. A
     multilingual model needs one of the two; an unknown language is a `ValueError`.
@@ -143,13 +143,14 @@ class Translator:
         )
         return result.ids, result.scores
 
-    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
+    def score(self, sources: Sequence[str], targets: Sequence[str], target_lang=None) -> list[Score]:
         """The score of each (source, target) pair under the model (`scoring.py`): the sum of the
         target's token log-probabilities, EOS included, and that over the length penalty of
-        `decoding.alpha`; sources as `translate` reads them, targets cut to max_length - 1 tokens."""
+        `decoding.alpha`; sources as `translate` reads them (`target_lang` too), targets cut to
+        max_length - 1 tokens."""
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-        sources, targets = list(sources), list(targets)
+        sources, targets = self._with_language(list(sources), target_lang), list(targets)
         source_rows, target_rows = self.source_ids(sources) if sources else [], self.target_ids(targets)
         order = sorted(range(len(sources)), key=lambda i: (len(source_rows[i]), len(target_rows[i])))
         scores: list[Score | None] = [None] * len(sources)
