@@ -1,18 +1,19 @@
 # keras-transformer: `make demo` trains, translates and evaluates on the embedded Bible EN-DE;
-# `make test` runs the test suite. Both create .venv and install into it first.
+# `make test` runs the test suite but its slow end-to-end tests, which `make test-slow` runs (CI runs
+# both). Each creates .venv and installs into it first.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= runs/demo
 DEMO_BUDGET ?= 6m
 DEMO_EXPORT ?= $(DEMO_DIR)-export
-# Test processes: most of a test's time is single-threaded tracing, so two processes on two
-# cores take about half as long as one (~20 minutes here: bench/RESULTS.md). A file's tests share a process (its fixtures);
-# files are handed out in the order tests/conftest.py sorts them (the most slow tests first).
+# Test processes: most of a test's time is single-threaded tracing, so two processes on two cores
+# take about half as long as one. A file's tests share a process (its fixtures); files are handed
+# out in the order tests/conftest.py sorts them (the heaviest first).
 TEST_WORKERS ?= 2
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: demo test test-fast lint install install-dev clean
+.PHONY: demo test test-slow lint install install-dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,16 +43,19 @@ demo: install
 	$(BIN)/keras-transformer export --model-dir $(DEMO_DIR) --out $(DEMO_EXPORT)
 	$(BIN)/keras-transformer export --check $(DEMO_EXPORT)
 
+# `make test`: every test but those marked `slow`, under 10 minutes with the install on 2 cores
+# (bench/RESULTS.md). `make test-slow`: the end-to-end ones, which run the README's examples, the
+# notebooks, the command line in processes of its own, exports, several workers and bench/.
 # KT_TEST_CPU=cpu.jsonl make test: one JSON line per test, its CPU seconds (tests/conftest.py's recorder).
 test: install-dev lint
-	$(BIN)/python -m pytest -q $(PYTEST_XDIST) --durations=10
+	$(BIN)/python -m pytest -q $(PYTEST_XDIST) -m "not slow" --durations=10
+
+test-slow: install-dev
+	$(BIN)/python -m pytest -q $(PYTEST_XDIST) -m slow --durations=10
 
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-
-test-fast: install-dev
-	$(BIN)/python -m pytest -q $(PYTEST_XDIST) -m "not slow"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -3,7 +3,6 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import collections  # noqa: E402
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import hashlib  # noqa: E402
@@ -25,12 +24,19 @@ TINY_TRAINING = ["--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "5
 TRAINED_FLAGS = ["--max-steps", "30", "--bleu-every-epochs", "2", *TINY_TRAINING, "--steps-per-epoch", "15"]
 
 
+# The files of most CPU seconds in `make test` and in `make test-slow` (KT_TEST_CPU's figures on the
+# 2-core machine, 2026-12-01), heaviest first.
+HEAVY_FILES = ("test_bench", "test_export", "test_readme", "test_notebooks", "test_constraints", "test_faults")
+HEAVY_FILES += ("test_distribute", "test_ensemble", "test_resume", "test_workflows", "test_beam_search", "test_cli")
+HEAVY_FILES += ("test_serving", "test_multilingual", "test_ctranslate2", "test_alignment")
+
+
 def pytest_collection_modifyitems(items):
-    """Files with the most slow tests first (a file's tests keep their order): with `--dist loadfile
+    """The heavy files first (a file's tests keep their order): with `--dist loadfile
     --no-loadscope-reorder` (the Makefile's) the workers start on the long files and end on short
     ones, instead of one worker running a long file alone at the end."""
-    slow = collections.Counter(item.path for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[item.path])
+    rank = {name: i for i, name in enumerate(HEAVY_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
 
 
 def _cpu_seconds() -> float:

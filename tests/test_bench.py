@@ -15,8 +15,8 @@ sys.path.insert(0, str(BENCH))
 # training benchmark ~8 CPU-s per model and input shape traced (`compile_model` builds the model
 # and its optimizer first: ~17 s when the first step creates the variables), and a
 # process of its own ~5 CPU-s to import TensorFlow, so each runs the fewest shapes, steps and
-# processes that exercise its code.
-pytestmark = pytest.mark.slow
+# processes that exercise its code. A test that runs a benchmark is `slow` (`make test-slow`); the
+# checks of its arithmetic and settings are not.
 
 
 def run_main(module_name, argv, capsys):
@@ -38,6 +38,7 @@ def test_model_flops_match_the_issue_figures():
     assert model_flops_per_step(medium.config, 64, 32, 32) == 6 * 7_553_024 * 2048 + 12 * 3 * 64 * 256 * 3 * 32**2
 
 
+@pytest.mark.slow
 def test_train_throughput(capsys):
     line = run_main(
         "train_throughput", ["--workload", "tiny", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys
@@ -48,6 +49,7 @@ def test_train_throughput(capsys):
     )
 
 
+@pytest.mark.slow
 def test_gpu_check_is_train_throughput_with_the_gpu_settings():
     """gpu_check.sh's dry run on a CPU: MirroredStrategy on the one device, mixed precision (bf16
     here), XLA; MFU against the matmul rate in the compute dtype."""
@@ -134,6 +136,7 @@ def test_decode_compare_refuses_bfloat16_under_the_avx2_caps(capsys):
     assert "python_bfloat16" in decode_compare.parse_args(["forced"]).runners
 
 
+@pytest.mark.slow
 def test_decode_compare_forced_runs_every_runner_in_its_own_process(capsys):
     """Every runner's beam search on the fixed work, each in a worker, under the AVX2 caps (which
     every library must accept). One sentence: the batch and its first sentence are one input
@@ -156,6 +159,7 @@ def test_decode_compare_forced_runs_every_runner_in_its_own_process(capsys):
     assert line["systems"]["keras_hub"]["alpha"] is None and line["systems"]["python"]["alpha"] == 0.6
 
 
+@pytest.mark.slow
 def test_decode_compare_forced_greedy(capsys, in_process_workers):
     argv = ["forced", *DECODE_WORK, "--search", "greedy", "--runners", "python", "ctranslate2", "--rounds", "1"]
     line = run_main("decode_compare", argv, capsys)
@@ -164,6 +168,7 @@ def test_decode_compare_forced_greedy(capsys, in_process_workers):
     assert line["isa"] == "native" and line["isa_caps"] == {} and line["load_after"]
 
 
+@pytest.mark.slow
 def test_decode_compare_verses_with_bfloat16(capsys, trained, in_process_workers):
     """Every verses system, its workers in this process. Two verses: the workers' warm-up
     translates two, so the timed round traces and compiles nothing new."""
@@ -182,6 +187,7 @@ def test_decode_compare_verses_with_bfloat16(capsys, trained, in_process_workers
         assert line["systems"][same]["bleu"] == ours["bleu"]
 
 
+@pytest.mark.slow
 def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, trained):
     line = run_main("search_steps", ["--model-dir", trained.model_dir, "--limit", "3", "--beam-size", "2"], capsys)
     for counts in line["rules"].values():  # 3 sentences x 2 hypotheses at most, per step
@@ -191,6 +197,7 @@ def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, trained):
     assert line["exact_over_patience_1"]["hypothesis_steps"] == round(ratio, 3)
 
 
+@pytest.mark.slow
 def test_compare(capsys):
     line = run_main(
         "compare",
@@ -200,6 +207,7 @@ def test_compare(capsys):
     assert set(line["systems"]) == {"ours", "keras_hub"} and line["speedup_ours_over_keras_hub"] > 0
 
 
+@pytest.mark.slow
 def test_seed_parallelism(capsys, tmp_path):
     png = tmp_path / "plot.png"
     argv = [
@@ -220,6 +228,7 @@ def test_seed_parallelism(capsys, tmp_path):
     assert [row["length"] for row in line["rows"]] == [4] and png.stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_input_pipeline(capsys):
     from conftest import FIXTURE
 
@@ -228,6 +237,7 @@ def test_input_pipeline(capsys):
     assert line["tgt_tokens_per_s"] > 0 and line["cores_for_1m_tgt_tokens_per_s"] > 0 and line["max_length"] == 256
 
 
+@pytest.mark.slow
 def test_data_memory(capsys, tmp_path):
     import data_memory
     from conftest import FIXTURE
@@ -239,6 +249,7 @@ def test_data_memory(capsys, tmp_path):
     assert run["peak_rss_mb"] > 100 and 0 < run["first_step_s"] < run["total_s"]
 
 
+@pytest.mark.slow
 def test_profile_decode_splits_a_step(capsys, tmp_path):
     argv = ["--models", "tiny", "--batches", "1", "2", "--source-length", "5", "--generate", "3"]
     line = run_main("profile_decode", argv + ["--logdir", str(tmp_path), "--ceiling-size", "256"], capsys)
@@ -266,6 +277,7 @@ def test_decode_step_flops_by_hand():
     assert decode_step_flops(config, 2, 5, 3) == 2 * 2 * (384 + 256 + 800 + 128)
 
 
+@pytest.mark.slow
 def test_alignment_names_counts_the_names_of_source_and_output(capsys, trained):
     import alignment_names
 
@@ -278,6 +290,7 @@ def test_alignment_names_counts_the_names_of_source_and_output(capsys, trained):
         assert 0 <= layer["aligned"] <= layer["names_in_source_and_output"]
 
 
+@pytest.mark.slow
 def test_score_compare(capsys, trained):
     line = run_main("score_compare", ["--model-dir", trained.model_dir, "--limit", "3", "--rounds", "1"], capsys)
     assert line["pairs"] == 3 and set(line["systems"]) == {"ours", "ctranslate2"}
@@ -285,6 +298,7 @@ def test_score_compare(capsys, trained):
     assert 0 <= line["max_abs_log_prob_difference"] < 1.0
 
 
+@pytest.mark.slow
 def test_constraints_puts_every_phrase_in_the_outputs(capsys, trained):
     line = run_main("constraints", ["--model-dir", trained.model_dir, "--limit", "4"], capsys)
     assert line["verses"] == 4 and line["phrases"] >= 4 and line["inclusion_share"] == 1.0

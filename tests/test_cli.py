@@ -73,7 +73,6 @@ def test_native_log_messages_are_dropped_and_everything_else_kept():
     assert drop_native_logs(b"more of it\n", dropping=True) == (b"", True)  # a message carried over a read
 
 
-@pytest.mark.slow
 def test_train_writes_a_complete_model_dir(trained):
     model_dir, result = trained.model_dir, trained  # conftest's `train --data FIXTURE TRAINED_FLAGS`
     assert sorted(os.listdir(model_dir)) == ["best", "checkpoints", "config.json", "logs", "tokenizer.model"]
@@ -102,7 +101,6 @@ def test_training_again_resumes(trained, tmp_path, capsys):
     assert os.path.exists(os.path.join(model_dir, "checkpoints", "ckpt-45.index"))
 
 
-@pytest.mark.slow
 def test_translate_arguments_and_stdin(trained, capsys, monkeypatch):
     model_dir = trained.model_dir
     status, out, err = run_here(
@@ -137,7 +135,6 @@ def test_evaluate_prints_sacrebleu_scores(trained):
     assert result.stdout.startswith("source:")
 
 
-@pytest.mark.slow
 def test_translate_nbest(trained, capsys):
     argv = ["translate", "--model-dir", trained.model_dir, "--beam-size", "3", "--nbest", "2", "Jesus wept.", ""]
     status, out, err = run_here(capsys, *argv)
@@ -176,7 +173,6 @@ def test_patience_and_dtype_reach_the_translator(capsys, trained):
     assert (scores["patience"], scores["dtype"]) == (2.0, "bfloat16")
 
 
-@pytest.mark.slow
 def test_nbest_above_the_beam_size_is_refused(capsys, trained):
     message = error_of(capsys, "translate", "--model-dir", trained.model_dir, "--beam-size", "2", "--nbest", "3", "hi")
     assert "nbest must be between 1 and the beam size 2, got 3" in message
@@ -214,20 +210,17 @@ def test_missing_model_dir(capsys, tmp_path):
     assert "no such model directory" in error_of(capsys, "translate", "--model-dir", str(tmp_path / "none"), "hi")
 
 
-@pytest.mark.slow
 def test_model_dir_of_another_config_is_refused(capsys, trained, tmp_path):
     message = error_of(capsys, "train", "--data", str(FIXTURE), "--model-dir", trained.model_dir, "--preset", "small")
     assert "holds a model with another architecture" in message and "d_model: stored 64 != requested 128" in message
 
 
-@pytest.mark.slow
 def test_model_dir_of_another_vocabulary_is_refused(capsys, trained):
     args = [a if a != "300" else "400" for a in TINY]  # --vocab-size 400
     message = error_of(capsys, "train", "--data", str(FIXTURE), "--model-dir", trained.model_dir, *args)
     assert "vocabulary learned for vocab_size 300, not 400" in message
 
 
-@pytest.mark.slow
 def test_corrupt_checkpoint(capsys, trained, tmp_path):
     model_dir = str(tmp_path / "model")
     shutil.copytree(trained.model_dir, model_dir)
@@ -239,7 +232,6 @@ def test_corrupt_checkpoint(capsys, trained, tmp_path):
     assert "cannot restore checkpoint" in error_of(capsys, "translate", "--model-dir", model_dir, "hi")
 
 
-@pytest.mark.slow
 def test_corrupt_config(capsys, trained, tmp_path):
     model_dir = str(tmp_path / "model")
     shutil.copytree(trained.model_dir, model_dir)
@@ -355,7 +347,6 @@ def test_data_flags_make_the_data_config(monkeypatch, tmp_path):
     )
 
 
-@pytest.mark.slow
 def test_evaluate_data_scores_the_whole_file(trained, capsys, tmp_path):
     data = tmp_path / "forty.tsv"
     data.write_text("".join(FIXTURE.read_text(encoding="utf-8").splitlines(keepends=True)[:40]), encoding="utf-8")

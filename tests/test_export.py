@@ -480,6 +480,7 @@ def test_export_again_in_bfloat16_without_the_serving_api_adds_a_bfloat16_versio
 # export --check: every artifact's translations of held-out pairs against the checkpoint's.
 
 
+@pytest.mark.slow
 def test_the_export_records_its_model_dir_and_passes_its_own_check(exported, capsys):
     """Also the serving contract check's verdict, with the default sample (100: all 8 test pairs)."""
     model_dir, out = exported.model_dir, exported.out
@@ -497,6 +498,7 @@ def test_the_export_records_its_model_dir_and_passes_its_own_check(exported, cap
             assert verdict.startswith("100% identical, BLEU"), (artifact, verdict)
 
 
+@pytest.mark.slow
 def test_an_artifact_with_other_weights_fails_the_check_in_one_line(exported, tmp_path, capsys):
     """An export of one artifact, the ids SavedModel, with other weights: it meets the contract
     (servable), and the check fails in one line naming it. That every good artifact passes (the

@@ -405,6 +405,7 @@ def test_no_checkpoint_that_restores_is_one_line_in_a_terminal(copy_of):
     assert line.startswith(f"keras-transformer: error: cannot restore checkpoint {model_dir}/checkpoints/ckpt-20: ")
 
 
+@pytest.mark.slow
 def test_a_nan_loss_is_one_line_in_a_terminal(tmp_path):
     flags = ["--learning-rate-scale", "1e30", "--warmup-steps", "1", "--max-steps", "6", "--checkpoint-every", "1"]
     result = cli(*TRAIN_FLAGS, "--model-dir", str(tmp_path / "model"), *flags)

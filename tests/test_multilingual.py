@@ -174,6 +174,7 @@ def test_score_takes_the_target_language(multilingual, translator, tmp_path, cap
     assert "error: this multilingual model translates into de, fr: pass a target language" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_saved_model_translates_each_sentence_into_its_language(scrambled, translator, tmp_path):
     model, tokenizer = scrambled
     path = str(tmp_path / "saved_model")

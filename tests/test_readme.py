@@ -20,7 +20,7 @@ train --help`; `translate` on runs/small (beam 4), on DIR greedy (`--beam-size 1
 `--nbest 4`; `average --last 5`; `evaluate --checkpoint averaged` (the fixture's last 2%: 8 pairs);
 `export --format ctranslate2` (if ctranslate2 is installed). Skipped (SKIPPED_SH; each rule must
 match a README command, and a command no rule matches runs):
-  - `make demo`, `make test`: install into .venv, then train for 6 minutes or run the whole suite;
+  - `make demo`, `make test`: install into .venv, then train for 6 minutes or run the suite;
   - `pip install ...`: installs packages from the internet;
   - `keras-transformer train ...` (all but `train --help`) and `python bench/quality.py`: train for
     30 minutes to 2 hours, or have `...` for their flags (tests/test_cli.py trains on the fixture);
@@ -61,7 +61,7 @@ SKIPPED_PYTHON: dict[str, str] = {}
 
 # Shell commands not run: (regex on the command, reason). Everything else runs.
 SKIPPED_SH = [
-    (r"^make ", "installs into .venv, then trains for 6 minutes (demo) or runs the whole suite (test)"),
+    (r"^make ", "installs into .venv, then trains for 6 minutes (demo) or runs the suite (test)"),
     (r"^pip install ", "installs packages from the internet"),
     (r"keras-transformer train (?!--help)", "trains for 30 minutes to 2 hours, or has `...` for its flags"),
     (r"^python bench/quality\.py ", "trains for 30 minutes"),

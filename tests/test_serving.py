@@ -131,6 +131,7 @@ def test_export_command_needs_a_model_dir_and_an_output(capsys, tmp_path):
     assert "no SavedModel under saved_model/<name>/<version>/" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_savedmodel_decoding_with_xla_gives_the_graphs_translations(served, tmp_path):
     """`export --jit-compile`: the signatures' search compiled by XLA, saved and loaded in a
     fresh object (as TF Serving loads it), translates as the TensorFlow graph does."""

@@ -67,7 +67,6 @@ def test_accumulating_two_equal_micro_batches_is_one_step(float32_steps):
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
-@pytest.mark.slow
 def test_a_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
     config = TransformerConfig.tiny(vocab_size=300, num_layers=1)
     training = TrainingConfig(
