@@ -25,7 +25,9 @@ reshapes, slices and bookkeeping), as `per_op_overhead_ms_per_step`. `flops_per_
 `achieved_gflops`, against the fp32 matmul rate measured here (`flops.matmul_rate`).
 Encoder and setup ops (outside the loop, once per call) are `outside_loop_ms`.
 
-`small` is the `small` preset (vocabulary 8000), `base` the paper's base (32000).
+`small` is the `small` preset (vocabulary 8000), `base` the paper's base (32000). Capped at AVX2 on
+an AVX-512 CPU (as `decode_compare.py --isa avx2` caps its workers):
+`ONEDNN_MAX_CPU_ISA=AVX2 python bench/profile_decode.py`; the line's `isa_caps` names the caps set.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ MODELS = {
     "tiny": TransformerConfig.tiny(vocab_size=500),  # smoke test
 }
 PARTS = ("matmul", "attention", "search", "other_model")
+ISA_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "XLA_FLAGS")
 
 
 def part(op_type: str, name: str) -> str:
@@ -189,6 +192,7 @@ def main(argv=None):
             steps=rows,
             logdir=args.logdir,
             load_before=load_before,
+            isa_caps={name: os.environ[name] for name in ISA_CAP_VARIABLES if name in os.environ},
         )
     )
 

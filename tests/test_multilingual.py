@@ -78,6 +78,11 @@ def test_the_tokenizer_encodes_each_language_token_as_one_id(multilingual):
         0,  # a language's token alone: nothing to translate
         0,
     ]
+    # The TFLite text model's ops (no regex): SentencePiece reads "<2fr> x" as "▁", "<2fr>", "▁x"
+    texts = ["<2fr> Jesus wept.", "<2de> In the beginning", "Jesus wept.", "<2fr> ", ""]
+    lite_ids, lite_counts = tokenizer.source_ids(texts, 48, lite=True)
+    ids, counts = tokenizer.source_ids(texts, 48)
+    assert lite_ids.numpy().tolist() == ids.numpy().tolist() and lite_counts.numpy().tolist() == counts.numpy().tolist()
 
 
 def test_each_source_sentence_gets_its_target_languages_token(multilingual):
@@ -198,3 +203,29 @@ def test_the_saved_model_translates_each_sentence_into_its_language(scrambled, t
     unknown = "unknown target language: this model translates into de, fr"
     assert errors[:4] == [""] * 4 and errors[4] == errors[5] == unknown
     assert serve_saved_model(path) == []  # hostile texts and languages, batches 0, 1, 256, as TF Serving runs it
+
+
+@pytest.mark.slow
+def test_the_text_tflite_model_reads_the_language_piece_as_the_saved_model_does(scrambled):
+    """`translator_text.tflite` of a multilingual model: "<2fr> Jesus wept." in, the ids of the
+    search on `tokenize_source`'s input out (the Translator's), for each language."""
+    import tensorflow_text
+    from ai_edge_litert.interpreter import InterpreterWithCustomOps
+
+    from keras_transformer.exporters.signatures import TEXT_SPEC
+    from keras_transformer.exporters.tensorflow import tflite_models
+
+    model, tokenizer = scrambled
+    lite = TranslationModule(model, tokenizer, functools.partial(beam_search, decoding=GREEDY), lite_text=True)
+    flatbuffer = tflite_models(lite.translate_text_to_ids, TEXT_SPEC, custom_ops=True)[0]
+    registrar = tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS
+    runner = InterpreterWithCustomOps(model_content=flatbuffer, custom_op_registerers=registrar)
+    runner = runner.get_signature_runner("serving_default")
+    texts = [tokenizer.tagged([text], lang)[0] for text in SOURCES[:2] for lang in ("de", "fr")]
+    got = runner(text=np.array([t.encode("utf-8") for t in texts], dtype=object))["ids"][:, 0]  # [B, L]
+    source_ids, _ = tokenizer.source_ids(texts, model.config.max_length)
+    want = beam_search(model, source_ids, decoding=GREEDY).ids.numpy()[:, 0]
+    width = max(got.shape[1], want.shape[1])
+    pad = lambda ids: np.pad(ids, [(0, 0), (0, width - ids.shape[1])])  # noqa: E731
+    np.testing.assert_array_equal(pad(got), pad(want))
+    assert (want[0] != want[1]).any()  # the language changes the output: the comparison sees the piece

@@ -72,6 +72,9 @@ class SubwordTokenizer(tf.Module):
             for match in map(_LANG_PIECE.match, pieces)
             if match and processor.encode(match[0])[-1:] == [processor.piece_to_id(match[0])]
         }
+        # What SentencePiece puts before a language's piece at a text's start: the dummy prefix's
+        # "▁" ("<2fr> x" -> "▁", "<2fr>", "▁x"), which `tokenize_source` never gives the model.
+        self._tag_prefix = processor.encode(lang_token(next(iter(self.lang_ids))))[:-1] if self.lang_ids else []
 
     def piece(self, token_id: int) -> str:
         """The string of one vocabulary entry ("▁the", "<2fr>", "<pad>")."""
@@ -201,6 +204,26 @@ class SubwordTokenizer(tf.Module):
         )  # [N, (0|1)]
         return tf.concat([column, tokens], axis=1)  # [N, (len)]
 
+    def _is_lang_id(self, ids):
+        """ids [B] -> [B] bool: a target language's piece (Equal and LogicalOr: TFLite builtins)."""
+        found = tf.zeros_like(ids, tf.bool)
+        for piece_id in self.lang_ids.values():
+            found = found | (ids == piece_id)
+        return found
+
+    def _without_tag_prefix(self, dense, counts):
+        """(dense [B, n], counts [B]) of `tokenize` with the dummy prefix's pieces before a leading
+        target-language piece dropped (`_tag_prefix`): `tokenize_source`'s ids without its regex ops."""
+        k = len(self._tag_prefix)
+        if not k:
+            return dense, counts
+        padded = tf.pad(dense, [[0, 0], [0, k + 1]], constant_values=PAD_ID)  # [B, n + k + 1]
+        led = self._is_lang_id(padded[:, k])  # [B]
+        for i, piece_id in enumerate(self._tag_prefix):
+            led = led & (padded[:, i] == piece_id)
+        shifted = padded[:, k : k + tf.shape(dense)[1]]  # [B, n]
+        return tf.where(led[:, None], shifted, dense), counts - k * tf.cast(led, tf.int32)
+
     def detokenize(self, ids):
         """ids [N, L] int32 -> strings [N]: the tokens before the first EOS or pad; start and
         unknown ids are dropped, and the spaces they leave behind with them."""
@@ -217,15 +240,19 @@ class SubwordTokenizer(tf.Module):
         `tokenize_source`), then EOS, padded; and each string's token count before that cut (0:
         nothing to translate, also for a target-language piece alone). The one rule for every
         translation path. With `lite`, only ops with TFLite kernels besides the tokenizer's, so it
-        runs inside a TFLite model (and a leading target-language piece is plain text there)."""
+        runs inside a TFLite model: there a leading target-language piece must be followed by a
+        space ("<2fr> Jesus wept.", as `tag` writes it) to give `tokenize_source`'s ids."""
         tokens = self.tokenize(strings) if lite else self.tokenize_source(strings)  # [B, (n)]
         counts = tf.cast(tokens.row_lengths(), tf.int32)  # [B]
-        if self.lang_ids and not lite:  # a language's piece alone is nothing to translate
-            first = tokens.to_tensor(default_value=PAD_ID, shape=[None, 1])[:, 0]  # [B]
-            alone = (counts == 1) & tf.reduce_any(first[:, None] == list(self.lang_ids.values()), axis=1)  # [B]
+        dense = tokens.to_tensor(default_value=PAD_ID)  # [B, n]
+        if self.lang_ids and lite:
+            dense, counts = self._without_tag_prefix(dense, counts)
+        if self.lang_ids:  # a language's piece alone is nothing to translate
+            first = tf.pad(dense, [[0, 0], [0, 1]], constant_values=PAD_ID)[:, 0]  # [B]
+            alone = (counts == 1) & self._is_lang_id(first)  # [B]
             counts = tf.where(alone, 0, counts)
         kept = tf.minimum(counts, max_length - 1)  # [B]
-        dense = tokens.to_tensor(default_value=PAD_ID)[:, : max_length - 1]  # [B, n]
+        dense = dense[:, : max_length - 1]  # [B, n]
         width = tf.reduce_max(tf.concat([kept, [0]], axis=0)) + 1
         dense = tf.pad(dense, [[0, 0], [0, width - tf.shape(dense)[1]]], constant_values=PAD_ID)  # [B, n + 1]
         at_end = tf.one_hot(kept, width, on_value=True, off_value=False, dtype=tf.bool)  # [B, n + 1]
