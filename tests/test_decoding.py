@@ -96,3 +96,33 @@ def test_an_empty_source_ends_at_once(model):
     source = np.array([[5, 6, 7, 2], [0, 0, 0, 0]], np.int32)
     result = greedy_search(model, source, length_b=5)
     assert result.ids.shape == (2, 1, 9) and np.count_nonzero(result.ids.numpy()[1]) == 1
+
+
+def test_threads_asking_for_one_compiled_search_at_once_get_one_function(monkeypatch):
+    """A service's thread pool calls a cold `Translator` from every thread: `compiled` hands them
+    one `tf.function`, so the search is traced once, not once per thread that got there first."""
+    import threading
+    import time
+
+    from keras_transformer.inference import decoding
+
+    make = decoding.graph_function
+
+    def slow_graph_function(*args, **kwargs):  # widens the window between the lookup and the store
+        time.sleep(0.05)
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(decoding, "graph_function", slow_graph_function)
+    model = type("Model", (), {})()  # a key of `compiled`'s cache no other test uses (never called)
+    start, got = threading.Barrier(8), []
+
+    def ask():
+        start.wait()
+        got.append(compiled(model, "search", search_beams, decoding=DecodingConfig()))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(got) == 8 and len({id(function) for function in got}) == 1

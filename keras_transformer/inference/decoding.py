@@ -28,6 +28,7 @@ without EOS ends there.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import weakref
 from typing import NamedTuple
 
@@ -336,6 +337,7 @@ def graph_function(function, **options):
 
 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_COMPILING = threading.Lock()
 
 
 SOURCE_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
@@ -345,13 +347,14 @@ def compiled(model, name: str, function, jit_compile: bool = False, inputs=(SOUR
     """`function(model, *inputs, **static)` as a `tf.function` over `inputs` (default: source_ids
     [batch, length] int32), traced once per model, `name` and static arguments (with
     `jit_compile`, compiled by XLA once per input shape)."""
-    functions = _COMPILED.setdefault(model, {})
     key = (name, jit_compile, tuple(sorted(static.items())))
-    if key not in functions:
-        functions[key] = graph_function(
-            lambda *args: function(model, *args, **static), input_signature=list(inputs), jit_compile=jit_compile
-        )
-    return functions[key]
+    with _COMPILING:  # threads' first calls (a service's pool) share one function, so one trace
+        functions = _COMPILED.setdefault(model, {})
+        if key not in functions:
+            functions[key] = graph_function(
+                lambda *args: function(model, *args, **static), input_signature=list(inputs), jit_compile=jit_compile
+            )
+        return functions[key]
 
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)  # XLA compiles once per shape: batches padded to these
