@@ -2,9 +2,9 @@
 (only one process computes at a time). Prints one JSON line:
 
     python bench/decode_compare.py forced [--workload base] [--search beam] [--runners python xla ...]
-        [--rounds 3] [--isa native|avx2]
+        [--rounds 3] [--isa native|avx2] [--intra-threads N]
     python bench/decode_compare.py verses --model-dir runs/demo [--systems python xla ...] [--limit N]
-        [--rounds 3] [--isa native|avx2]
+        [--rounds 3] [--isa native|avx2] [--intra-threads N]
 
 Every system runs in a worker (`decode_worker.py`) started once: it loads its model, warms up
 (tracing, XLA compilation), then times one round per request, so two engines never share a
@@ -14,7 +14,9 @@ OpenMP's default wait policy (`OMP_WAIT_POLICY` is removed from every worker's e
 passive policy makes CTranslate2 ~3x slower on a quiet 2-core machine). Seconds are the median
 over rounds; a load change on this shared machine hits all systems alike, so the ratios are
 robust where absolute figures are not. The record carries the CPU's ISA flags and the load average
-before and after.
+before and after. `--intra-threads N` runs every system on N threads instead (CTranslate2's
+`intra_threads`, TensorFlow's intra-op pool, LiteRT's `num_threads`): on a 2-vCPU machine
+CTranslate2 is ~2x faster on one thread than at its default (bench/RESULTS.md).
 
 `forced`: the fixed work of `decode_runners.py` (base dimensions, seeded random weights, 16
 sentences x 32 source tokens, exactly 64 target tokens per hypothesis, beam 4; and the batch-1
@@ -182,6 +184,7 @@ def forced(args) -> dict:
         settings=settings,
         batch=batch,
         repeats=args.repeats,
+        intra_threads=args.intra_threads,
         pad_id=PAD_ID,
         eos_id=EOS_ID,
     )
@@ -205,6 +208,7 @@ def forced(args) -> dict:
             batch1_latency_s=round(latency_s, 6),
             batch_s_per_round=[round(a["batch_s"], 6) for a in answers[name]],
             batch1_latency_s_per_round=[round(a["batch1_latency_s"], 6) for a in answers[name]],
+            intra_threads=ready[name]["intra_threads"],
             package=package(name),
         )
     reference = reference_system(args.runners)
@@ -240,6 +244,7 @@ def verses(args) -> dict:
         beam_size=args.beam_size,
         alpha=args.alpha,
         batch_size=args.batch_size,
+        intra_threads=args.intra_threads,
         max_length=model.config.max_length,
         limits=padded_limits(Translator(model, tokenizer).source_ids(sources), model.config.max_length),
     )
@@ -248,7 +253,7 @@ def verses(args) -> dict:
             export_ctranslate2(model, tokenizer, os.path.join(out, "ctranslate2"))
         common_job["ctranslate2_dir"] = os.path.join(out, "ctranslate2")
         jobs = [{**common_job, "system": name} for name in args.systems]
-        _, answers, final = run_rounds(jobs, args.isa, args.rounds)
+        ready, answers, final = run_rounds(jobs, args.isa, args.rounds)
     systems = {}
     for name in args.systems:
         seconds = [a["seconds"] for a in answers[name]]
@@ -261,6 +266,7 @@ def verses(args) -> dict:
             "tgt_tokens_per_s": round(final[name]["target_tokens"] / median(seconds), 1),
             "bleu": scores["bleu"],
             "chrf": scores["chrf"],
+            "intra_threads": ready[name]["intra_threads"],
             "package": package(name),
         }
     reference = reference_system(args.systems)
@@ -302,6 +308,9 @@ def parse_args(argv=None):
     shared.add_argument("--alpha", type=float, default=0.6, help="length penalty (GNMT's; CTranslate2's |y|^alpha)")
     shared.add_argument("--rounds", type=int, default=3, help="A B rounds")
     shared.add_argument("--isa", choices=sorted(ISA_CAPS), default="native", help="avx2: cap every worker at AVX2")
+    shared.add_argument(
+        "--intra-threads", type=int, default=0, help="threads of every system (default 0: each engine's default)"
+    )
     modes = parser.add_subparsers(dest="mode", required=True)
     p = modes.add_parser("forced", parents=[shared], help="random weights, a fixed batch, forced length")
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="base", help="model sizes")
@@ -344,7 +353,7 @@ def main(argv=None):
             isa_caps=ISA_CAPS[args.isa],
             process_per_system=True,
             omp_wait_policy="unset in every worker (OpenMP's default)",
-            ctranslate2_threads="CTranslate2's default (intra_threads=0)",
+            intra_threads=args.intra_threads or "each engine's default",
             load_before=load_before,
             load_after=load_average(),
         )

@@ -8,7 +8,8 @@ compilation, allocation: never timed), checks the work and answers {"ready": ...
 round's output and ends. Answers are JSON lines on stdout, whatever the libraries print goes to
 stderr. CTranslate2's systems import ctranslate2 and sentencepiece only: no TensorFlow in their
 process, and CTranslate2's threading as its users get it (its default thread count, OpenMP's
-default wait policy).
+default wait policy), unless the job sets `intra_threads`: then every engine computes on that many
+threads (CTranslate2's `intra_threads`, TensorFlow's intra-op pool, LiteRT's `num_threads`).
 """
 
 from __future__ import annotations
@@ -34,10 +35,24 @@ def time_calls(run, ids, repeats: int) -> list[float]:
     return times
 
 
+def intra_threads(job: dict) -> int:
+    """Set the system's thread count to `job["intra_threads"]` (0: the engine's default) before it
+    computes anything; returns the count it runs with (0: the engine's own default)."""
+    if job["system"] in CTRANSLATE2:
+        return job["intra_threads"]  # ctranslate2_translator's
+    import tensorflow as tf
+
+    if job["intra_threads"]:
+        tf.config.threading.set_intra_op_parallelism_threads(job["intra_threads"])
+    return tf.config.threading.get_intra_op_parallelism_threads()
+
+
 def ctranslate2_translator(job: dict):
     import ctranslate2
 
-    return ctranslate2.Translator(job["ctranslate2_dir"], compute_type=CTRANSLATE2[job["system"]])  # default threads
+    return ctranslate2.Translator(
+        job["ctranslate2_dir"], compute_type=CTRANSLATE2[job["system"]], intra_threads=job["intra_threads"]
+    )
 
 
 def ctranslate2_forced(job: dict):
@@ -107,6 +122,7 @@ class Forced:
     sentence alone."""
 
     def __init__(self, job: dict):
+        threads = intra_threads(job)
         if job["system"] in CTRANSLATE2:
             self.run = ctranslate2_forced(job)
         else:
@@ -123,7 +139,7 @@ class Forced:
                 f"want {want}"
             )
         self.run(self.batch[:1])
-        self.ready = {"generated_tokens": int(generated.max())}
+        self.ready = {"generated_tokens": int(generated.max()), "intra_threads": threads}
 
     def round(self) -> dict:
         batch = statistics.median(time_calls(self.run, self.batch, self.repeats))
@@ -138,6 +154,7 @@ class Verses:
     """A trained model's held-out verses, text to text: a round translates them all."""
 
     def __init__(self, job: dict):
+        threads = intra_threads(job)
         if job["system"] in CTRANSLATE2:
             self.translate = ctranslate2_verses(job)
         else:
@@ -146,7 +163,7 @@ class Verses:
             self.translate = verses_translator(job)
         self.sources = job["sources"]
         self.translate(self.sources[:WARMUP_VERSES])  # tracing, allocation
-        self.ready = {}
+        self.ready = {"intra_threads": threads}
 
     def round(self) -> dict:
         start = time.perf_counter()

@@ -136,6 +136,22 @@ def test_decode_compare_refuses_bfloat16_under_the_avx2_caps(capsys):
     assert "python_bfloat16" in decode_compare.parse_args(["forced"]).runners
 
 
+def test_decode_workers_run_each_engine_on_the_threads_asked(monkeypatch):
+    """--intra-threads reaches CTranslate2's `intra_threads` (0, its default, without it)."""
+    import ctranslate2
+    import decode_compare
+    import decode_worker
+
+    calls = []
+    monkeypatch.setattr(ctranslate2, "Translator", lambda path, **kwargs: calls.append(kwargs))
+    for argv, threads in ([], 0), (["--intra-threads", "1"], 1):
+        args = decode_compare.parse_args(["verses", "--model-dir", "m", *argv])
+        job = {"system": "ctranslate2_int8", "ctranslate2_dir": "d", "intra_threads": args.intra_threads}
+        decode_worker.ctranslate2_translator(job)
+        assert decode_worker.intra_threads(job) == threads
+    assert calls == [{"compute_type": "int8", "intra_threads": 0}, {"compute_type": "int8", "intra_threads": 1}]
+
+
 @pytest.mark.slow
 def test_decode_compare_forced_runs_every_runner_in_its_own_process(capsys):
     """Every runner's beam search on the fixed work, each in a worker, under the AVX2 caps (which
@@ -147,8 +163,9 @@ def test_decode_compare_forced_runs_every_runner_in_its_own_process(capsys):
     runners += ["ctranslate2", "ctranslate2_int8"]
     work = [*DECODE_WORK, "--sentences", "1"]  # the last --sentences counts
     argv = ["forced", *work, "--beam-size", "2", "--runners", *runners, "--rounds", "2", "--isa", "avx2"]
-    line = run_main("decode_compare", argv, capsys)
+    line = run_main("decode_compare", [*argv, "--intra-threads", "1"], capsys)
     assert set(line["systems"]) == set(runners) and line["reference"] == "ctranslate2"
+    assert line["intra_threads"] == 1 and {s["intra_threads"] for s in line["systems"].values()} == {1}
     assert line["isa_caps"]["CT2_FORCE_CPU_ISA"] == "AVX2" and "avx2" in line["machine"]["cpu_flags"]
     assert line["tgt_tokens_per_s_over_reference"]["ctranslate2"] == 1.0
     for name, system in line["systems"].items():
