@@ -271,8 +271,9 @@ def test_an_empty_batch_gives_empty_results(model):
     assert result.ids.shape[:2] == (0, 2) and result.scores.shape == (0, 2)
 
 
-@pytest.mark.parametrize("vocab_size, k", [(1000, 8), (300, 2), (129, 4), (64, 8)])
-def test_top_k_rows_equals_top_k_with_ties(vocab_size, k):
+@pytest.mark.parametrize("block", [16, None])
+@pytest.mark.parametrize("vocab_size, k", [(1000, 8), (300, 2), (129, 4), (64, 8), (8000, 10), (1009, 10)])
+def test_top_k_rows_equals_top_k_with_ties(vocab_size, k, block):
     from keras_transformer.inference.decoding import top_k_rows
 
     rng = np.random.default_rng(vocab_size)
@@ -280,9 +281,44 @@ def test_top_k_rows_equals_top_k_with_ties(vocab_size, k):
     values[1] = 0.0  # a row of ties only
     values[2, :5] = np.inf
     expected = tf.math.top_k(values, k=k)
-    result = top_k_rows(tf.constant(values), k, block=16)
+    result = top_k_rows(tf.constant(values), k, block=block)
     np.testing.assert_array_equal(result[0], expected.values)
     np.testing.assert_array_equal(result[1], expected.indices)
+
+
+def test_top_k_blocks_divide_the_vocabulary_when_they_can():
+    """No padded copy of the logits where V has a divisor from sqrt(V) / 2 to sqrt(V); else the
+    narrowest block of that range, and a pad."""
+    from keras_transformer.inference.decoding import top_k_block
+
+    assert top_k_block(8000) == 50 and top_k_block(32000) == 100 and top_k_block(37000) == 100
+    assert top_k_block(1009) == 16  # a prime: ceil(sqrt(1009) / 2), padded
+    for vocab_size in range(64, 5000, 37):
+        block = top_k_block(vocab_size)
+        assert np.sqrt(vocab_size) / 2 <= block <= max(np.sqrt(vocab_size), np.ceil(np.sqrt(vocab_size) / 2))
+
+
+def test_step_log_probabilities_equal_log_softmax_in_every_tail():
+    """`LogProbs` gives log_softmax's values for the tokens the search reads, also where the
+    probabilities underflow float32 (a peaked row: tokens 200 nats below the best) and after
+    tokens are ruled out (which keeps the full vocabulary's normalizer)."""
+    from keras_transformer.inference.decoding import LogProbs, best_tokens
+
+    rng = np.random.default_rng(0)
+    logits = (rng.normal(size=(5, 3000)) * 4).astype(np.float32)
+    logits[1] *= 60.0  # a peaked row: most probabilities are 0 in float32
+    logits[2, 7] = 400.0
+    want = tf.nn.log_softmax(logits).numpy()
+    log_probs = LogProbs.of(tf.constant(logits))
+    ids = rng.integers(0, 3000, size=(5, 40)).astype(np.int32)
+    got = log_probs.take(tf.constant(ids)).numpy()
+    np.testing.assert_allclose(got, np.take_along_axis(want, ids, axis=1), rtol=1e-6, atol=1e-4)
+    assert np.isfinite(got).all() and (np.take_along_axis(want, ids, axis=1)[1] < -1000).any()
+    values, tokens = best_tokens(log_probs, 6, banned=(0, 1))
+    kept = values.numpy() > -np.inf  # pad and start rank last, at -inf
+    np.testing.assert_allclose(values.numpy()[kept], np.take_along_axis(want, tokens.numpy(), 1)[kept], atol=1e-4)
+    ruled_out = log_probs.rule_out(tf.range(3000) == int(tokens[0, 0])).take(tokens[:, :1]).numpy()
+    assert ruled_out[0, 0] == -np.inf and np.allclose(ruled_out[1:, 0], values.numpy()[1:, 0], atol=1e-4)
 
 
 def test_sentences_that_stop_early_leave_the_batch_and_keep_their_results(model):

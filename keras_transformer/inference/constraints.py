@@ -128,14 +128,14 @@ def _constrained_step(
     lengths = phrase_lengths(phrases)  # [B, C]
     generated = state.position + 1  # |y| of every candidate
     log_probs, cache = tokens_to_log_probs(tf.reshape(state.alive_token, [-1]), state.position, state.cache)  # [B*K, V]
-    vocab_size = log_probs.shape[-1]
+    vocab_size = log_probs.logits.shape[-1]
 
     # EOS is banned while a phrase is unmet, but at the length limit (where every candidate ends).
     unmet = ~state.alive_met  # [B, K, C]
     limits = tf.expand_dims(limits, 1)  # [B, 1]
     ban_eos = tf.reduce_any(unmet, axis=-1) & (generated < limits)  # [B, K]
     is_eos = tf.range(vocab_size) == EOS_ID  # [V]
-    log_probs = tf.where(tf.reshape(ban_eos, [-1, 1]) & is_eos, NEG_INF, log_probs)  # [B*K, V]
+    log_probs = log_probs.rule_out(tf.reshape(ban_eos, [-1, 1]) & is_eos)  # [B*K, V]
 
     # The model's best 2K (+ banned) tokens of each hypothesis, as in the unconstrained search.
     model_values, model_tokens = best_tokens(log_probs, 2 * k, banned)  # [B*K, P]
@@ -146,7 +146,7 @@ def _constrained_step(
     steps = tf.range(1, width + 1)  # [T]: ids matched
     progress = tf.reduce_max(tf.where(state.alive_partial, steps, 0), axis=-1)  # [B, K, C]
     next_tokens = tf.reduce_sum(tf.expand_dims(phrases, 1) * tf.one_hot(progress, width, dtype=tf.int32), axis=-1)
-    next_values = tf.gather(tf.reshape(log_probs, [batch, k, vocab_size]), next_tokens, batch_dims=2)  # [B, K, C]
+    next_values = tf.reshape(log_probs.take(tf.reshape(next_tokens, [batch * k, -1])), [batch, k, -1])  # [B, K, C]
     duplicate = tf.reduce_any(tf.expand_dims(next_tokens, 3) == tf.expand_dims(model_tokens, 2), axis=-1)  # [B, K, C]
     earlier = tf.expand_dims(tf.range(phrase_count), 0) < tf.expand_dims(tf.range(phrase_count), 1)  # [C, C']: c' < c
     same = tf.expand_dims(next_tokens, 3) == tf.expand_dims(next_tokens, 2)  # [B, K, C, C']

@@ -28,6 +28,7 @@ without EOS ends there.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import weakref
 from typing import NamedTuple
@@ -35,7 +36,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.inference.prefix import PREFIX_SPEC, check_prefix, force_prefix
+from keras_transformer.inference.prefix import PREFIX_SPEC, check_prefix, forced_out
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 # Scores are float32 whatever the model's compute dtype; -inf is exact in every float dtype
@@ -74,14 +75,43 @@ def length_limit(source_length, max_length: int, a: float, b: int):
     return tf.clip_by_value(limit, 1, max_length)
 
 
-def best_tokens(log_probs, count: int, banned: tuple[int, ...]):
+class LogProbs(NamedTuple):
+    """One decoding step's log-probabilities log_softmax(logits) over the full vocabulary, kept as
+    `logits` [N, V] float32 (-inf where a token is ruled out: a forced prefix, a banned EOS) and
+    `log_z` [N, 1], the log-normalizer of the logits before any token was ruled out. The search
+    reads a few tokens of each row (`best_tokens`, `take`), so it never writes the [N, V]
+    log-probabilities, whose `log_softmax` costs as much as the blocked top-k over them (128 x
+    8000 here: 1.4 ms each; `bench/token_selection.py`)."""
+
+    logits: tf.Tensor
+    log_z: tf.Tensor
+
+    @classmethod
+    def of(cls, logits) -> LogProbs:
+        """The log-probabilities of `logits` [N, V]. log_z = max - log(max softmax), since the
+        largest probability is exp(max - log_z) and at least 1/V: as exact as log_softmax, and one
+        softmax (oneDNN's on CPU) costs less than log_softmax's exp, log and subtraction passes."""
+        logits = tf.cast(logits, tf.float32)
+        largest = tf.reduce_max(logits, axis=-1, keepdims=True)  # [N, 1]
+        return cls(logits, largest - tf.math.log(tf.reduce_max(tf.nn.softmax(logits), axis=-1, keepdims=True)))
+
+    def rule_out(self, mask) -> LogProbs:
+        """The same with log-probability -inf wherever `mask` (broadcast to [N, V]) is True."""
+        return self._replace(logits=tf.where(mask, NEG_INF, self.logits))
+
+    def take(self, token_ids):
+        """The log-probabilities of `token_ids` [N, C] int32 (C tokens of each row): [N, C]."""
+        return tf.gather(self.logits, token_ids, batch_dims=1) - self.log_z
+
+
+def best_tokens(log_probs: LogProbs, count: int, banned: tuple[int, ...]):
     """The `count` best tokens of every row of `log_probs` [N, V] other than the `banned` ids
-    (pad and start: never generated), best first: (values, ids) [N, count + len(banned)] with
-    every banned id among them at -inf, so that they rank last. Masking after the top-k reads
-    K x (2K + 2) values instead of the whole [N, V]."""
-    values, ids = top_k_rows(log_probs, min(count + len(banned), log_probs.shape[-1]))  # [N, count + 2]
+    (pad and start: never generated), best first: (log-probabilities, ids) [N, count +
+    len(banned)] with every banned id among them at -inf, so that they rank last. Masking after
+    the top-k reads K x (2K + 2) values instead of the whole [N, V]."""
+    values, ids = top_k_rows(log_probs.logits, min(count + len(banned), log_probs.logits.shape[-1]))  # [N, count + 2]
     is_banned = tf.reduce_any(ids[:, :, None] == tf.constant(banned, tf.int32), axis=-1)  # [N, count + 2]
-    return tf.where(is_banned, NEG_INF, values), ids
+    return tf.where(is_banned, NEG_INF, values - log_probs.log_z), ids
 
 
 def length_penalty(length, alpha: float):
@@ -110,21 +140,33 @@ def _gather_beams(values, indices):
     return tf.gather(flat, indices + tf.range(batch)[:, None] * width)  # [B, M, ...]
 
 
-def top_k_rows(values, k: int, block: int = 128):
+def top_k_block(vocab_size: int) -> int:
+    """The block width of `top_k_rows` for rows of `vocab_size`: the smallest divisor of it from
+    sqrt(V) / 2 to sqrt(V) (8000: 50; 32000: 100), so that the rows are cut into blocks without a
+    padded copy, or else ceil(sqrt(V) / 2) and a padded copy. Near sqrt(V) / 2 the two top-k stages
+    read about as much, and TensorFlow's top-k costs ~5 ns per value it reads
+    (`bench/token_selection.py`)."""
+    low, high = math.ceil(math.sqrt(vocab_size) / 2), math.isqrt(vocab_size)
+    return next((width for width in range(low, high + 1) if vocab_size % width == 0), low)
+
+
+def top_k_rows(values, k: int, block: int | None = None):
     """The k largest entries of every row of `values` [N, V] (V static), best first, ties to the
     lower index, as `tf.math.top_k`, which this equals.
 
-    In two stages, because top_k over a large vocabulary is slow on CPU (~2.5 ms for 128 x 8000
-    here, the largest single cost of a beam step): the rows are cut into blocks of `block`, the k
-    blocks with the largest maxima (which hold the k largest entries) are gathered in index
-    order, and top_k runs over their k * block entries only.
+    In two stages, because top_k over a large vocabulary is slow on CPU (~5 ms for 128 x 8000
+    here, the largest single cost of a beam step): the rows are cut into blocks of `block`
+    (default `top_k_block(V)`), the k blocks with the largest maxima (which hold the k largest
+    entries) are gathered in index order, and top_k runs over their k * block entries only.
     """
     vocab_size = values.shape[-1]
+    block = top_k_block(vocab_size) if block is None else block
     blocks = -(-vocab_size // block)
     if blocks <= k:
         return tf.math.top_k(values, k=k)
-    padded = tf.pad(values, [[0, 0], [0, blocks * block - vocab_size]], constant_values=NEG_INF)
-    padded = tf.reshape(padded, [-1, blocks, block])  # [N, blocks, block]
+    if blocks * block != vocab_size:
+        values = tf.pad(values, [[0, 0], [0, blocks * block - vocab_size]], constant_values=NEG_INF)
+    padded = tf.reshape(values, [-1, blocks, block])  # [N, blocks, block]
     _, best_blocks = tf.math.top_k(tf.reduce_max(padded, axis=-1), k=k)  # [N, k]
     best_blocks = tf.sort(best_blocks, axis=-1)  # index order, so that ties go to the lower index
     candidates = tf.reshape(tf.gather(padded, best_blocks, batch_dims=1), [-1, k * block])  # [N, k * block]
@@ -238,7 +280,7 @@ def search_beams(
     """The traceable beam search: source_ids [B, S] int32 -> (ids [B, n, L] int32, scores [B, n] float32),
     the n = `decoding.nbest` (default K) best hypotheses, by the stopping rule `decoding.patience`;
     with `target_prefix` [B, P] int32 (pad-padded), every hypothesis starts with its sentence's
-    prefix (`prefix.force_prefix`); with `constraints` [B, C, T] int32, the search of
+    prefix (`prefix.forced_out`); with `constraints` [B, C, T] int32, the search of
     `constraints.py` (dynamic beam allocation: every phrase in the output).
 
     Wrap it in `tf.function` or a `tf.Module` signature; `beam_search` is the checked, compiled
@@ -268,10 +310,10 @@ def search_beams(
     def log_probs(context, sentences=None):
         def tokens_to_log_probs(token_ids, position, cache):
             logits, cache = model.decode_step(token_ids, position, cache, context)  # [B*K, V]
-            log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # over the full vocabulary
+            log_probs = LogProbs.of(logits)  # over the full vocabulary
             if target_prefix is not None:  # the prefixes of the sentences still searching
                 prefix = target_prefix if sentences is None else tf.gather(target_prefix, sentences)
-                log_probs = force_prefix(log_probs, prefix, position, k)
+                log_probs = log_probs.rule_out(forced_out(prefix, position, k, log_probs.logits.shape[-1]))
             return log_probs, cache
 
         return tokens_to_log_probs

@@ -14,22 +14,20 @@ import tensorflow as tf
 
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
-NEG_INF = float("-inf")
 PREFIX_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_prefix")
 
 
-def force_prefix(log_probs, target_prefix, position, hypotheses: int):
-    """log_probs [N * H, V] of step `position` (H hypotheses per sentence, sentence-major) ->
-    the same with -inf at every token but the prefix's at `position`, for each sentence whose
-    prefix (`target_prefix` [N, P] int32, left-aligned, padded with PAD_ID) is longer than
-    `position`."""
+def forced_out(target_prefix, position, hypotheses: int, vocab_size: int):
+    """[N * H, V] bool: the tokens that step `position` rules out (H hypotheses per sentence,
+    sentence-major), every token but the prefix's at `position` for each sentence whose prefix
+    (`target_prefix` [N, P] int32, left-aligned, padded with PAD_ID) is longer than `position`."""
     lengths = tf.reduce_sum(tf.cast(target_prefix != PAD_ID, tf.int32), axis=1)  # [N]
     padded = tf.pad(target_prefix, [[0, 0], [0, 1]], constant_values=PAD_ID)  # [N, P + 1]
     forced = tf.gather(padded, tf.minimum(position, tf.shape(target_prefix)[1]), axis=1)  # [N]
     forced = tf.repeat(forced, hypotheses)  # [N * H]
     active = tf.repeat(position < lengths, hypotheses)  # [N * H]
-    other = tf.one_hot(forced, tf.shape(log_probs)[1], on_value=False, off_value=True, dtype=tf.bool)  # [N * H, V]
-    return tf.where(active[:, None] & other, NEG_INF, log_probs)  # [N * H, V]
+    other = tf.one_hot(forced, vocab_size, on_value=False, off_value=True, dtype=tf.bool)  # [N * H, V]
+    return active[:, None] & other
 
 
 def check_prefix(target_prefix, batch: int) -> tf.Tensor:
