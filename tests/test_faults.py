@@ -324,6 +324,37 @@ def test_install_hints_name_our_distribution(monkeypatch):
 # --- one Translator, many threads ---------------------------------------------------------------------
 
 
+def test_threads_first_alignments_build_one_function(tokenizer, monkeypatch):
+    """8 threads ask a cold Translator for alignments at once (the window widened by a slow
+    `graph_function`): one function is built, and every thread gets the same alignments."""
+    import keras_transformer as kt
+    from keras_transformer.inference import translator as translator_module
+
+    builds, make = [], translator_module.graph_function
+
+    def slow_graph_function(*args, **kwargs):
+        builds.append(1)
+        time.sleep(0.05)
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(translator_module, "graph_function", slow_graph_function)
+    model = kt.Transformer(kt.TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, max_length=16))
+    translator = kt.Translator(model, tokenizer)
+    source, target = tf.constant([[5, 6, 7, 2]]), tf.constant([[8, 9, 2]])
+    start, got = threading.Barrier(8), []
+
+    def align():
+        start.wait()
+        got.append(translator._alignments(source, target).numpy().tolist())
+
+    threads = [threading.Thread(target=align) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1 and len(got) == 8 and all(result == got[0] for result in got)
+
+
 @pytest.mark.slow
 def test_a_translator_serves_eight_threads_as_it_serves_one(untrained, fixture_pairs, monkeypatch):
     """8 threads x 10 requests (20 distinct ones, of 1-3 sentences of 1-3 words) on one Translator,

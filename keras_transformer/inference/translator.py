@@ -16,9 +16,9 @@ kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ens
 
 from __future__ import annotations
 
-import functools
 import random
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NamedTuple, overload
 
@@ -34,6 +34,8 @@ from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.special_tokens import PAD_ID
+
+_ALIGNING = threading.Lock()  # threads' first alignments (a service's pool) build one function
 
 
 class Score(NamedTuple):
@@ -84,6 +86,7 @@ class Translator:
         self.decoding = (decoding or DecodingConfig()).replace(**overrides)
         self.model = model if self.decoding.dtype is None else model.with_dtype(self.decoding.dtype)
         self.tokenizer = tokenizer
+        self._alignment_function = None
 
     @classmethod
     def from_model_dir(
@@ -225,15 +228,18 @@ class Translator:
                 results[i] = (translation.decode("utf-8"), alignment.parse_pharaoh(pairs.decode("utf-8")))
         return results
 
-    @functools.cached_property
-    def _alignments(self):
-        """`alignment.alignments` as a tf.function (source_ids [B, S], target_ids [B, T]) -> [B] strings."""
-        table, layer = alignment.pieces(self.tokenizer), self.decoding.alignment_layer
-        spec = tf.TensorSpec([None, None], tf.int32)
-        return graph_function(
-            lambda source_ids, target_ids: alignment.alignments(self.model, source_ids, target_ids, table, layer),
-            input_signature=[spec, spec],
-        )
+    def _alignments(self, source_ids, target_ids):
+        """`alignment.alignments` (source_ids [B, S], target_ids [B, T]) -> [B] strings, through one
+        tf.function per translator, built under a lock: threads' first calls trace it once."""
+        with _ALIGNING:
+            if self._alignment_function is None:
+                table, layer = alignment.pieces(self.tokenizer), self.decoding.alignment_layer
+                spec = tf.TensorSpec([None, None], tf.int32)
+                self._alignment_function = graph_function(
+                    lambda source, target: alignment.alignments(self.model, source, target, table, layer),
+                    input_signature=[spec, spec],
+                )
+        return self._alignment_function(source_ids, target_ids)
 
     def _batches(self, texts: list[str]):
         """(indices into `texts`, the batch's start in the sorted order, source ids [B, S] int32)
