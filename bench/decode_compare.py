@@ -15,7 +15,7 @@ passive policy makes CTranslate2 ~3x slower on a quiet 2-core machine). Seconds 
 over rounds; a load change on this shared machine hits all systems alike, so the ratios are
 robust where absolute figures are not. The record carries the CPU's ISA flags and the load average
 before and after. `--intra-threads N` runs every system on N threads instead (CTranslate2's
-`intra_threads`, TensorFlow's intra-op pool, LiteRT's `num_threads`): on a 2-vCPU machine
+`intra_threads`, TensorFlow's intra-op and inter-op pools, LiteRT's `num_threads`): on a 2-vCPU machine
 CTranslate2 is ~2x faster on one thread than at its default (bench/RESULTS.md).
 
 `forced`: the fixed work of `decode_runners.py` (base dimensions, seeded random weights, 16
@@ -209,6 +209,7 @@ def forced(args) -> dict:
             batch_s_per_round=[round(a["batch_s"], 6) for a in answers[name]],
             batch1_latency_s_per_round=[round(a["batch1_latency_s"], 6) for a in answers[name]],
             intra_threads=ready[name]["intra_threads"],
+            inter_threads=ready[name]["inter_threads"],
             package=package(name),
         )
     reference = reference_system(args.runners)
@@ -267,6 +268,7 @@ def verses(args) -> dict:
             "bleu": scores["bleu"],
             "chrf": scores["chrf"],
             "intra_threads": ready[name]["intra_threads"],
+            "inter_threads": ready[name]["inter_threads"],
             "package": package(name),
         }
     reference = reference_system(args.systems)

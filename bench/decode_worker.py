@@ -9,7 +9,8 @@ round's output and ends. Answers are JSON lines on stdout, whatever the librarie
 stderr. CTranslate2's systems import ctranslate2 and sentencepiece only: no TensorFlow in their
 process, and CTranslate2's threading as its users get it (its default thread count, OpenMP's
 default wait policy), unless the job sets `intra_threads`: then every engine computes on that many
-threads (CTranslate2's `intra_threads`, TensorFlow's intra-op pool, LiteRT's `num_threads`).
+threads (CTranslate2's `intra_threads`, TensorFlow's intra-op and inter-op pools, LiteRT's
+`num_threads`).
 """
 
 from __future__ import annotations
@@ -35,16 +36,23 @@ def time_calls(run, ids, repeats: int) -> list[float]:
     return times
 
 
-def intra_threads(job: dict) -> int:
-    """Set the system's thread count to `job["intra_threads"]` (0: the engine's default) before it
-    computes anything; returns the count it runs with (0: the engine's own default)."""
+def threads(job: dict) -> dict:
+    """Set the system's thread counts from `job["intra_threads"]` (0: the engine's defaults) before
+    it computes anything: CTranslate2's `intra_threads` (its one translator runs one batch at a
+    time: `inter_threads` 1), or TensorFlow's intra-op pool and its inter-op pool (one op at a
+    time, so that N threads are all the system computes on). Returns the counts it runs with
+    (intra 0: CTranslate2's own default)."""
     if job["system"] in CTRANSLATE2:
-        return job["intra_threads"]  # ctranslate2_translator's
+        return {"intra_threads": job["intra_threads"], "inter_threads": 1}  # ctranslate2_translator's
     import tensorflow as tf
 
     if job["intra_threads"]:
         tf.config.threading.set_intra_op_parallelism_threads(job["intra_threads"])
-    return tf.config.threading.get_intra_op_parallelism_threads()
+        tf.config.threading.set_inter_op_parallelism_threads(job["intra_threads"])
+    return {
+        "intra_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+    }
 
 
 def ctranslate2_translator(job: dict):
@@ -122,7 +130,7 @@ class Forced:
     sentence alone."""
 
     def __init__(self, job: dict):
-        threads = intra_threads(job)
+        counts = threads(job)
         if job["system"] in CTRANSLATE2:
             self.run = ctranslate2_forced(job)
         else:
@@ -139,7 +147,7 @@ class Forced:
                 f"want {want}"
             )
         self.run(self.batch[:1])
-        self.ready = {"generated_tokens": int(generated.max()), "intra_threads": threads}
+        self.ready = {"generated_tokens": int(generated.max()), **counts}
 
     def round(self) -> dict:
         batch = statistics.median(time_calls(self.run, self.batch, self.repeats))
@@ -154,7 +162,7 @@ class Verses:
     """A trained model's held-out verses, text to text: a round translates them all."""
 
     def __init__(self, job: dict):
-        threads = intra_threads(job)
+        counts = threads(job)
         if job["system"] in CTRANSLATE2:
             self.translate = ctranslate2_verses(job)
         else:
@@ -163,7 +171,7 @@ class Verses:
             self.translate = verses_translator(job)
         self.sources = job["sources"]
         self.translate(self.sources[:WARMUP_VERSES])  # tracing, allocation
-        self.ready = {"intra_threads": threads}
+        self.ready = counts
 
     def round(self) -> dict:
         start = time.perf_counter()

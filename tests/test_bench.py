@@ -148,7 +148,7 @@ def test_decode_workers_run_each_engine_on_the_threads_asked(monkeypatch):
         args = decode_compare.parse_args(["verses", "--model-dir", "m", *argv])
         job = {"system": "ctranslate2_int8", "ctranslate2_dir": "d", "intra_threads": args.intra_threads}
         decode_worker.ctranslate2_translator(job)
-        assert decode_worker.intra_threads(job) == threads
+        assert decode_worker.threads(job) == {"intra_threads": threads, "inter_threads": 1}
     assert calls == [{"compute_type": "int8", "intra_threads": 0}, {"compute_type": "int8", "intra_threads": 1}]
 
 
@@ -165,7 +165,8 @@ def test_decode_compare_forced_runs_every_runner_in_its_own_process(capsys):
     argv = ["forced", *work, "--beam-size", "2", "--runners", *runners, "--rounds", "2", "--isa", "avx2"]
     line = run_main("decode_compare", [*argv, "--intra-threads", "1"], capsys)
     assert set(line["systems"]) == set(runners) and line["reference"] == "ctranslate2"
-    assert line["intra_threads"] == 1 and {s["intra_threads"] for s in line["systems"].values()} == {1}
+    assert line["intra_threads"] == 1
+    assert {(s["intra_threads"], s["inter_threads"]) for s in line["systems"].values()} == {(1, 1)}
     assert line["isa_caps"]["CT2_FORCE_CPU_ISA"] == "AVX2" and "avx2" in line["machine"]["cpu_flags"]
     assert line["tgt_tokens_per_s_over_reference"]["ctranslate2"] == 1.0
     for name, system in line["systems"].items():
