@@ -1,10 +1,11 @@
 """What a beam step's choice of tokens costs (§6.1's beam search, `decoding.best_tokens`): the
 log-probabilities and the best 2K + 2 tokens of N rows of V logits, the plain way
-(`tf.nn.log_softmax`, then `tf.math.top_k`) against the search's (`decoding.LogProbs.of`: the
-normalizer from one softmax; then `decoding.best_tokens`: the blocked top-k on the logits), and
-their pieces: log_softmax, softmax, top_k over whole rows, and the blocked top-k at several block
-widths (`decoding.top_k_block` picks the default). Every figure is microseconds per call inside a
-`tf.while_loop`, as the search runs them, less the loop's own cost; prints one JSON line:
+(`tf.nn.log_softmax`, then `tf.math.top_k`) against the search's (`decoding.LogProbs.of`: one
+softmax; then `decoding.best_tokens`: the blocked top-k on the logits, and the normalizer from
+the best token's probability), and their pieces: log_softmax, softmax, top_k over whole rows,
+and the blocked top-k at several block widths (`decoding.top_k_block` picks the default).
+Every figure is microseconds per call inside a `tf.while_loop`, as the search runs them, less
+the loop's own cost; prints one JSON line:
 
     python bench/token_selection.py --rows 128 32 --vocab 8000 32000 --threads 1
 """
@@ -62,7 +63,7 @@ def selection_costs(rows: int, vocab_size: int, count: int, args) -> dict:
         "search_us": search,
         "plain_over_search": round(plain / search, 2),
         "log_softmax_us": cost(tf.nn.log_softmax),
-        "log_probs_of_us": cost(lambda x: LogProbs.of(x).log_z),
+        "normalized_us": cost(lambda x: LogProbs.of(x).normalized().log_z),  # a search that rules tokens out
         "softmax_us": cost(tf.nn.softmax),
         "top_k_us": cost(lambda x: tf.math.top_k(x, k=width)),
         "default_block": top_k_block(vocab_size),

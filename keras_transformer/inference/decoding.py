@@ -77,31 +77,39 @@ def length_limit(source_length, max_length: int, a: float, b: int):
 
 class LogProbs(NamedTuple):
     """One decoding step's log-probabilities log_softmax(logits) over the full vocabulary, kept as
-    `logits` [N, V] float32 (-inf where a token is ruled out: a forced prefix, a banned EOS) and
-    `log_z` [N, 1], the log-normalizer of the logits before any token was ruled out. The search
-    reads a few tokens of each row (`best_tokens`, `take`), so it never writes the [N, V]
+    `logits` [N, V] float32 (-inf where a token is ruled out: a forced prefix, a banned EOS),
+    `probs`, the softmax of the logits before any was ruled out (oneDNN's on CPU: one pass), and
+    `log_z` [N, 1], their log-normalizer, set when a token is ruled out. log_z = logit_j - log(p_j)
+    for any token j; the best token's probability is at least 1/V, so that j gives it as exactly
+    as log_softmax, and `best_tokens` has an intact row's best token at hand. The search reads a
+    few tokens of each row (`best_tokens`, `take`), so it never writes the [N, V]
     log-probabilities, whose `log_softmax` costs as much as the blocked top-k over them (128 x
-    8000 here: 1.4 ms each; `bench/token_selection.py`)."""
+    8000 here: 1.3 and 1.0 ms; `bench/token_selection.py`)."""
 
     logits: tf.Tensor
-    log_z: tf.Tensor
+    probs: tf.Tensor
+    log_z: tf.Tensor | None = None
 
     @classmethod
     def of(cls, logits) -> LogProbs:
-        """The log-probabilities of `logits` [N, V]. log_z = max - log(max softmax), since the
-        largest probability is exp(max - log_z) and at least 1/V: as exact as log_softmax, and one
-        softmax (oneDNN's on CPU) costs less than log_softmax's exp, log and subtraction passes."""
+        """The log-probabilities of `logits` [N, V]."""
         logits = tf.cast(logits, tf.float32)
-        largest = tf.reduce_max(logits, axis=-1, keepdims=True)  # [N, 1]
-        return cls(logits, largest - tf.math.log(tf.reduce_max(tf.nn.softmax(logits), axis=-1, keepdims=True)))
+        return cls(logits, tf.nn.softmax(logits))
+
+    def normalized(self) -> LogProbs:
+        """The same with `log_z` set, from each row's largest logit and probability."""
+        if self.log_z is not None:
+            return self
+        largest = tf.reduce_max(self.logits, axis=-1, keepdims=True)  # [N, 1]
+        return self._replace(log_z=largest - tf.math.log(tf.reduce_max(self.probs, axis=-1, keepdims=True)))
 
     def rule_out(self, mask) -> LogProbs:
         """The same with log-probability -inf wherever `mask` (broadcast to [N, V]) is True."""
-        return self._replace(logits=tf.where(mask, NEG_INF, self.logits))
+        return self.normalized()._replace(logits=tf.where(mask, NEG_INF, self.logits))
 
     def take(self, token_ids):
         """The log-probabilities of `token_ids` [N, C] int32 (C tokens of each row): [N, C]."""
-        return tf.gather(self.logits, token_ids, batch_dims=1) - self.log_z
+        return tf.gather(self.logits, token_ids, batch_dims=1) - self.normalized().log_z
 
 
 def best_tokens(log_probs: LogProbs, count: int, banned: tuple[int, ...]):
@@ -110,8 +118,11 @@ def best_tokens(log_probs: LogProbs, count: int, banned: tuple[int, ...]):
     len(banned)] with every banned id among them at -inf, so that they rank last. Masking after
     the top-k reads K x (2K + 2) values instead of the whole [N, V]."""
     values, ids = top_k_rows(log_probs.logits, min(count + len(banned), log_probs.logits.shape[-1]))  # [N, count + 2]
+    log_z = log_probs.log_z
+    if log_z is None:  # no token ruled out: the best is the row's largest logit and probability
+        log_z = values[:, :1] - tf.math.log(tf.gather(log_probs.probs, ids[:, :1], batch_dims=1))  # [N, 1]
     is_banned = tf.reduce_any(ids[:, :, None] == tf.constant(banned, tf.int32), axis=-1)  # [N, count + 2]
-    return tf.where(is_banned, NEG_INF, values - log_probs.log_z), ids
+    return tf.where(is_banned, NEG_INF, values - log_z), ids
 
 
 def length_penalty(length, alpha: float):
