@@ -1,5 +1,7 @@
 """The model and its layers are backend-neutral (`keras.ops` only): nothing they import, inside
-the package or out, is TensorFlow, so `kt.Transformer` runs on Keras' JAX backend too."""
+the package or out, is TensorFlow, so `kt.Transformer` runs on Keras' JAX backend too. The one
+exception is a kernel chosen under `if keras.backend.backend() == "tensorflow":`, which other
+backends never reach (`attention.batch_matmul`)."""
 
 import ast
 import pathlib
@@ -7,10 +9,24 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).parent.parent / "keras_transformer"
 
 
+TENSORFLOW_ONLY = ast.unparse(ast.parse('keras.backend.backend() == "tensorflow"', mode="eval"))
+
+
 def imported_modules(path: pathlib.Path) -> set[str]:
-    """The modules a source file imports (absolute names)."""
+    """The modules a source file imports (absolute names), but those imported inside an `if` on
+    `TENSORFLOW_ONLY` (a TensorFlow kernel for what `keras.ops` computes on every backend)."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    guarded = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) == TENSORFLOW_ONLY
+        for statement in node.body
+        for child in ast.walk(statement)
+    }
+    for node in ast.walk(tree):
+        if id(node) in guarded:
+            continue
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
@@ -51,3 +67,16 @@ def test_the_model_and_its_layers_import_no_tensorflow():
     assert outside <= {"__future__", "keras", "numpy", "ml_dtypes", "dataclasses", "typing", "importlib", "os", "re"}, (
         outside
     )
+
+
+def test_only_a_tensorflow_branch_imports_tensorflow_unseen(tmp_path):
+    source = tmp_path / "module.py"
+    source.write_text(
+        "import keras\n"
+        "def kernel():\n"
+        '    if keras.backend.backend() == "tensorflow":\n'
+        "        import tensorflow\n"
+        "    import tensorflow.linalg\n",
+        encoding="utf-8",
+    )
+    assert imported_modules(source) == {"keras", "tensorflow.linalg"}

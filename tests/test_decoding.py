@@ -41,6 +41,22 @@ def test_greedy_equals_uncached_argmax_decoding(model):
     assert np.all(result.scores.numpy() < 0)
 
 
+def loop_op_types(function, *args) -> set[str]:
+    """The op types of the while loops' bodies in `function`'s graph for `args`."""
+    library = function.get_concrete_function(*args).graph.as_graph_def().library.function
+    return {node.op for body in library if "while_body" in body.signature.name for node in body.node_def}
+
+
+def test_the_searchs_attention_runs_no_op_that_onednn_makes_per_shape(model):
+    """A step's attention changes shape at every step: as `Einsum` or `BatchMatMulV2` (which
+    TensorFlow's oneDNN rewrite turns into a primitive per shape) it spent most of its time
+    making primitives; as `BatchMatMulV3` it runs TensorFlow's own kernel (`attention.batch_matmul`)."""
+    function = compiled(model, "beam", search_beams, decoding=DecodingConfig())
+    types = loop_op_types(function, SOURCE)
+    assert "BatchMatMulV3" in types
+    assert not types & {"Einsum", "BatchMatMul", "BatchMatMulV2"}, types
+
+
 def test_length_limits():
     limits = decode_limits(SOURCE, max_length=20, a=1.0, b=5).numpy()
     np.testing.assert_array_equal(limits, [9, 7])  # |source| + 5

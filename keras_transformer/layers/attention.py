@@ -8,6 +8,10 @@ The h per-head projections are one matrix each (W^Q: d_model x h*d_k), and W^K a
 fused into one d_model x 2*h*d_k matrix: the same arithmetic as the paper in fewer, larger
 matmuls. Keys and values can be projected once and reused (`project_key_value` + `attend`),
 which is what the decoder's key/value cache does.
+
+A decoding step (one query position per row) computes Q K^T and the weights x V as broadcast
+batched matmuls over a [B, g, h, 1, d_k] view of the queries, which needs no transpose
+(`batch_matmul`); longer queries use einsums.
 """
 
 from __future__ import annotations
@@ -17,6 +21,23 @@ from keras import ops
 
 from keras_transformer.layers.linear import Linear
 from keras_transformer.layers.masking import masked_fill_value
+
+
+def batch_matmul(x, y, transpose_y: bool = False):
+    """x @ y (y^T with `transpose_y`) over broadcast batch dimensions.
+
+    On TensorFlow this is `BatchMatMulV3`, which TensorFlow's oneDNN graph rewrite leaves to its
+    own (Eigen) kernel. The rewrite turns `tf.matmul`'s BatchMatMulV2 and `Einsum` into oneDNN
+    matmuls, each a primitive made for one shape, and a beam search's attention changes shape at
+    every step (the cache grows, sentences leave the batch). Over the held-out verses, with the
+    einsums, oneDNN's primitive cache missed 2,102 times in a pass whose every shape it had seen
+    in the pass before (414 ms making matmul primitives), and the search took 1.19x as long, on
+    one thread, as with this kernel (`bench/RESULTS.md`, "2026-12-02, morning")."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.raw_ops.BatchMatMulV3(x=x, y=y, adj_x=False, adj_y=transpose_y, Tout=x.dtype)
+    return ops.matmul(x, ops.swapaxes(y, -1, -2) if transpose_y else y)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -73,19 +94,30 @@ class MultiHeadAttention(keras.layers.Layer):
         [B, T, S] (to [B, 1, S] when g > 1); the weights are [B, h, g*T, S].
         """
         batch, length = ops.shape(query)[0], ops.shape(query)[1]
+        memory_batch, heads = ops.shape(key)[0], self.num_heads
+        step = query.shape[1] == 1  # one position per row: a decoding step
         q = self.query_dense(query) * ops.cast(1.0 / self.d_k**0.5, query.dtype)  # [B', T, d_model]
-        q = ops.reshape(q, (ops.shape(key)[0], -1, self.num_heads, self.d_k))  # [B, g*T, h, d_k]
-        scores = ops.einsum("bthd,bhsd->bhts", q, key)  # [B, h, g*T, S]
+        if step:  # the beams' queries of each memory row, as a view: no transpose
+            q = ops.reshape(q, (memory_batch, -1, heads, 1, self.d_k))  # [B, g, h, 1, d_k]
+            scores = batch_matmul(q, ops.expand_dims(key, 1), transpose_y=True)  # [B, g, h, 1, S]
+        else:
+            q = ops.reshape(q, (memory_batch, -1, heads, self.d_k))  # [B, g*T, h, d_k]
+            scores = ops.einsum("bthd,bhsd->bhts", q, key)  # [B, h, g*T, S]
         # The softmax runs in float32 so that mixed precision changes no masked probability.
         scores = ops.cast(scores, "float32")
         if attention_mask is not None:
-            mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)  # [B, 1, T|1, S]
+            mask = ops.cast(attention_mask, "bool")  # [B, T|1, S]
+            mask = ops.expand_dims(mask, (1, 2) if step else 1)  # [B, 1, 1, 1, S] | [B, 1, T|1, S]
             scores = ops.where(mask, scores, masked_fill_value("float32"))
-        weights = ops.softmax(scores, axis=-1)  # [B, h, g*T, S]
-        context = ops.einsum("bhts,bhsd->bthd", ops.cast(weights, value.dtype), value)  # [B, g*T, h, d_k]
+        weights = ops.softmax(scores, axis=-1)
+        if step:
+            context = batch_matmul(ops.cast(weights, value.dtype), ops.expand_dims(value, 1))  # [B, g, h, 1, d_k]
+            weights = ops.transpose(ops.reshape(weights, (memory_batch, -1, heads, ops.shape(key)[2])), (0, 2, 1, 3))
+        else:
+            context = ops.einsum("bhts,bhsd->bthd", ops.cast(weights, value.dtype), value)  # [B, g*T, h, d_k]
         output = self.output_dense(ops.reshape(context, (batch, length, self.d_model)))  # [B', T, d_model]
         if return_attention_scores:
-            return output, weights
+            return output, weights  # [B, h, g*T, S]
         return output
 
     def init_cache(self, batch_size, length):
