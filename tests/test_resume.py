@@ -65,12 +65,12 @@ def test_kill_9_then_the_same_command_resumes_from_the_last_checkpoint(tmp_path)
 
 
 class Training:
-    """A `train` subprocess whose stderr lines are collected as they come."""
+    """A `train` subprocess whose output lines (stderr's log, stdout's progress) are collected as they come."""
 
     def __init__(self, command):
-        self.process = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []
-        self.reader = threading.Thread(target=lambda: self.lines.extend(self.process.stderr), daemon=True)
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True)
         self.reader.start()
 
     def wait_for(self, text):
@@ -152,6 +152,13 @@ def test_a_checkpoint_whose_write_was_cut_short_is_not_used(tmp_path):
     assert float(variable.numpy()) == 1.0
 
 
+def catches(pid: int, number: int) -> bool:
+    """Whether process `pid` has a handler of its own for signal `number` (Linux: /proc's SigCgt mask)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        mask = next(line for line in status if line.startswith("SigCgt:")).split()[1]
+    return bool(int(mask, 16) >> (number - 1) & 1)
+
+
 def train_command(model_dir, *flags):
     return [sys.executable, "-m", "keras_transformer", "train", "--data", str(FIXTURE), "--model-dir", model_dir,
             *TINY_TRAINING, "--num-layers", "1", "--max-steps", "100000", *flags]  # fmt: skip
@@ -163,10 +170,12 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path):
     is done, gets the default action: the process ends at once, killed, with nothing more written."""
     run = Training(train_command(str(tmp_path / "model"), "--steps-per-epoch", "100000"))
     try:
-        run.wait_for("training on")
-        time.sleep(3)
+        run.wait_for("step 1/")  # the progress line of the first step: the handlers are in place
         run.process.send_signal(signal.SIGTERM)
-        time.sleep(0.3)  # the first one's Python handler has run: the signal's handler is the default again
+        deadline = time.monotonic() + TIMEOUT_S
+        while catches(run.process.pid, signal.SIGTERM):  # until the Python handler has run (it may wait for an op)
+            assert time.monotonic() < deadline, "".join(run.lines)[-3000:]
+            time.sleep(0.001)
         run.process.send_signal(signal.SIGTERM)
         status = run.process.wait(timeout=30)
     finally:
