@@ -49,8 +49,8 @@ def loop_op_types(function, *args) -> set[str]:
 
 def test_the_searchs_attention_runs_no_op_that_onednn_makes_per_shape(model):
     """A step's attention changes shape at every step: as `Einsum` or `BatchMatMulV2` (which
-    TensorFlow's oneDNN rewrite turns into a primitive per shape) it spent most of its time
-    making primitives; as `BatchMatMulV3` it runs TensorFlow's own kernel (`attention.batch_matmul`)."""
+    TensorFlow's oneDNN rewrite turns into a primitive per shape) it made primitives anew at every
+    step; as `BatchMatMulV3` it runs TensorFlow's own kernel (`attention.batch_matmul`)."""
     function = compiled(model, "beam", search_beams, decoding=DecodingConfig())
     types = loop_op_types(function, SOURCE)
     assert "BatchMatMulV3" in types

@@ -32,7 +32,7 @@ def batch_matmul(x, y, transpose_y: bool = False):
     every step (the cache grows, sentences leave the batch). Over the held-out verses, with the
     einsums, oneDNN's primitive cache missed 2,102 times in a pass whose every shape it had seen
     in the pass before (414 ms making matmul primitives), and the search took 1.19x as long, on
-    one thread, as with this kernel (`bench/RESULTS.md`, "2026-12-02, morning")."""
+    one thread, as with this kernel (`bench/RESULTS.md`, "2026-12-02 (morning)")."""
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
@@ -43,8 +43,9 @@ def batch_matmul(x, y, transpose_y: bool = False):
 def softmax_by_parts(x):
     """softmax(x) over the last axis as exp(x - max) / sum: a decoding step's attention weights.
     TensorFlow runs `ops.softmax` as a oneDNN primitive made per shape, as it runs einsums
-    (`batch_matmul`): with the matmuls' made no more, its cache still missed 1,009 times per pass
-    over the held-out verses, where max, exp, sum and divide run TensorFlow's own kernels."""
+    (`batch_matmul`): with the matmuls as `BatchMatMulV3`, the softmax's primitives still missed
+    oneDNN's cache 1,009 times per pass over the held-out verses. Max, exp, sum and divide run
+    TensorFlow's own kernels."""
     e = ops.exp(x - ops.max(x, axis=-1, keepdims=True))
     return e / ops.sum(e, axis=-1, keepdims=True)
 
@@ -118,16 +119,18 @@ class MultiHeadAttention(keras.layers.Layer):
             mask = ops.cast(attention_mask, "bool")  # [B, T|1, S]
             mask = ops.expand_dims(mask, (1, 2) if step else 1)  # [B, 1, 1, 1, S] | [B, 1, T|1, S]
             scores = ops.where(mask, scores, masked_fill_value("float32"))
-        weights = softmax_by_parts(scores) if step else ops.softmax(scores, axis=-1)
         if step:
+            weights = softmax_by_parts(scores)  # [B, g, h, 1, S]
             context = batch_matmul(ops.cast(weights, value.dtype), ops.expand_dims(value, 1))  # [B, g, h, 1, d_k]
-            weights = ops.transpose(ops.reshape(weights, (memory_batch, -1, heads, ops.shape(key)[2])), (0, 2, 1, 3))
         else:
+            weights = ops.softmax(scores, axis=-1)  # [B, h, g*T, S]
             context = ops.einsum("bhts,bhsd->bthd", ops.cast(weights, value.dtype), value)  # [B, g*T, h, d_k]
         output = self.output_dense(ops.reshape(context, (batch, length, self.d_model)))  # [B', T, d_model]
-        if return_attention_scores:
-            return output, weights  # [B, h, g*T, S]
-        return output
+        if not return_attention_scores:
+            return output
+        if step:
+            weights = ops.transpose(ops.reshape(weights, (memory_batch, -1, heads, ops.shape(key)[2])), (0, 2, 1, 3))
+        return output, weights  # [B, h, g*T, S]
 
     def init_cache(self, batch_size, length):
         """An empty self-attention cache for `batch_size` rows: {"key", "value"}
