@@ -2,6 +2,7 @@
 by hand, a model trained to copy aligns the diagonal, the Pharaoh output of `translate
 --alignments`, and the SavedModel signature equals Python."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -86,7 +87,10 @@ def copy_corpus(count: int, seed: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def copier(tmp_path_factory):
-    """A tiny model trained to copy its source (target = source), in a model dir."""
+    """A tiny model trained to copy its source (target = source), in a model dir. Seeded, and 640
+    steps: after 320, runs copied 9 to 16 of the 20 test sentences (seeds 0-2: 13, 13, 11); after
+    640, seeds 0-3 all pass."""
+    keras.utils.set_random_seed(0)
     sentences = copy_corpus(2000, seed=0)
     tokenizer = SubwordTokenizer.train(sentences, 80)
     config = kt.TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, max_length=32, dropout=0.0)
@@ -95,7 +99,7 @@ def copier(tmp_path_factory):
     width = max(map(len, rows)) + 1
     source = np.array([row + [EOS_ID] + [PAD_ID] * (width - len(row) - 1) for row in rows], np.int32)
     target_in = np.array([[START_ID] + row + [PAD_ID] * (width - len(row) - 1) for row in rows], np.int32)
-    model.fit((source, target_in), source, batch_size=50, epochs=8, verbose=0)  # 320 steps: ~1 minute
+    model.fit((source, target_in), source, batch_size=50, epochs=16, verbose=0)  # 640 steps: ~10 s
     directory = ModelDir(str(tmp_path_factory.mktemp("alignment") / "copier"))
     directory.write(config, kt.TrainingConfig(), "copy", tokenizer)
     directory.checkpoint_manager(tf.train.Checkpoint(model=model)).save(checkpoint_number=1)
