@@ -14,6 +14,10 @@ from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, Share
 from keras_transformer.layers.masking import padding_mask
 from keras_transformer.special_tokens import PAD_ID
 
+# The entry of a decoding context (`Transformer.start_decoding`) that holds no row per sentence:
+# a search that drops sentences from its batch keeps it whole.
+SHARED_CONTEXT = "shared"
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Transformer(keras.Model):
@@ -99,9 +103,11 @@ class Transformer(keras.Model):
         """Encode `source_ids` [B, S] once for decoding `hypotheses` continuations of each sentence.
         Returns `(context, cache)`:
 
-        - context: per sentence, read-only: every decoder layer's cross-attention keys and
+        - context: read-only: per sentence, every decoder layer's cross-attention keys and
           values [B, h, S, d_k] and the source padding mask [B, S] (with a fixed-size cache,
-          also the flag "fixed_cache");
+          also the flag "fixed_cache"); and, under `SHARED_CONTEXT`, what every sentence
+          shares: the output projection E^T [d_model, vocab], transposed once per search
+          (`SharedEmbedding.output_projection`);
         - cache: per hypothesis, [B * hypotheses, ...] leaves (the hypotheses of sentence b on
           rows b*hypotheses ...), every decoder layer's self-attention keys and values: empty and
           growing by one position per step, or with `max_length` fixed slots (static shapes,
@@ -112,7 +118,11 @@ class Transformer(keras.Model):
         if not self.built:
             self.build()
         memory, source_mask = self.encode(source_ids, training=False)
-        context = {"memory": self.decoder.project_memory(memory), "source_mask": source_mask}
+        context = {
+            "memory": self.decoder.project_memory(memory),
+            "source_mask": source_mask,
+            SHARED_CONTEXT: {"output_projection": self.embedding.output_projection(self.compute_dtype)},
+        }
         if max_length is not None:
             context["fixed_cache"] = True
         # A growing cache starts with no slot, of a length not known when traced: TFLite's converter
@@ -133,7 +143,7 @@ class Transformer(keras.Model):
             cache=cache,
             position=position if context.get("fixed_cache") else None,
         )  # [B', 1, d_model]
-        return self.embedding.project(x)[:, 0], cache  # [B', vocab]
+        return self.embedding.project(x[:, 0], context[SHARED_CONTEXT]["output_projection"]), cache  # [B', vocab]
 
     def with_dtype(self, dtype: str) -> Transformer:
         """A copy of this model whose weights and computation are in `dtype`, for decoding: with

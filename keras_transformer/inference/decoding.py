@@ -3,9 +3,9 @@
 The search never sees layers: it drives `model.start_decoding(source_ids, hypotheses,
 max_length) -> (context, cache)` and `model.decode_step(token_ids, position, cache, context) ->
 (logits, cache)`, and reorders the cache by beam (every cache leaf has the hypotheses on axis 0;
-the context, per sentence, is never copied). By default the cache grows by one position per
-step and a sentence that stops leaves the batch, so shapes change from step to step (the
-TensorFlow graph and TFLite builtins run that). With static shapes (`static_shapes=True` or a
+the context, per sentence but for its entry `SHARED_CONTEXT`, is never copied). By default the
+cache grows by one position per step and a sentence that stops leaves the batch, so shapes change
+from step to step (the TensorFlow graph and TFLite builtins run that). With static shapes (`static_shapes=True` or a
 `max_decode_length`) the cache has a fixed length and the whole batch runs to the end: what
 XLA compiles (`beam_search(jit_compile=True)` pads its input to a few bucket shapes).
 
@@ -37,6 +37,7 @@ import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
 from keras_transformer.inference.prefix import PREFIX_SPEC, check_prefix, forced_out
+from keras_transformer.model import SHARED_CONTEXT
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 # Scores are float32 whatever the model's compute dtype; -inf is exact in every float dtype
@@ -258,6 +259,25 @@ class Search(NamedTuple):
     scores: tf.Tensor  # [B, K] float32
 
 
+def _map_rows(function, context, shared=lambda value: value):
+    """`function` of every leaf of a decoding context that has a row per sentence, and `shared` of
+    every leaf of the entries `SHARED_CONTEXT` (of a model's context, or of each model's in an
+    ensemble's tuple), which every sentence shares."""
+    if isinstance(context, dict):
+        return {
+            name: tf.nest.map_structure(shared, value) if name == SHARED_CONTEXT else _map_rows(function, value, shared)
+            for name, value in context.items()
+        }
+    if isinstance(context, (list, tuple)):
+        return type(context)(_map_rows(function, value, shared) for value in context)
+    return function(context)
+
+
+def _any_shape(value) -> tf.TensorShape:
+    """A loop variable's shape invariant where every dimension may change."""
+    return tf.TensorShape([None] * value.shape.rank)
+
+
 def _retire(search: Search, beam_size: int, alpha: float, nbest: int, patience: float | None) -> Search:
     """Take the sentences that stopped searching out of the loop: their finished sets go to the
     results, and every row of theirs leaves the state (the cache in one gather), so that later
@@ -279,7 +299,7 @@ def _retire(search: Search, beam_size: int, alpha: float, nbest: int, patience: 
             },
             cache=tf.nest.map_structure(lambda leaf: tf.gather(leaf, hypotheses), search.beams.cache),
         )
-        context = tf.nest.map_structure(lambda leaf: tf.gather(leaf, keep), search.context)
+        context = _map_rows(lambda leaf: tf.gather(leaf, keep), search.context)  # the shared entries whole
         return Search(beams, context, tf.gather(search.limits, keep), tf.gather(search.sentences, keep), ids, scores)
 
     return tf.cond(tf.reduce_any(stopped), retire, lambda: search)
@@ -376,7 +396,11 @@ def search_beams(
             ),
         ),
         (search,),
-        shape_invariants=(tf.nest.map_structure(lambda value: tf.TensorShape([None] * value.shape.rank), search),),
+        shape_invariants=(
+            tf.nest.map_structure(_any_shape, search._replace(context=()))._replace(
+                context=_map_rows(_any_shape, search.context, shared=lambda value: value.shape)
+            ),
+        ),
     )[0]
     return search.ids[:, :nbest], search.scores[:, :nbest]
 

@@ -32,10 +32,19 @@ class SharedEmbedding(keras.layers.Layer):
         x = ops.take(self.embeddings, ops.cast(ids, "int32"), axis=0)  # [B, L, d_model]
         return x * ops.cast(self.d_model**0.5, x.dtype)
 
-    def project(self, x):
-        """The pre-softmax linear transformation x E^T (§3.4), in float32."""
-        logits = ops.matmul(x, ops.transpose(ops.cast(self.embeddings, x.dtype)))  # [B, L, vocab]
-        return ops.cast(logits, "float32")
+    def output_projection(self, dtype="float32"):
+        """E^T [d_model, vocab] in `dtype`: the pre-softmax linear transformation's matrix laid out
+        for x E^T. Decoding makes it once per search and multiplies every step by it: oneDNN's
+        matmul against the [vocab, d_model] matrix itself, transposed inside the op (what `project`
+        alone runs), took 1.3-2.2x as long on a decoding step's shapes (bench/RESULTS.md,
+        "2026-12-02 (midday)")."""
+        return ops.transpose(ops.cast(self.embeddings, dtype))  # [d_model, vocab]
+
+    def project(self, x, output_projection=None):
+        """The pre-softmax linear transformation x E^T (§3.4), in float32; `output_projection`: E^T
+        made beforehand (`output_projection()`), as a decoding step reads it."""
+        weights = self.output_projection(x.dtype) if output_projection is None else output_projection
+        return ops.cast(ops.matmul(x, weights), "float32")  # [..., vocab]
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.d_model)
