@@ -2,9 +2,9 @@
 (only one process computes at a time). Prints one JSON line:
 
     python bench/decode_compare.py forced [--workload base] [--search beam] [--runners python xla ...]
-        [--rounds 3] [--isa native|avx2] [--intra-threads N]
+        [--rounds 3] [--isa native|avx2] [--intra-threads N] [--inter-threads M]
     python bench/decode_compare.py verses --model-dir runs/demo [--systems python xla ...] [--limit N]
-        [--rounds 3] [--isa native|avx2] [--intra-threads N]
+        [--rounds 3] [--isa native|avx2] [--intra-threads N] [--inter-threads M]
 
 Every system runs in a worker (`decode_worker.py`) started once: it loads its model, warms up
 (tracing, XLA compilation), then times one round per request, so two engines never share a
@@ -14,9 +14,15 @@ OpenMP's default wait policy (`OMP_WAIT_POLICY` is removed from every worker's e
 passive policy makes CTranslate2 ~3x slower on a quiet 2-core machine). Seconds are the median
 over rounds; a load change on this shared machine hits all systems alike, so the ratios are
 robust where absolute figures are not. The record carries the CPU's ISA flags and the load average
-before and after. `--intra-threads N` runs every system on N threads instead (CTranslate2's
-`intra_threads`, TensorFlow's intra-op and inter-op pools, LiteRT's `num_threads`): on a 2-vCPU machine
-CTranslate2 is ~2x faster on one thread than at its default (bench/RESULTS.md).
+before and after. `--intra-threads N` gives every system N threads per batch instead of its
+default (CTranslate2's `intra_threads`, TensorFlow's intra-op pool, LiteRT's `num_threads`), and
+`--inter-threads M` M batches at once (CTranslate2's `inter_threads`, with M batches in flight;
+TensorFlow's inter-op pool and our `Translator`'s `concurrent_batches`). Their defaults, 0, leave
+each engine's own: CTranslate2 one batch at a time on up to 4 threads; our `Translator` one batch
+per core at once, TensorFlow's pools one thread per core. So `--intra-threads 1 --inter-threads 1`
+runs every system on one thread, and `--intra-threads 1 --inter-threads 2` each engine's throughput
+setting on two cores (CTranslate2's documentation suggests it for throughput; `keras-transformer
+translate` runs ours so).
 
 `forced`: the fixed work of `decode_runners.py` (base dimensions, seeded random weights, 16
 sentences x 32 source tokens, exactly 64 target tokens per hypothesis, beam 4; and the batch-1
@@ -185,6 +191,7 @@ def forced(args) -> dict:
         batch=batch,
         repeats=args.repeats,
         intra_threads=args.intra_threads,
+        inter_threads=args.inter_threads,
         pad_id=PAD_ID,
         eos_id=EOS_ID,
     )
@@ -246,6 +253,7 @@ def verses(args) -> dict:
         alpha=args.alpha,
         batch_size=args.batch_size,
         intra_threads=args.intra_threads,
+        inter_threads=args.inter_threads,
         max_length=model.config.max_length,
         limits=padded_limits(Translator(model, tokenizer).source_ids(sources), model.config.max_length),
     )
@@ -269,6 +277,7 @@ def verses(args) -> dict:
             "chrf": scores["chrf"],
             "intra_threads": ready[name]["intra_threads"],
             "inter_threads": ready[name]["inter_threads"],
+            "batches_at_once": ready[name]["batches_at_once"],
             "package": package(name),
         }
     reference = reference_system(args.systems)
@@ -311,7 +320,10 @@ def parse_args(argv=None):
     shared.add_argument("--rounds", type=int, default=3, help="A B rounds")
     shared.add_argument("--isa", choices=sorted(ISA_CAPS), default="native", help="avx2: cap every worker at AVX2")
     shared.add_argument(
-        "--intra-threads", type=int, default=0, help="threads of every system (default 0: each engine's default)"
+        "--intra-threads", type=int, default=0, help="threads per batch of every system (default 0: each engine's)"
+    )
+    shared.add_argument(
+        "--inter-threads", type=int, default=0, help="batches at once of every system (default 0: each engine's)"
     )
     modes = parser.add_subparsers(dest="mode", required=True)
     p = modes.add_parser("forced", parents=[shared], help="random weights, a fixed batch, forced length")
@@ -356,6 +368,7 @@ def main(argv=None):
             process_per_system=True,
             omp_wait_policy="unset in every worker (OpenMP's default)",
             intra_threads=args.intra_threads or "each engine's default",
+            inter_threads=args.inter_threads or "each engine's default",
             load_before=load_before,
             load_after=load_average(),
         )

@@ -52,6 +52,7 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+import threading
 
 import keras
 import numpy as np
@@ -183,10 +184,13 @@ class CountingTranslator(Translator):
         super().__init__(model, tokenizer, **kwargs)
         self.search = search
         self.target_tokens = 0
+        self._counting = threading.Lock()  # batches are searched on threads of their own
 
     def decode(self, source_ids, n=None):
         ids, scores = self.search(source_ids, n)
-        self.target_tokens += int(tf.math.count_nonzero(ids[:, 0] != PAD_ID))
+        tokens = int(tf.math.count_nonzero(ids[:, 0] != PAD_ID))
+        with self._counting:
+            self.target_tokens += tokens
         return ids[:, :n], scores[:, :n]  # [B, n, L], [B, n]
 
 
@@ -214,7 +218,10 @@ VERSES_SYSTEMS = {
 def verses_translator(job: dict):
     """translate(texts) -> (translations, target tokens) of `job["system"]`: our `Translator` on the
     model dir's model, its search in the graph or compiled by XLA, in Python or through the
-    SavedModel, in float32 or bf16, with `patience` 1 or the exact rule."""
+    SavedModel, in float32 or bf16, with `patience` 1 or the exact rule; `job["inter_threads"]`
+    batches at once (0: the Translator's default, `concurrent_batches()`, which
+    `translate.concurrent_batches` tells). Through the SavedModel, each batch is a call of its
+    signature, as a TF Serving client with that many requests in flight sends it."""
     from keras_transformer.model_dir import load_model
 
     savedmodel, jit_compile, patience, dtype = VERSES_SYSTEMS[job["system"]]
@@ -238,8 +245,14 @@ def verses_translator(job: dict):
             result = decode(model, source_ids, nbest=n)
             return result.ids, result.scores
 
-    def translate(texts):
-        translator = CountingTranslator(model, tokenizer, search, batch_size=job["batch_size"], **settings)
-        return translator.translate(texts), translator.target_tokens
+    def translator():
+        return CountingTranslator(
+            model, tokenizer, search, batch_size=job["batch_size"], concurrent_batches=job["inter_threads"], **settings
+        )
 
+    def translate(texts):
+        counting = translator()
+        return counting.translate(texts), counting.target_tokens
+
+    translate.concurrent_batches = translator().concurrent_batches()
     return translate

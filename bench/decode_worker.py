@@ -8,9 +8,10 @@ compilation, allocation: never timed), checks the work and answers {"ready": ...
 round's output and ends. Answers are JSON lines on stdout, whatever the libraries print goes to
 stderr. CTranslate2's systems import ctranslate2 and sentencepiece only: no TensorFlow in their
 process, and CTranslate2's threading as its users get it (its default thread count, OpenMP's
-default wait policy), unless the job sets `intra_threads`: then every engine computes on that many
-threads (CTranslate2's `intra_threads`, TensorFlow's intra-op and inter-op pools, LiteRT's
-`num_threads`).
+default wait policy), unless the job sets `intra_threads` (threads per batch: CTranslate2's
+`intra_threads`, TensorFlow's intra-op pool, LiteRT's `num_threads`) or `inter_threads` (batches
+at once: CTranslate2's `inter_threads`, with as many batches in flight; TensorFlow's inter-op pool
+and our `Translator`'s `concurrent_batches`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -37,18 +39,21 @@ def time_calls(run, ids, repeats: int) -> list[float]:
 
 
 def threads(job: dict) -> dict:
-    """Set the system's thread counts from `job["intra_threads"]` (0: the engine's defaults) before
-    it computes anything: CTranslate2's `intra_threads` (its one translator runs one batch at a
-    time: `inter_threads` 1), or TensorFlow's intra-op pool and its inter-op pool (one op at a
-    time, so that N threads are all the system computes on). Returns the counts it runs with
-    (intra 0: CTranslate2's own default)."""
+    """Set the system's threads before it computes anything, from `job["intra_threads"]` (threads
+    per batch) and `job["inter_threads"]` (batches at once), 0 leaving the engine's default:
+    CTranslate2's `intra_threads` and `inter_threads` (default 1: one batch at a time), or
+    TensorFlow's intra-op pool and its inter-op pool (which runs a search's ops, so it holds the
+    batches searched at once; default: one thread per core, as many batches at once as
+    `Translator.concurrent_batches()`). Returns the counts it runs with (intra 0: CTranslate2's
+    own default)."""
     if job["system"] in CTRANSLATE2:
-        return {"intra_threads": job["intra_threads"], "inter_threads": 1}  # ctranslate2_translator's
+        return {"intra_threads": job["intra_threads"], "inter_threads": job["inter_threads"] or 1}
     import tensorflow as tf
 
     if job["intra_threads"]:
         tf.config.threading.set_intra_op_parallelism_threads(job["intra_threads"])
-        tf.config.threading.set_inter_op_parallelism_threads(job["intra_threads"])
+    if job["inter_threads"]:
+        tf.config.threading.set_inter_op_parallelism_threads(job["inter_threads"])
     return {
         "intra_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_threads": tf.config.threading.get_inter_op_parallelism_threads(),
@@ -59,7 +64,10 @@ def ctranslate2_translator(job: dict):
     import ctranslate2
 
     return ctranslate2.Translator(
-        job["ctranslate2_dir"], compute_type=CTRANSLATE2[job["system"]], intra_threads=job["intra_threads"]
+        job["ctranslate2_dir"],
+        compute_type=CTRANSLATE2[job["system"]],
+        intra_threads=job["intra_threads"],
+        inter_threads=job["inter_threads"] or 1,
     )
 
 
@@ -94,7 +102,8 @@ def ctranslate2_verses(job: dict):
     """translate(texts) -> (translations, target tokens) as a CTranslate2 user translates with our
     `export --format ctranslate2` directory: its SentencePiece model (sources truncated as our
     `Translator` truncates them; CTranslate2 appends the EOS), `translate_batch` on our batches of
-    `batch_size` length-sorted sources with the length limit of each batch's longest source
+    `batch_size` length-sorted sources (the longest batches first, `inter_threads` of them in
+    flight from threads of their own) with the length limit of each batch's longest source
     (`job["limits"]`: ours per sentence, CTranslate2's per call), `sp.decode` without "<unk>"
     (our detokenizer drops it). Target tokens count the best hypotheses' tokens, EOS included."""
     import sentencepiece
@@ -102,20 +111,24 @@ def ctranslate2_verses(job: dict):
     translator = ctranslate2_translator(job)
     sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(job["ctranslate2_dir"], "tokenizer.model"))
     keep, limits, batch_size = job["max_length"] - 1, job["limits"], job["batch_size"]
+    pool = ThreadPoolExecutor(job["inter_threads"] or 1)  # as many batches in flight as the translator runs
 
     def translate(texts):
         pieces = [row[:keep] for row in sp.encode(list(texts), out_type=str)]
         order = sorted(range(len(pieces)), key=lambda k: len(pieces[k]))
-        hypotheses = [[] for _ in pieces]
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            results = translator.translate_batch(
+
+        def search(chunk):
+            return translator.translate_batch(
                 [pieces[k] for k in chunk],
                 beam_size=job["beam_size"],
                 length_penalty=job["alpha"],
                 max_decoding_length=max(limits[k] for k in chunk),
                 return_end_token=True,
             )
+
+        chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)][::-1]
+        hypotheses = [[] for _ in pieces]
+        for chunk, results in zip(chunks, pool.map(search, chunks)):  # the longest first, as our Translator
             for k, result in zip(chunk, results):
                 hypotheses[k] = result.hypotheses[0]
         unknown = sp.unk_id()
@@ -169,9 +182,10 @@ class Verses:
             from decode_runners import verses_translator
 
             self.translate = verses_translator(job)
+            counts["batches_at_once"] = self.translate.concurrent_batches
         self.sources = job["sources"]
         self.translate(self.sources[:WARMUP_VERSES])  # tracing, allocation
-        self.ready = counts
+        self.ready = {"batches_at_once": counts["inter_threads"], **counts}
 
     def round(self) -> dict:
         start = time.perf_counter()

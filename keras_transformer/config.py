@@ -408,6 +408,7 @@ class DecodingConfig:
     )
     jit_compile: bool = False  # decode with XLA: seconds to compile each bucket shape, then faster at small batches
     batch_size: int = 32  # sentences per search, sorted by length
+    concurrent_batches: int = 0  # searches run at once, each on a thread of its own (0: one per CPU core)
     alignment_layer: int = -2  # decoder layer whose attention aligns words (-2: the penultimate; Garg et al., 2019)
     # Random sampling instead of beam search (CTranslate2's names): on when sampling_topk is not 1.
     sampling_topk: int = 1  # sample from the K most likely tokens (0: from all; 1: no sampling, beam search)
@@ -436,6 +437,7 @@ class DecodingConfig:
         )
         _check(self.dtype in (None, *DTYPES), f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+        _check(self.concurrent_batches >= 0, f"concurrent_batches must be >= 0, got {self.concurrent_batches}")
         _check(self.sampling_topk >= 0, f"sampling_topk must be >= 0, got {self.sampling_topk}")
         _check(0 < self.sampling_topp <= 1, f"sampling_topp must be in (0, 1], got {self.sampling_topp}")
         _check(self.sampling_temperature > 0, f"sampling_temperature must be > 0, got {self.sampling_temperature}")

@@ -137,19 +137,23 @@ def test_decode_compare_refuses_bfloat16_under_the_avx2_caps(capsys):
 
 
 def test_decode_workers_run_each_engine_on_the_threads_asked(monkeypatch):
-    """--intra-threads reaches CTranslate2's `intra_threads` (0, its default, without it)."""
+    """--intra-threads and --inter-threads reach CTranslate2's `intra_threads` and `inter_threads`
+    (0 and 1, its defaults, without them)."""
     import ctranslate2
     import decode_compare
     import decode_worker
 
     calls = []
     monkeypatch.setattr(ctranslate2, "Translator", lambda path, **kwargs: calls.append(kwargs))
-    for argv, threads in ([], 0), (["--intra-threads", "1"], 1):
+    for argv, intra, inter in ([], 0, 1), (["--intra-threads", "1", "--inter-threads", "2"], 1, 2):
         args = decode_compare.parse_args(["verses", "--model-dir", "m", *argv])
-        job = {"system": "ctranslate2_int8", "ctranslate2_dir": "d", "intra_threads": args.intra_threads}
+        job = {"system": "ctranslate2_int8", "ctranslate2_dir": "d", **vars(args)}
         decode_worker.ctranslate2_translator(job)
-        assert decode_worker.threads(job) == {"intra_threads": threads, "inter_threads": 1}
-    assert calls == [{"compute_type": "int8", "intra_threads": 0}, {"compute_type": "int8", "intra_threads": 1}]
+        assert decode_worker.threads(job) == {"intra_threads": intra, "inter_threads": inter}
+    assert calls == [
+        {"compute_type": "int8", "intra_threads": 0, "inter_threads": 1},
+        {"compute_type": "int8", "intra_threads": 1, "inter_threads": 2},
+    ]
 
 
 @pytest.mark.slow
@@ -163,9 +167,9 @@ def test_decode_compare_forced_runs_every_runner_in_its_own_process(capsys):
     runners += ["ctranslate2", "ctranslate2_int8"]
     work = [*DECODE_WORK, "--sentences", "1"]  # the last --sentences counts
     argv = ["forced", *work, "--beam-size", "2", "--runners", *runners, "--rounds", "2", "--isa", "avx2"]
-    line = run_main("decode_compare", [*argv, "--intra-threads", "1"], capsys)
+    line = run_main("decode_compare", [*argv, "--intra-threads", "1", "--inter-threads", "1"], capsys)
     assert set(line["systems"]) == set(runners) and line["reference"] == "ctranslate2"
-    assert line["intra_threads"] == 1
+    assert line["intra_threads"] == 1 and line["inter_threads"] == 1
     assert {(s["intra_threads"], s["inter_threads"]) for s in line["systems"].values()} == {(1, 1)}
     assert line["isa_caps"]["CT2_FORCE_CPU_ISA"] == "AVX2" and "avx2" in line["machine"]["cpu_flags"]
     assert line["tgt_tokens_per_s_over_reference"]["ctranslate2"] == 1.0

@@ -117,6 +117,37 @@ def test_translate_arguments_and_stdin(trained, capsys, monkeypatch):
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
 
 
+def test_decoding_commands_give_one_thread_per_op_before_tensorflow_starts(monkeypatch, capsys):
+    """`translate` and `evaluate` set TensorFlow's intra-op pool (1 by default) unless
+    $TF_NUM_INTRAOP_THREADS sets it; a TensorFlow already running keeps its pool, and says so if
+    the flag asked for another."""
+    import tensorflow as tf
+
+    from keras_transformer.cli import main as cli
+
+    set_to = []
+    monkeypatch.setattr(tf.config.threading, "set_intra_op_parallelism_threads", set_to.append)
+    for command in ("translate", "evaluate"):
+        cli._use_op_threads(cli.parser().parse_args([command, "--model-dir", "m"]))
+        cli._use_op_threads(cli.parser().parse_args([command, "--model-dir", "m", "--intra-op-threads", "0"]))
+    assert set_to == [1, 0, 1, 0]
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "2")
+    cli._use_op_threads(cli.parser().parse_args(["translate", "--model-dir", "m"]))
+    assert set_to == [1, 0, 1, 0]
+
+    def running(threads):
+        raise RuntimeError("Intra op parallelism cannot be modified after initialization.")
+
+    monkeypatch.setattr(tf.config.threading, "set_intra_op_parallelism_threads", running)
+    monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: 2)
+    cli._use_op_threads(cli.parser().parse_args(["translate", "--model-dir", "m", "--intra-op-threads", "2"]))
+    assert capsys.readouterr().err == ""
+    cli._use_op_threads(cli.parser().parse_args(["translate", "--model-dir", "m", "--intra-op-threads", "1"]))
+    assert capsys.readouterr().err == (
+        "keras-transformer: warning: TensorFlow is running already: --intra-op-threads 1 not applied\n"
+    )
+
+
 @pytest.mark.slow
 def test_evaluate_prints_sacrebleu_scores(trained):
     result = run("evaluate", "--model-dir", trained.model_dir, "--show", "1")

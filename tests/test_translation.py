@@ -1,6 +1,9 @@
 """The Python inference API: `kt.Translator.from_model_dir(path).translate(...)`, on a model dir
 with an untrained tiny model (a checkpoint of its initial weights: no training needed)."""
 
+import os
+import threading
+
 import pytest
 import tensorflow as tf
 
@@ -93,6 +96,27 @@ def test_translate_a_list_returns_a_list_in_order(translator):
     assert translations == [translator.translate(s) for s in SENTENCES]
     assert translator.translate(tuple(SENTENCES[:2])) == translations[:2]
     assert translator.translate([]) == []
+
+
+def test_batches_are_searched_side_by_side_with_the_same_translations(model_dir, translator):
+    """`concurrent_batches` batches at once, each on a thread of its own: the translations and
+    scores of one batch at a time, in the input's order, empty texts in place."""
+    model, tokenizer = translator.model, translator.tokenizer
+    texts = ["Jesus wept.", "", "And God said, Let there be light.", "Amen.", "In the beginning was the Word."] * 2
+
+    class Threads(kt.Translator):
+        def decode(self, source_ids, n=None, **extra):
+            self.threads.add(threading.get_ident())
+            return super().decode(source_ids, n, **extra)
+
+    side_by_side = Threads(model, tokenizer, beam_size=3, batch_size=2, concurrent_batches=3)
+    side_by_side.threads = set()
+    one_at_a_time = kt.Translator(model, tokenizer, beam_size=3, batch_size=2, concurrent_batches=1)
+    assert side_by_side.translate_nbest(texts) == one_at_a_time.translate_nbest(texts)
+    assert len(side_by_side.threads) > 1 and side_by_side.concurrent_batches() == 3
+    assert kt.Translator(model, tokenizer).concurrent_batches() == (
+        tf.config.threading.get_inter_op_parallelism_threads() or len(os.sched_getaffinity(0))
+    )
 
 
 def test_translate_nbest(translator):

@@ -68,6 +68,33 @@ def _add_decoding(p, exclude=()):
     add_decoding_flags(p, exclude)
 
 
+def _add_op_threads(p):
+    p.add_argument(
+        "--intra-op-threads",
+        type=int,
+        metavar="N",
+        help="threads TensorFlow gives one op, set before it starts (default 1, or $TF_NUM_INTRAOP_THREADS; 0: "
+        "TensorFlow's own default, every core). The cores search batches side by side (--concurrent-batches): on "
+        "2 cores, one thread per op was fastest (bench/RESULTS.md)",
+    )
+
+
+def _use_op_threads(args) -> None:
+    """TensorFlow's intra-op pool for a decoding command: `--intra-op-threads`, else 1 unless
+    $TF_NUM_INTRAOP_THREADS says otherwise; a TensorFlow already running (`main()` called in a
+    process that has computed) keeps its pool, with a warning if the flag asked for another."""
+    import tensorflow as tf
+
+    threads = args.intra_op_threads
+    if threads is None and "TF_NUM_INTRAOP_THREADS" in os.environ:
+        return
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1 if threads is None else threads)
+    except RuntimeError:  # TensorFlow has started
+        if threads is not None and threads != tf.config.threading.get_intra_op_parallelism_threads():
+            _log(f"warning: TensorFlow is running already: --intra-op-threads {threads} not applied")
+
+
 def _add_target_lang(p, what):
     p.add_argument("--target-lang", metavar="LANG", help=f"a multilingual model: {what} (e.g. fr)")
 
@@ -76,6 +103,7 @@ def _add_translate(subparsers):
     p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
     _add_model_dirs(p)
     _add_decoding(p)
+    _add_op_threads(p)
     _add_target_lang(p, "the language to translate into")
     prefix = p.add_mutually_exclusive_group()
     prefix.add_argument("--prefix", metavar="TEXT", help="every translation continues this start of a translation")
@@ -136,6 +164,7 @@ def _add_evaluate(subparsers):
     p.add_argument("--limit", type=int, help="only the first N pairs")
     _add_target_lang(p, "the language to translate into (default data: the training source of that language)")
     _add_decoding(p)
+    _add_op_threads(p)
     p.add_argument("--show", type=int, default=3, help="print N example translations")
 
 
@@ -161,7 +190,7 @@ def _add_export(subparsers):
         "earlier export into OUT",
     )
     p.add_argument("--checkpoint", default="latest", help=CHECKPOINT_HELP)
-    add_decoding_flags(p, exclude=("batch_size",))
+    add_decoding_flags(p, exclude=("batch_size", "concurrent_batches"))
     p.add_argument(
         "--check",
         metavar="OUT",
@@ -265,6 +294,7 @@ def _lines(path: str) -> list[str]:
 def _translate(args):
     from keras_transformer.inference.alignment import format_pharaoh
 
+    _use_op_threads(args)
     translator = _translator(args)
     stdin = getattr(sys.stdin, "buffer", None) or (
         line.encode("utf-8") for line in sys.stdin
@@ -349,6 +379,7 @@ def _evaluate(args):
     from keras_transformer.inference.evaluation import evaluate
     from keras_transformer.model_dir import ModelDir
 
+    _use_op_threads(args)
     translator = _translator(args)
     trained_on = ModelDir(args.model_dir[0]).read()["data_config"]  # an ensemble: the first model's
     tfds_data_dir = args.tfds_data_dir or trained_on.tfds_data_dir

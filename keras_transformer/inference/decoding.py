@@ -466,13 +466,14 @@ def _xla_search(model, source_ids, decoding: DecodingConfig):
 
 def search_settings(decoding: DecodingConfig) -> DecodingConfig:
     """The settings that shape the search's graph: those of `decoding` but for where and how it
-    runs (dtype, XLA, batch size) and what is read after it (the alignment layer), so that one
-    traced search serves them all."""
+    runs (dtype, XLA, batch size, concurrent searches) and what is read after it (the alignment
+    layer), so that one traced search serves them all."""
     defaults = DecodingConfig()
     return decoding.replace(
         dtype=defaults.dtype,
         jit_compile=defaults.jit_compile,
         batch_size=defaults.batch_size,
+        concurrent_batches=defaults.concurrent_batches,
         alignment_layer=defaults.alignment_layer,
     )
 

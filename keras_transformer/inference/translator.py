@@ -16,10 +16,12 @@ kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ens
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple, overload
 
 import numpy as np
@@ -46,6 +48,11 @@ class Score(NamedTuple):
     log_prob: float
     tokens: int
     token_log_probs: list[float]
+
+
+def cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the system tells it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _padded(rows, width: int | None = None) -> np.ndarray:
@@ -219,14 +226,16 @@ class Translator:
         if isinstance(texts, str):
             return self.translate_with_alignments([texts])[0]
         texts = self._with_language(list(texts), None)  # a multilingual model: the token in each text
-        results = [("", [])] * len(texts)
-        for indices, _, batch in self._batches(texts):
+
+        def search(indices, start, batch):
             ids, _ = self.decode(batch, 1)  # [B, 1, L]
             pharaoh = self._alignments(batch, ids[:, 0]).numpy()  # [B]
             translations = self.tokenizer.detokenize(ids[:, 0]).numpy()  # [B]
-            for i, translation, pairs in zip(indices, translations, pharaoh):
-                results[i] = (translation.decode("utf-8"), alignment.parse_pharaoh(pairs.decode("utf-8")))
-        return results
+            return [
+                (t.decode("utf-8"), alignment.parse_pharaoh(p.decode("utf-8"))) for t, p in zip(translations, pharaoh)
+            ]
+
+        return self._map_batches(search, texts, empty=lambda: ("", []))
 
     def _alignments(self, source_ids, target_ids):
         """`alignment.alignments` (source_ids [B, S], target_ids [B, T]) -> [B] strings, through one
@@ -251,6 +260,33 @@ class Translator:
         for start in range(0, len(order), self.decoding.batch_size):
             chunk = order[start : start + self.decoding.batch_size]
             yield [todo[k] for k in chunk], start, _padded([rows[k] for k in chunk])  # [B, S]
+
+    def concurrent_batches(self) -> int:
+        """How many batches `translate` searches at once: `decoding.concurrent_batches`, or one per
+        thread of TensorFlow's inter-op pool (by default one per CPU core)."""
+        return self.decoding.concurrent_batches or tf.config.threading.get_inter_op_parallelism_threads() or cores()
+
+    def _map_batches(self, work, texts: list[str], empty) -> list:
+        """One result per text: `empty()` for an empty text, else its row of `work(indices, start,
+        source_ids)` (a list with a result per row), which runs once per batch of `_batches`,
+        `concurrent_batches()` batches at once, each on a thread of its own, the longest first.
+
+        A search's ops are too small to spread over cores (TensorFlow's intra-op pool): one search
+        on two cores took as long as on one, and two at once on two cores, one thread per op, 0.55x
+        as long (the held-out verses, bench/RESULTS.md, "2026-12-02 (midday)"); so a CPU's cores
+        translate side by side, as CTranslate2's `inter_threads` do."""
+        batches = list(self._batches(texts))
+        workers = min(self.concurrent_batches(), len(batches))
+        if workers > 1:  # the longest batches first, so that the threads end together
+            with ThreadPoolExecutor(workers, thread_name_prefix="translate") as pool:
+                rows = list(pool.map(lambda batch: work(*batch), batches[::-1]))[::-1]
+        else:
+            rows = [work(*batch) for batch in batches]
+        results = [empty() for _ in texts]
+        for (indices, _, _), batch_rows in zip(batches, rows):
+            for i, row in zip(indices, batch_rows):
+                results[i] = row
+        return results
 
     def _prefix_rows(self, prefixes, count: int) -> list[np.ndarray] | None:
         """The target prefix ids of `count` texts from `prefixes` (None, one str, or one per text)."""
@@ -277,10 +313,10 @@ class Translator:
         self, texts: list[str], n: int, prefixes=None, constraints=None, target_lang=None
     ) -> list[list[tuple[str, float]]]:
         texts = self._with_language(texts, target_lang)
-        translations = [[("", 0.0)] * n for _ in texts]
         prefix_rows = self._prefix_rows(prefixes, len(texts))
         phrase_rows = lexical.phrase_rows(self.tokenizer, constraints, len(texts), self.model.config.max_length)
-        for indices, start, batch in self._batches(texts):
+
+        def search(indices, start, batch):
             extra = {}  # only what is given: a subclass's `decode(source_ids, n)` still serves the rest
             if prefix_rows is not None:
                 extra["target_prefix"] = _padded([prefix_rows[i] for i in indices])  # [B, P]
@@ -290,6 +326,9 @@ class Translator:
                 extra["seed"] = self.decoding.seed + start  # one stream per batch
             ids, scores = self.decode(batch, n, **extra)  # [B, n, L], [B, n]
             outputs = self.tokenizer.detokenize(tf.reshape(ids, [-1, ids.shape[-1]])).numpy().reshape(ids.shape[:2])
-            for i, row, row_scores in zip(indices, outputs, scores.numpy()):
-                translations[i] = [(output.decode("utf-8"), float(score)) for output, score in zip(row, row_scores)]
-        return translations
+            return [
+                [(output.decode("utf-8"), float(score)) for output, score in zip(row, row_scores)]
+                for row, row_scores in zip(outputs, scores.numpy())
+            ]
+
+        return self._map_batches(search, texts, empty=lambda: [("", 0.0)] * n)
