@@ -52,15 +52,17 @@ def test_greedy_scores_equal_the_scored_greedy_outputs(scrambled_model):
 
 
 def test_scores_do_not_depend_on_the_batch(scrambled_model):
+    """Up to float rounding: oneDNN picks its kernels by shape, so the batch changes the order of
+    the sums (on an AMD EPYC with AVX-512: 1.3e-5 on a score of -24.6)."""
     targets = [[4, 5, 6, 7, 8], [9], [], [10, 11, 10, 11, 4, 4, 4], [6, 6]]
     sources = np.concatenate([SOURCE, SOURCE[:1]])
     together = score(scrambled_model, sources, padded(targets))
     order = [3, 0, 4, 2, 1]
     shuffled = score(scrambled_model, sources[order], padded([targets[i] for i in order]))
-    np.testing.assert_allclose(shuffled.score.numpy(), together.score.numpy()[order], atol=1e-5)
+    np.testing.assert_allclose(shuffled.score.numpy(), together.score.numpy()[order], rtol=1e-6, atol=1e-5)
     for i, target in enumerate(targets):
         alone = score(scrambled_model, sources[i : i + 1], padded([target]))
-        np.testing.assert_allclose(alone.score.numpy(), together.score.numpy()[i : i + 1], atol=1e-5)
+        np.testing.assert_allclose(alone.score.numpy(), together.score.numpy()[i : i + 1], rtol=1e-6, atol=1e-5)
         counted = len(target) + 1
         np.testing.assert_allclose(
             alone.token_log_probs.numpy()[0, :counted], together.token_log_probs.numpy()[i, :counted], atol=1e-5
