@@ -1,6 +1,8 @@
 """Proofs of every exported artifact: each runs in a fresh process that imports only
 tensorflow (+ tensorflow_text) or only LiteRT, and gives the Python model's translations."""
 
+import contextlib
+import io
 import json
 import os
 import pickle
@@ -141,6 +143,26 @@ def test_export_writes_every_artifact(exported):
     assert sorted(os.listdir(os.path.join(exported.out, "saved_model"))) == ["translator", "translator_ids"]
     assert exported.paths["saved_model"].endswith(os.path.join("translator", "1"))
     assert exported.paths["saved_model_ids"].endswith(os.path.join("translator_ids", "1"))
+
+
+@pytest.mark.slow
+def test_the_tflite_models_hold_the_embedding_once_and_the_int8_one_in_int8(exported):
+    """The decoding steps' output projection reads E^T made once per search (a loop-invariant
+    input, `decoding._shared_apart`), which TFLite's converter folds into the FULLY_CONNECTED op's
+    weights: no float32 copy of the [vocab, d_model] matrix, or of its transpose, beside them
+    (carried in the loop's state it became a BATCH_MATMUL against one, in the int8 model too)."""
+    config = exported.model.config
+    shapes = {f"shape:[{config.vocab_size}, {config.d_model}]", f"shape:[{config.d_model}, {config.vocab_size}]"}
+    for key, weights in ("tflite", "FLOAT32"), ("tflite_int8", "INT8"):
+        with open(exported.paths[key], "rb") as f, contextlib.redirect_stdout(io.StringIO()) as report:
+            tf.lite.experimental.Analyzer.analyze(model_content=f.read())
+        constants = [
+            line for line in report.getvalue().splitlines() if " RO " in line and any(s in line for s in shapes)
+        ]
+        assert constants and all(f"type:{weights} RO" in line for line in constants), (key, constants)
+        assert len({line.split("buffer: ")[1].split(",")[0] for line in constants}) <= 2, (
+            constants
+        )  # E, and E's in the FC
 
 
 @pytest.mark.slow

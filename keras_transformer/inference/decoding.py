@@ -252,30 +252,35 @@ class Search(NamedTuple):
     """The loop state of a search whose batch shrinks: B' of the B sentences still search."""
 
     beams: BeamState  # of the B' sentences still searching
-    context: dict  # theirs: the model's decoding context, every leaf [B', ...]
+    context: dict  # theirs: the model's decoding context, every leaf [B', ...] (its shared entries apart)
     limits: tf.Tensor  # [B'] int32, their length limits
     sentences: tf.Tensor  # [B'] int32, their rows in the batch
     ids: tf.Tensor  # [B, K, L] int32, the finished hypotheses of every sentence that stopped
     scores: tf.Tensor  # [B, K] float32
 
 
-def _map_rows(function, context, shared=lambda value: value):
-    """`function` of every leaf of a decoding context that has a row per sentence, and `shared` of
-    every leaf of the entries `SHARED_CONTEXT` (of a model's context, or of each model's in an
-    ensemble's tuple), which every sentence shares."""
+def _shared_apart(context):
+    """(`context` without its entries `SHARED_CONTEXT`, a function that puts them back into such a
+    context): the entries of a model's context, or of each model's in an ensemble's tuple, that
+    every sentence shares. The search carries the rest in its loop and captures these in the
+    loop's body: a loop-invariant input, which TFLite's converter turns into a constant, so that
+    the output projection stays a FULLY_CONNECTED op with the embedding as its (int8) weights;
+    carried in the loop, it became a BATCH_MATMUL against a float32 copy."""
     if isinstance(context, dict):
-        return {
-            name: tf.nest.map_structure(shared, value) if name == SHARED_CONTEXT else _map_rows(function, value, shared)
-            for name, value in context.items()
-        }
+        parts = {name: _shared_apart(value) for name, value in context.items() if name != SHARED_CONTEXT}
+
+        def restore(rest):
+            restored = {name: put_back(rest[name]) for name, (_, put_back) in parts.items()}
+            return {**restored, SHARED_CONTEXT: context[SHARED_CONTEXT]} if SHARED_CONTEXT in context else restored
+
+        return {name: rest for name, (rest, _) in parts.items()}, restore
     if isinstance(context, (list, tuple)):
-        return type(context)(_map_rows(function, value, shared) for value in context)
-    return function(context)
-
-
-def _any_shape(value) -> tf.TensorShape:
-    """A loop variable's shape invariant where every dimension may change."""
-    return tf.TensorShape([None] * value.shape.rank)
+        parts = [_shared_apart(value) for value in context]
+        return (
+            type(context)(rest for rest, _ in parts),
+            lambda rest: type(context)(put_back(value) for (_, put_back), value in zip(parts, rest)),
+        )
+    return context, lambda leaf: leaf
 
 
 def _retire(search: Search, beam_size: int, alpha: float, nbest: int, patience: float | None) -> Search:
@@ -299,7 +304,7 @@ def _retire(search: Search, beam_size: int, alpha: float, nbest: int, patience: 
             },
             cache=tf.nest.map_structure(lambda leaf: tf.gather(leaf, hypotheses), search.beams.cache),
         )
-        context = _map_rows(lambda leaf: tf.gather(leaf, keep), search.context)  # the shared entries whole
+        context = tf.nest.map_structure(lambda leaf: tf.gather(leaf, keep), search.context)
         return Search(beams, context, tf.gather(search.limits, keep), tf.gather(search.sentences, keep), ids, scores)
 
     return tf.cond(tf.reduce_any(stopped), retire, lambda: search)
@@ -337,10 +342,11 @@ def search_beams(
     # most searches end long before `length`, and every step reads and copies the whole cache.
     fixed = length if max_decode_length is not None or static_shapes else None
     context, cache = model.start_decoding(source_ids, k, fixed)  # cache leaves [B*K, ...]
+    context, with_shared = _shared_apart(context)  # the loop carries the sentences' rows only
 
     def log_probs(context, sentences=None):
         def tokens_to_log_probs(token_ids, position, cache):
-            logits, cache = model.decode_step(token_ids, position, cache, context)  # [B*K, V]
+            logits, cache = model.decode_step(token_ids, position, cache, with_shared(context))  # [B*K, V]
             log_probs = LogProbs.of(logits)  # over the full vocabulary
             if target_prefix is not None:  # the prefixes of the sentences still searching
                 prefix = target_prefix if sentences is None else tf.gather(target_prefix, sentences)
@@ -396,11 +402,7 @@ def search_beams(
             ),
         ),
         (search,),
-        shape_invariants=(
-            tf.nest.map_structure(_any_shape, search._replace(context=()))._replace(
-                context=_map_rows(_any_shape, search.context, shared=lambda value: value.shape)
-            ),
-        ),
+        shape_invariants=(tf.nest.map_structure(lambda value: tf.TensorShape([None] * value.shape.rank), search),),
     )[0]
     return search.ids[:, :nbest], search.scores[:, :nbest]
 
