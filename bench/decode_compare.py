@@ -77,6 +77,7 @@ FORCED_TF = [
 ]  # decode_runners.FORCED_RUNNERS (not imported: it loads TensorFlow)
 VERSES_TF = [
     "python",
+    "cli",
     "xla",
     "savedmodel",
     "savedmodel_xla",

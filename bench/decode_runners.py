@@ -39,7 +39,9 @@ calls for 64 tokens, as in keras-hub's Bart); learned positions and an untied ou
 (same FLOPs). Greedy is the same algorithm on both sides.
 
 `verses` work: a trained model's `Translator` (what `keras-transformer translate` runs), text to
-text, with its search given by `VERSES_SYSTEMS`: in the graph (`python`), compiled by XLA
+text, with its search given by `VERSES_SYSTEMS`: in the graph (`python`; `cli`, the same in a
+process whose TensorFlow runs one thread per op, as `keras-transformer translate` sets it up, unless
+`--intra-threads` says otherwise: `decode_worker.threads`), compiled by XLA
 (`xla`, `beam_search(jit_compile=True)`, `export --jit-compile` for `savedmodel_xla`), through the
 ids-only SavedModel (`savedmodel`, the signature TF Serving runs as `translate_ids`), in bf16
 (`*_bfloat16`, `--dtype bfloat16`), or with the exact stopping rule (`*_exact`, `patience=None`:
@@ -205,6 +207,7 @@ def padded_limits(rows: list[np.ndarray], max_length: int) -> list[int]:
 # name: (through the SavedModel, XLA, patience, dtype)
 VERSES_SYSTEMS = {
     "python": (False, False, DecodingConfig.patience, None),
+    "cli": (False, False, DecodingConfig.patience, None),  # in a process set up as `keras-transformer translate`'s
     "xla": (False, True, DecodingConfig.patience, None),
     "savedmodel": (True, False, DecodingConfig.patience, None),
     "savedmodel_xla": (True, True, DecodingConfig.patience, None),

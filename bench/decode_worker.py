@@ -44,13 +44,18 @@ def threads(job: dict) -> dict:
     CTranslate2's `intra_threads` and `inter_threads` (default 1: one batch at a time), or
     TensorFlow's intra-op pool and its inter-op pool (which runs a search's ops, so it holds the
     batches searched at once; default: one thread per core, as many batches at once as
-    `Translator.concurrent_batches()`). Returns the counts it runs with (intra 0: CTranslate2's
-    own default)."""
+    `Translator.concurrent_batches()`); the `cli` system's intra-op pool is the command line's
+    (`use_op_threads`: one thread by default). Returns the counts it runs with (intra 0:
+    CTranslate2's own default)."""
     if job["system"] in CTRANSLATE2:
         return {"intra_threads": job["intra_threads"], "inter_threads": job["inter_threads"] or 1}
     import tensorflow as tf
 
-    if job["intra_threads"]:
+    if job["system"] == "cli":  # as `keras-transformer translate` sets TensorFlow up
+        from keras_transformer.cli.main import use_op_threads
+
+        use_op_threads(job["intra_threads"] or None)
+    elif job["intra_threads"]:
         tf.config.threading.set_intra_op_parallelism_threads(job["intra_threads"])
     if job["inter_threads"]:
         tf.config.threading.set_inter_op_parallelism_threads(job["inter_threads"])

@@ -125,14 +125,17 @@ def test_decoding_commands_give_one_thread_per_op_before_tensorflow_starts(monke
 
     from keras_transformer.cli import main as cli
 
+    def flag(argv):  # the command's --intra-op-threads
+        return cli.parser().parse_args(argv).intra_op_threads
+
     set_to = []
     monkeypatch.setattr(tf.config.threading, "set_intra_op_parallelism_threads", set_to.append)
     for command in ("translate", "evaluate"):
-        cli._use_op_threads(cli.parser().parse_args([command, "--model-dir", "m"]))
-        cli._use_op_threads(cli.parser().parse_args([command, "--model-dir", "m", "--intra-op-threads", "0"]))
+        cli.use_op_threads(flag([command, "--model-dir", "m"]))
+        cli.use_op_threads(flag([command, "--model-dir", "m", "--intra-op-threads", "0"]))
     assert set_to == [1, 0, 1, 0]
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "2")
-    cli._use_op_threads(cli.parser().parse_args(["translate", "--model-dir", "m"]))
+    cli.use_op_threads(flag(["translate", "--model-dir", "m"]))
     assert set_to == [1, 0, 1, 0]
 
     def running(threads):
@@ -140,9 +143,9 @@ def test_decoding_commands_give_one_thread_per_op_before_tensorflow_starts(monke
 
     monkeypatch.setattr(tf.config.threading, "set_intra_op_parallelism_threads", running)
     monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: 2)
-    cli._use_op_threads(cli.parser().parse_args(["translate", "--model-dir", "m", "--intra-op-threads", "2"]))
+    cli.use_op_threads(flag(["translate", "--model-dir", "m", "--intra-op-threads", "2"]))
     assert capsys.readouterr().err == ""
-    cli._use_op_threads(cli.parser().parse_args(["translate", "--model-dir", "m", "--intra-op-threads", "1"]))
+    cli.use_op_threads(flag(["translate", "--model-dir", "m", "--intra-op-threads", "1"]))
     assert capsys.readouterr().err == (
         "keras-transformer: warning: TensorFlow is running already: --intra-op-threads 1 not applied\n"
     )

@@ -79,13 +79,12 @@ def _add_op_threads(p):
     )
 
 
-def _use_op_threads(args) -> None:
-    """TensorFlow's intra-op pool for a decoding command: `--intra-op-threads`, else 1 unless
-    $TF_NUM_INTRAOP_THREADS says otherwise; a TensorFlow already running (`main()` called in a
-    process that has computed) keeps its pool, with a warning if the flag asked for another."""
+def use_op_threads(threads: int | None) -> None:
+    """TensorFlow's intra-op pool for a decoding command (`--intra-op-threads`): `threads`, else 1
+    unless $TF_NUM_INTRAOP_THREADS says otherwise; a TensorFlow already running (`main()` called
+    in a process that has computed) keeps its pool, with a warning if `threads` asked for another."""
     import tensorflow as tf
 
-    threads = args.intra_op_threads
     if threads is None and "TF_NUM_INTRAOP_THREADS" in os.environ:
         return
     try:
@@ -294,7 +293,7 @@ def _lines(path: str) -> list[str]:
 def _translate(args):
     from keras_transformer.inference.alignment import format_pharaoh
 
-    _use_op_threads(args)
+    use_op_threads(args.intra_op_threads)
     translator = _translator(args)
     stdin = getattr(sys.stdin, "buffer", None) or (
         line.encode("utf-8") for line in sys.stdin
@@ -379,7 +378,7 @@ def _evaluate(args):
     from keras_transformer.inference.evaluation import evaluate
     from keras_transformer.model_dir import ModelDir
 
-    _use_op_threads(args)
+    use_op_threads(args.intra_op_threads)
     translator = _translator(args)
     trained_on = ModelDir(args.model_dir[0]).read()["data_config"]  # an ensemble: the first model's
     tfds_data_dir = args.tfds_data_dir or trained_on.tfds_data_dir
