@@ -5,9 +5,10 @@ max_length) -> (context, cache)` and `model.decode_step(token_ids, position, cac
 (logits, cache)`, and reorders the cache by beam (every cache leaf has the hypotheses on axis 0;
 the context, per sentence but for its entry `SHARED_CONTEXT`, is never copied). By default the
 cache grows by one position per step and a sentence that stops leaves the batch, so shapes change
-from step to step (the TensorFlow graph and TFLite builtins run that). With static shapes (`static_shapes=True` or a
-`max_decode_length`) the cache has a fixed length and the whole batch runs to the end: what
-XLA compiles (`beam_search(jit_compile=True)` pads its input to a few bucket shapes).
+from step to step (the TensorFlow graph and TFLite builtins run that). With static shapes
+(`static_shapes=True` or a `max_decode_length`) the cache has a fixed length and the whole batch
+runs to the end: what XLA compiles (`beam_search(jit_compile=True)` pads its input to a few bucket
+shapes).
 
 Beam search (§6.1: beam size 4, length penalty alpha 0.6) keeps an alive and a finished set of
 K hypotheses each, as in Wu et al. (2016) and tensor2tensor: each step takes the best 2K
