@@ -408,7 +408,7 @@ class DecodingConfig:
     )
     jit_compile: bool = False  # decode with XLA: seconds to compile each bucket shape, then faster at small batches
     batch_size: int = 32  # sentences per search, sorted by length
-    concurrent_batches: int = 0  # searches run at once, each on a thread of its own (0: one per CPU core)
+    concurrent_batches: int = 0  # searches run at once, each on a thread and with a cache of its own (0: one per core)
     alignment_layer: int = -2  # decoder layer whose attention aligns words (-2: the penultimate; Garg et al., 2019)
     # Random sampling instead of beam search (CTranslate2's names): on when sampling_topk is not 1.
     sampling_topk: int = 1  # sample from the K most likely tokens (0: from all; 1: no sampling, beam search)
