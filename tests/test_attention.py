@@ -93,3 +93,25 @@ def test_mask_fill_value_is_finite_in_the_compute_dtype(dtype):
 def test_widths_that_do_not_split_into_heads_are_refused():
     with pytest.raises(ValueError, match="divisible by num_heads"):
         MultiHeadAttention(num_heads=3)(np.zeros((1, 2, 8), "float32"), np.zeros((1, 2, 8), "float32"))
+
+
+def test_a_decoding_steps_projections_reshape_to_shapes_known_when_traced():
+    """[B', 1, d] with only B' unknown: every reshape of the projections and heads is to a constant
+    shape (-1 for B'), so the step packs no shape at run time; an input of unknown length still
+    gets its dynamic shape."""
+    import tensorflow as tf
+
+    layer = MultiHeadAttention(num_heads=2)
+    layer.build((None, None, 8))
+
+    def op_types(function, shape):
+        graph = tf.function(function).get_concrete_function(tf.TensorSpec(shape, tf.float32)).graph
+        return {op.type for op in graph.get_operations()}
+
+    step = op_types(lambda x: layer.project_key_value(layer.query_dense(x)), [None, 1, 8])
+    assert "Reshape" in step and "Pack" not in step
+    assert "Pack" in op_types(lambda x: layer.project_key_value(x), [None, None, 8])
+    x = np.random.default_rng(0).normal(size=(3, 1, 8)).astype("float32")
+    key, value = layer.project_key_value(x)
+    np.testing.assert_allclose(np.asarray(key), np.asarray(layer.project_key_value(x[:, :1])[0]))
+    assert key.shape == value.shape == (3, 2, 1, 4)

@@ -196,10 +196,10 @@ def _beam_step(state: BeamState, tokens_to_log_probs, limits, *, beam_size: int,
     # The best 2K of the K x V one-token extensions are among each hypothesis' best 2K tokens.
     token_log_probs, tokens = best_tokens(log_probs, 2 * k, banned)  # [B*K, per_beam]
     per_beam = tokens.shape[-1]
-    candidates = state.alive_log_probs[:, :, None] + tf.reshape(token_log_probs, [batch, k, per_beam])  # [B, K, 2K]
-    top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [batch, k * per_beam]), k=2 * k)  # [B, 2K]
+    candidates = state.alive_log_probs[:, :, None] + tf.reshape(token_log_probs, [-1, k, per_beam])  # [B, K, 2K]
+    top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [-1, k * per_beam]), k=2 * k)  # [B, 2K]
     top_beam = top_index // per_beam  # [B, 2K], the alive hypothesis each candidate extends
-    top_token = tf.gather(tf.reshape(tokens, [batch, k * per_beam]), top_index, batch_dims=1)  # [B, 2K]
+    top_token = tf.gather(tf.reshape(tokens, [-1, k * per_beam]), top_index, batch_dims=1)  # [B, 2K]
     write = tf.one_hot(state.position, length, dtype=tf.int32)  # [L]
     top_ids = _gather_beams(state.alive_ids, top_beam) + write * top_token[:, :, None]  # [B, 2K, L]
     generated = state.position + 1  # |y| of every candidate

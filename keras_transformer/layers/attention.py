@@ -19,7 +19,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from keras_transformer.layers.linear import Linear
+from keras_transformer.layers.linear import Linear, leading_shape
 from keras_transformer.layers.masking import masked_fill_value
 
 
@@ -84,8 +84,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dense.build(query_shape)
 
     def _split_heads(self, x):
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        x = ops.reshape(x, (batch, length, self.num_heads, self.d_k))  # [B, L, h, d_k]
+        x = ops.reshape(x, (*leading_shape(x), self.num_heads, self.d_k))  # [B, L, h, d_k]
         return ops.transpose(x, (0, 2, 1, 3))  # [B, h, L, d_k]
 
     def project_key_value(self, memory):
@@ -103,7 +102,6 @@ class MultiHeadAttention(keras.layers.Layer):
         one row, so the memory is never copied per beam. `attention_mask` broadcasts to
         [B, T, S] (to [B, 1, S] when g > 1); the weights are [B, h, g*T, S].
         """
-        batch, length = ops.shape(query)[0], ops.shape(query)[1]
         memory_batch, heads = ops.shape(key)[0], self.num_heads
         step = query.shape[1] == 1  # one position per row: a decoding step
         q = self.query_dense(query) * ops.cast(1.0 / self.d_k**0.5, query.dtype)  # [B', T, d_model]
@@ -125,7 +123,7 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             weights = ops.softmax(scores, axis=-1)  # [B, h, g*T, S]
             context = ops.einsum("bhts,bhsd->bthd", ops.cast(weights, value.dtype), value)  # [B, g*T, h, d_k]
-        output = self.output_dense(ops.reshape(context, (batch, length, self.d_model)))  # [B', T, d_model]
+        output = self.output_dense(ops.reshape(context, (*leading_shape(query), self.d_model)))  # [B', T, d_model]
         if not return_attention_scores:
             return output
         if step:

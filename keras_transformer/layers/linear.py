@@ -13,14 +13,23 @@ class Linear(keras.layers.Dense):
 
     The same weights and arithmetic as `Dense`, whose TensorFlow backend runs `tf.tensordot` on
     [B, T, d] inputs: about 15 shape ops per call, which made up a quarter of a beam-search
-    step's ops (measured with bench/profile_decode.py); here a reshape on each side.
+    step's ops (measured with bench/profile_decode.py); here a reshape on each side, to a shape
+    known when traced wherever only the first dimension is not (a decoding step's [B', 1, d]).
     """
 
     def call(self, inputs, training=None):
-        shape = ops.shape(inputs)
-        x = ops.matmul(ops.reshape(inputs, (-1, shape[-1])), self.kernel)  # [N, units]
+        x = ops.matmul(ops.reshape(inputs, (-1, ops.shape(inputs)[-1])), self.kernel)  # [N, units]
         if self.bias is not None:
             x = ops.add(x, self.bias)
         if self.activation is not None:
             x = self.activation(x)
-        return ops.reshape(x, (*shape[:-1], self.units))  # [..., units]
+        return ops.reshape(x, (*leading_shape(inputs), self.units))  # [..., units]
+
+
+def leading_shape(x) -> tuple:
+    """The dimensions of `x` but the last, for a reshape: -1 for the first where the others are
+    known and nonzero when traced (a constant shape: no shape ops run), else the dynamic shape."""
+    middle = tuple(x.shape[1:-1])
+    if all(size for size in middle):
+        return (-1, *middle)
+    return tuple(ops.shape(x)[:-1])
