@@ -44,7 +44,10 @@ source's), ours per sentence.
 
 `--isa avx2` caps every worker at AVX2 on an AVX-512 machine: `ONEDNN_MAX_CPU_ISA=AVX2` (oneDNN,
 TensorFlow's matmuls), `XLA_FLAGS=--xla_cpu_max_isa=AVX2` (XLA's generated code) and
-`CT2_FORCE_CPU_ISA=AVX2` (CTranslate2's documented override). Its figures are labelled "AVX2
+`CT2_FORCE_CPU_ISA=AVX2` (CTranslate2's documented override of its own kernels), and
+`MKL_ENABLE_INSTRUCTIONS=AVX2` (Intel MKL's dispatch: CTranslate2's matmuls on an Intel CPU, where
+it picks MKL as its GEMM backend; without it the caps left CTranslate2's matmuls at AVX-512 there,
+`bench/RESULTS.md` "2026-12-02 (evening)"). Its figures are labelled "AVX2
 emulated by ISA caps on an AVX-512 CPU": an AVX2-only CPU also differs in cores, caches and clocks.
 """
 
@@ -89,7 +92,12 @@ VERSES_TF = [
 DEFAULT_SYSTEMS = ["python", "xla", "savedmodel", "python_bfloat16", "ctranslate2", "ctranslate2_int8"]
 ISA_CAPS = {
     "native": {},
-    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "XLA_FLAGS": "--xla_cpu_max_isa=AVX2", "CT2_FORCE_CPU_ISA": "AVX2"},
+    "avx2": {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "XLA_FLAGS": "--xla_cpu_max_isa=AVX2",
+        "CT2_FORCE_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    },
 }
 AVX2_EMULATED = "AVX2 emulated by ISA caps on an AVX-512 CPU"
 # TensorFlow reads the CPU's own flags and hands bf16 matmuls to oneDNN, which has no bf16 kernel

@@ -122,6 +122,7 @@ def test_decode_workers_get_no_wait_policy_and_the_isa_caps(monkeypatch):
     avx2 = decode_compare.child_environment("avx2")
     assert "OMP_WAIT_POLICY" not in avx2
     assert avx2["ONEDNN_MAX_CPU_ISA"] == "AVX2" and avx2["CT2_FORCE_CPU_ISA"] == "AVX2"
+    assert avx2["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"  # CTranslate2's matmuls on Intel CPUs
     assert avx2["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_cpu_max_isa=AVX2"
     assert decode_compare.isa_label("avx2", ["avx2", "avx512f"]) == "AVX2 emulated by ISA caps on an AVX-512 CPU"
 
