@@ -18,7 +18,7 @@ import time
 import tensorflow as tf
 from common import emit, load_average, record
 
-from keras_transformer.inference.decoding import LogProbs, best_tokens, top_k_block, top_k_rows
+from keras_transformer.inference.log_probs import LogProbs, best_tokens, top_k_block, top_k_rows
 
 BANNED = (0, 1)  # pad and start, as the search bans them
 

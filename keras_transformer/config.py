@@ -369,53 +369,54 @@ def parse_patience(text: str) -> float | None:
 DTYPES = ("float32", "bfloat16")
 
 
+def setting(default: Any, help: str, **metadata: Any) -> Any:
+    """A dataclass field with its command-line help (`cli/flags.py` reads `metadata["help"]`)."""
+    return dataclasses.field(default=default, metadata={"help": help, **metadata})
+
+
 @dataclasses.dataclass(frozen=True)
-class DecodingConfig:
-    """How a trained model translates (§6.1): beam search with beam size 4 and length penalty
-    alpha 0.6, outputs of at most |source| + 50 tokens. Read by `beam_search`, `Translator`,
-    `export`, the command line (`translate`, `evaluate`, `export` flags of the same names),
-    the evaluation's JSON line and `translator.json`.
+class SearchSettings:
+    """What the search looks for (§6.1): beam search with beam size 4 and length penalty alpha
+    0.6, outputs of at most |source| + 50 tokens, and the controls of `inference/controls.py`
+    (CTranslate2's names and semantics: each changes the logits before the softmax).
 
     A hypothesis's score is its summed token log-probability divided by the length penalty
     lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al., 2016, Eq. 14). The stopping rule (`patience`):
     a sentence stops once round(patience x beam_size) of its hypotheses have ended (1: the rule
     of fairseq and CTranslate2; Kasai et al., 2022), or, with None ("exact"), once no alive
     hypothesis can beat the kept ones (tensor2tensor's; slower, the same BLEU here).
-
-    Sampling (`sampling_topk` 0 or K > 1; `inference/sampling.py`) draws `num_samples`
-    translations per source instead: the log-probabilities divided by the temperature, cut to the
-    top K, then to the nucleus of probability P (Holtzman et al., 2020), renormalised; a sample's
-    score is the same as a hypothesis's (the model's own log-probabilities, over lp).
     """
 
-    beam_size: int = 4  # beam size K (default 4, the paper's; 1 with --alpha 0: greedy decoding)
-    alpha: float = 0.6  # length penalty alpha (default 0.6, the paper's; 0: none)
-    patience: float | None = (
-        dataclasses.field(  # stop a sentence once round(P x K) hypotheses ended; 'exact': once none alive can win
-            default=1.0, metadata={"parse": parse_patience, "metavar": "P|exact"}
-        )
+    beam_size: int = setting(4, "beam size K (default 4, the paper's; 1 with --alpha 0: greedy decoding)")
+    alpha: float = setting(0.6, "length penalty alpha (default 0.6, the paper's; 0: none)")
+    patience: float | None = setting(
+        1.0,
+        "stop a sentence once round(P x K) of its hypotheses have ended (default 1); 'exact': once no alive "
+        "hypothesis can beat the kept ones",
+        parse=parse_patience,
+        metavar="P|exact",
     )
-    length_a: float = 1.0  # a of the output length limit a x |source| + b tokens (§6.1: 1)
-    length_b: int = 50  # b of that limit (§6.1: 50)
-    max_decode_length: int | None = None  # a fixed output length (static shapes), also a cap on that limit
-    nbest: int | None = (
-        None  # hypotheses returned per sentence, best first (default: the best one; translate_nbest: all K)
+    length_a: float = setting(1.0, "a of the output length limit a x |source| + b tokens (default 1, §6.1)")
+    length_b: int = setting(50, "b of the output length limit a x |source| + b tokens (default 50, §6.1)")
+    nbest: int | None = setting(
+        None, "hypotheses returned per sentence, best first (default: the best one; translate_nbest: all K)"
     )
-    dtype: str | None = (
-        dataclasses.field(  # float32 (as trained) or bfloat16: faster on CPUs with AVX512_BF16 or AMX, slower elsewhere
-            default=None, metadata={"choices": DTYPES}
-        )
+    max_decoding_length: int | None = setting(
+        None, "at most N generated tokens per sentence, EOS included, whatever its source's length (default: no cap)"
     )
-    jit_compile: bool = False  # decode with XLA: seconds to compile each bucket shape, then faster at small batches
-    batch_size: int = 32  # sentences per search, sorted by length
-    concurrent_batches: int = 0  # searches run at once, each on a thread and with a cache of its own (0: one per core)
-    alignment_layer: int = -2  # decoder layer whose attention aligns words (-2: the penultimate; Garg et al., 2019)
-    # Random sampling instead of beam search (CTranslate2's names): on when sampling_topk is not 1.
-    sampling_topk: int = 1  # sample from the K most likely tokens (0: from all; 1: no sampling, beam search)
-    sampling_topp: float = 1.0  # then from the fewest most likely tokens whose probability reaches P (nucleus)
-    sampling_temperature: float = 1.0  # divide the log-probabilities by T before sampling (<1: sharper)
-    num_samples: int = 1  # samples drawn per source (translate: the best-scoring one)
-    seed: int | None = None  # the sampling's random seed: the same seed, the same samples (default: a new one)
+    min_decoding_length: int = setting(
+        0, "no EOS before N generated tokens, a target prefix's included (default 0; CTranslate2's default is 1)"
+    )
+    repetition_penalty: float = setting(
+        1.0,
+        "divide the positive logits (multiply the negative ones) of tokens already generated by X before the "
+        "softmax (default 1: off; >1 discourages repeats; Keskar et al., 2019)",
+    )
+    no_repeat_ngram_size: int = setting(0, "never generate the same N-gram twice in one output (default 0: off)")
+    disable_unk: bool = setting(False, "never generate the unknown token (<unk>, printed as a gap)")
+    suppress_sequences: tuple[str, ...] = setting(
+        (), "a text whose tokens are never generated in that order", metavar="TEXT", flag="--suppress-sequence"
+    )
 
     def __post_init__(self):
         _check(self.beam_size >= 1, f"beam_size must be >= 1, got {self.beam_size}")
@@ -432,33 +433,132 @@ class DecodingConfig:
         _check(self.length_a >= 0, f"length_a must be >= 0, got {self.length_a}")
         _check(self.length_b >= 1, f"length_b must be >= 1, got {self.length_b}")
         _check(
-            self.max_decode_length is None or self.max_decode_length >= 1,
-            f"max_decode_length must be >= 1, got {self.max_decode_length}",
+            self.max_decoding_length is None or self.max_decoding_length >= 1,
+            f"max_decoding_length must be >= 1, got {self.max_decoding_length}",
         )
-        _check(self.dtype in (None, *DTYPES), f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
-        _check(self.concurrent_batches >= 0, f"concurrent_batches must be >= 0, got {self.concurrent_batches}")
+        _check(self.min_decoding_length >= 0, f"min_decoding_length must be >= 0, got {self.min_decoding_length}")
+        _check(
+            self.max_decoding_length is None or self.min_decoding_length < self.max_decoding_length,
+            f"min_decoding_length {self.min_decoding_length} must be below max_decoding_length "
+            f"{self.max_decoding_length}",
+        )
+        _check(self.repetition_penalty > 0, f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        _check(self.no_repeat_ngram_size >= 0, f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
+        object.__setattr__(self, "suppress_sequences", tuple(self.suppress_sequences))  # a list from JSON
+        for text in self.suppress_sequences:
+            _check(isinstance(text, str) and text.strip() != "", f"a suppressed sequence must be text, got {text!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingSettings:
+    """Random sampling instead of beam search (`inference/sampling.py`; CTranslate2's names): the
+    log-probabilities divided by the temperature, cut to the top K, then to the nucleus of
+    probability P (Holtzman et al., 2020), renormalised; a sample's score is a hypothesis's (the
+    model's own log-probabilities, over lp)."""
+
+    sampling_topk: int = setting(
+        1, "sample from the K most likely tokens (0: from all; 1, the default: no sampling, beam search)"
+    )
+    sampling_topp: float = setting(
+        1.0, "then from the fewest most likely tokens whose probability reaches P (nucleus; default 1: all)"
+    )
+    sampling_temperature: float = setting(
+        1.0, "divide the log-probabilities by T before sampling (default 1; <1: sharper)"
+    )
+    num_samples: int = setting(1, "samples drawn per source (default 1; translate prints the best-scoring one)")
+    seed: int | None = setting(None, "the sampling's random seed: the same seed, the same samples (default: new)")
+
+    def __post_init__(self):
         _check(self.sampling_topk >= 0, f"sampling_topk must be >= 0, got {self.sampling_topk}")
+        _check(self.sampling_topk != 1, "sampling needs sampling_topk 0 (the whole vocabulary) or K > 1")
         _check(0 < self.sampling_topp <= 1, f"sampling_topp must be in (0, 1], got {self.sampling_topp}")
         _check(self.sampling_temperature > 0, f"sampling_temperature must be > 0, got {self.sampling_temperature}")
         _check(self.num_samples >= 1, f"num_samples must be >= 1, got {self.num_samples}")
-        sampling_only = {
-            "sampling_topp": self.sampling_topp != 1.0,
-            "sampling_temperature": self.sampling_temperature != 1.0,
-            "num_samples": self.num_samples != 1,
-            "seed": self.seed is not None,
-        }
-        given = [name for name, changed in sampling_only.items() if changed]
-        _check(
-            self.sampling or not given,
-            f"{', '.join(given)} need sampling: set sampling_topk to 0 (the whole vocabulary) or K > 1",
-        )
-        _check(not (self.sampling and self.jit_compile), "sampling runs without jit_compile (XLA)")
 
-    @property
-    def sampling(self) -> bool:
-        """Whether translation samples (`sampling_topk` other than 1) instead of searching beams."""
-        return self.sampling_topk != 1
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeSettings:
+    """Where and how a search runs; none of these changes a translation (but bfloat16's rounding)."""
+
+    dtype: str | None = setting(
+        None,
+        "float32 (as trained, the default) or bfloat16: faster on CPUs with AVX512_BF16 or AMX, slower elsewhere",
+        choices=DTYPES,
+    )
+    jit_compile: bool = setting(
+        False, "decode with XLA: seconds to compile each bucket shape, then faster at small batches"
+    )
+    max_decode_length: int | None = setting(
+        None, "a fixed output length (static shapes, for XLA and fixed-shape exports), also a cap on the limit"
+    )
+    batch_size: int = setting(32, "sentences per search, sorted by length (default 32)")
+    concurrent_batches: int = setting(
+        0, "searches run at once, each on a thread and with a cache of its own (default 0: one per core)"
+    )
+
+    def __post_init__(self):
+        _check(self.dtype in (None, *DTYPES), f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        _check(
+            self.max_decode_length is None or self.max_decode_length >= 1,
+            f"max_decode_length must be >= 1, got {self.max_decode_length}",
+        )
+        _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+        _check(self.concurrent_batches >= 0, f"concurrent_batches must be >= 0, got {self.concurrent_batches}")
+
+
+DECODING_PARTS = {"search": SearchSettings, "sampling": SamplingSettings, "runtime": RuntimeSettings}
+ALIGNMENT_LAYER_HELP = "decoder layer whose attention aligns words (default -2: the penultimate; Garg et al., 2019)"
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class DecodingConfig:
+    """How a trained model translates (§6.1): `search` (`SearchSettings`: what the search looks
+    for), `sampling` (`SamplingSettings`, or None: beam search), `runtime` (`RuntimeSettings`:
+    where it runs) and `alignment_layer` (what `translate_with_alignments` reads). Read by
+    `beam_search`, `Translator`, `export`, the command line and `translator.json`.
+
+    Each setting has one owner, but the settings are flat by name (every name is unique), as the
+    command line's flags and translator.json have them: `DecodingConfig(beam_size=1, alpha=0.0)`,
+    `config.replace(seed=3)`, `config.to_dict()` and `DecodingConfig.from_dict(flat)` route each
+    name to its part; a sampling setting given alone turns sampling on only with `sampling_topk`
+    0 or K > 1 (`SamplingSettings`).
+    """
+
+    search: SearchSettings
+    sampling: SamplingSettings | None
+    runtime: RuntimeSettings
+    alignment_layer: int
+
+    def __init__(
+        self,
+        search: SearchSettings | None = None,
+        sampling: SamplingSettings | None = None,
+        runtime: RuntimeSettings | None = None,
+        alignment_layer: int = -2,
+        **flat: Any,
+    ):
+        parts = {"search": search or SearchSettings(), "sampling": sampling, "runtime": runtime or RuntimeSettings()}
+        for name, part in DECODING_PARTS.items():
+            given = {field: flat.pop(field) for field in _field_names(part) if field in flat}
+            if name == "sampling":
+                current = dataclasses.asdict(parts["sampling"]) if parts["sampling"] else {}
+                values = {**current, **given}
+                if values.get("sampling_topk", 1) == 1:  # no sampling: any other sampling setting is an error
+                    extra = sorted(
+                        field
+                        for field, value in values.items()
+                        if field != "sampling_topk" and value != _default(SamplingSettings, field)
+                    )
+                    _check(not extra, f"{', '.join(extra)} need sampling: set sampling_topk to 0 or K > 1")
+                    parts["sampling"] = None
+                else:
+                    parts["sampling"] = SamplingSettings(**values)
+            elif given:
+                parts[name] = dataclasses.replace(parts[name], **given)
+        _check(not flat, f"unknown decoding settings: {', '.join(sorted(flat))}")
+        for name, value in {**parts, "alignment_layer": alignment_layer}.items():
+            object.__setattr__(self, name, value)
+        _check(not (self.sampling and self.runtime.jit_compile), "sampling runs without jit_compile (XLA)")
 
     @classmethod
     def greedy(cls, **overrides: Any) -> DecodingConfig:
@@ -466,8 +566,32 @@ class DecodingConfig:
         return cls(**{"beam_size": 1, "alpha": 0.0, **overrides})
 
     def replace(self, **overrides: Any) -> DecodingConfig:
-        """A copy with `overrides` (checked)."""
-        return dataclasses.replace(self, **overrides) if overrides else self
+        """A copy with `overrides` (flat names, or whole parts), checked."""
+        if not overrides:
+            return self
+        parts = {"search": self.search, "sampling": self.sampling, "runtime": self.runtime}
+        return DecodingConfig(**{**parts, "alignment_layer": self.alignment_layer, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every setting by its flat name (sampling's at their defaults when it is off)."""
+        sampling = self.sampling or {name: _default(SamplingSettings, name) for name in _field_names(SamplingSettings)}
+        return {
+            **dataclasses.asdict(self.search),
+            **(dataclasses.asdict(sampling) if self.sampling else sampling),
+            **dataclasses.asdict(self.runtime),
+            "alignment_layer": self.alignment_layer,
+        }
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> DecodingConfig:
+        """The config of `to_dict`'s flat names (a translator.json of any version: its other keys ignored)."""
+        names = {"alignment_layer", *(field for part in DECODING_PARTS.values() for field in _field_names(part))}
+        return cls(**{name: value for name, value in values.items() if name in names})
+
+
+def _field_names(config_class) -> list[str]:
+    return [field.name for field in dataclasses.fields(config_class)]
+
+
+def _default(config_class, name: str) -> Any:
+    return next(field.default for field in dataclasses.fields(config_class) if field.name == name)

@@ -6,6 +6,8 @@ Backend-neutral: `keras.ops` only, no TensorFlow, so the same model runs on Kera
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import keras
 from keras import ops
 
@@ -14,9 +16,26 @@ from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, Share
 from keras_transformer.layers.masking import padding_mask
 from keras_transformer.special_tokens import PAD_ID
 
-# The entry of a decoding context (`Transformer.start_decoding`) that holds no row per sentence:
-# a search that drops sentences from its batch keeps it whole.
-SHARED_CONTEXT = "shared"
+
+class DecodingContext(NamedTuple):
+    """What a model's decoding steps read besides the cache (`start_decoding`; the protocol
+    `inference.search.DecodingModel`). Read-only: a search carries `rows` in its loop (and drops
+    the rows of the sentences that stop), captures `shared` in the loop's body (a loop-invariant
+    input, which TFLite's converter turns into a constant: the output projection then stays a
+    FULLY_CONNECTED op with the embedding as its int8 weights), and never copies either."""
+
+    rows: Any  # per sentence: every leaf [B, ...]
+    shared: Any  # what every sentence shares (no batch axis)
+    fixed_cache: bool = False  # the cache has a fixed number of slots, written by position (static shapes)
+
+
+def resolve_layer(layer: int, num_layers: int) -> int:
+    """The index, from 0 at the bottom, of layer `layer` of a stack of `num_layers` (negative:
+    from the top, down to the first)."""
+    index = layer if layer >= 0 else max(num_layers + layer, 0)
+    if index >= num_layers:
+        raise ValueError(f"alignment_layer {layer} is beyond the model's {num_layers} decoder layers")
+    return index
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -103,11 +122,10 @@ class Transformer(keras.Model):
         """Encode `source_ids` [B, S] once for decoding `hypotheses` continuations of each sentence.
         Returns `(context, cache)`:
 
-        - context: read-only: per sentence, every decoder layer's cross-attention keys and
-          values [B, h, S, d_k] and the source padding mask [B, S] (with a fixed-size cache,
-          also the flag "fixed_cache"); and, under `SHARED_CONTEXT`, what every sentence
-          shares: the output projection E^T [d_model, vocab], transposed once per search
-          (`SharedEmbedding.output_projection`);
+        - context: a `DecodingContext`, its rows per sentence every decoder layer's
+          cross-attention keys and values [B, h, S, d_k] and the source padding mask [B, S];
+          what every sentence shares, the output projection E^T [d_model, vocab], transposed
+          once per search (`SharedEmbedding.output_projection`);
         - cache: per hypothesis, [B * hypotheses, ...] leaves (the hypotheses of sentence b on
           rows b*hypotheses ...), every decoder layer's self-attention keys and values: empty and
           growing by one position per step, or with `max_length` fixed slots (static shapes,
@@ -118,13 +136,11 @@ class Transformer(keras.Model):
         if not self.built:
             self.build()
         memory, source_mask = self.encode(source_ids, training=False)
-        context = {
-            "memory": self.decoder.project_memory(memory),
-            "source_mask": source_mask,
-            SHARED_CONTEXT: {"output_projection": self.embedding.output_projection(self.compute_dtype)},
-        }
-        if max_length is not None:
-            context["fixed_cache"] = True
+        context = DecodingContext(
+            rows=(self.decoder.project_memory(memory), source_mask),
+            shared=self.embedding.output_projection(self.compute_dtype),
+            fixed_cache=max_length is not None,
+        )
         # A growing cache starts with no slot, of a length not known when traced: TFLite's converter
         # types a while loop's state by its first value, and a static 0 cannot grow.
         slots = ops.minimum(ops.shape(source_ids)[1], 0) if max_length is None else max_length
@@ -135,15 +151,23 @@ class Transformer(keras.Model):
 
         Equals `decode` on the whole prefix, at its last position.
         """
+        memory, source_mask = context.rows
         x = self._embed(ops.expand_dims(token_ids, 1), training=False, position=position)  # [B', 1, d_model]
         x, cache = self.decoder(
             x,
-            context["memory"],
-            memory_padding_mask=context["source_mask"],
+            memory,
+            memory_padding_mask=source_mask,
             cache=cache,
-            position=position if context.get("fixed_cache") else None,
+            position=position if context.fixed_cache else None,
         )  # [B', 1, d_model]
-        return self.embedding.project(x[:, 0], context[SHARED_CONTEXT]["output_projection"]), cache  # [B', vocab]
+        return self.embedding.project(x[:, 0], context.shared), cache  # [B', vocab]
+
+    def cross_attention(self, source_ids, target_in_ids, layer: int):
+        """The cross-attention weights [B, T, S] of decoder layer `layer` (negative: from the top,
+        `resolve_layer`), averaged over its heads, in a teacher-forced pass (for alignments)."""
+        every_layer = self.attention_weights(source_ids, target_in_ids)["decoder_cross"]  # N x [B, h, T, S]
+        chosen = every_layer[resolve_layer(layer, len(every_layer))]  # [B, h, T, S]
+        return ops.mean(ops.cast(chosen, "float32"), axis=1)  # [B, T, S]
 
     def with_dtype(self, dtype: str) -> Transformer:
         """A copy of this model whose weights and computation are in `dtype`, for decoding: with

@@ -16,9 +16,9 @@ from keras_transformer.inference.alignment import (
     align_words,
     format_pharaoh,
     parse_pharaoh,
-    resolve_layer,
     token_words,
 )
+from keras_transformer.model import resolve_layer
 from keras_transformer.model_dir import ModelDir
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
 from keras_transformer.training.optimization import compile_model

@@ -11,16 +11,17 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 from test_decoding import CONFIG, model, reference_greedy  # noqa: F401  (model: the shared fixture)
 
 from keras_transformer import DecodingConfig, TransformerConfig, beam_search
-from keras_transformer.inference.decoding import compiled, search_beams
+from keras_transformer.inference.decoding import compiled, search_beams, traced_beam_search
+from keras_transformer.model import DecodingContext
 from keras_transformer.special_tokens import PAD_ID, START_ID
 
 EOS = 2
 SOURCE = np.array([[5, 6, 7, 2], [8, 2, 0, 0]], np.int32)
 
 
-def fixed_cache(max_length):
-    """The context's flag of a fixed-size cache, which only a fixed-size cache has."""
-    return {} if max_length is None else {"fixed_cache": True}
+def decoding_context(rows, max_length):
+    """A `DecodingContext` of `rows`, its flag of a fixed-size cache set by `max_length`."""
+    return DecodingContext(rows=rows, shared=(), fixed_cache=max_length is not None)
 
 
 def empty_inputs(source_ids, hypotheses, max_length):
@@ -30,13 +31,13 @@ def empty_inputs(source_ids, hypotheses, max_length):
 
 def feed(fed, token_ids, position, context):
     """`token_ids` [B] appended to a growing cache of inputs, or written at `position` in a fixed one."""
-    if not context.get("fixed_cache"):
+    if not context.fixed_cache:
         return tf.concat([fed, token_ids[:, None]], axis=1)
     return fed + tf.one_hot(position, tf.shape(fed)[1], dtype=tf.int32)[None, :] * token_ids[:, None]
 
 
 class ScriptedModel:
-    """The interface the search drives (`config`, `start_decoding`, `decode_step`), with
+    """The decoding protocol the search drives (`search.DecodingModel`), with
     next-token probabilities looked up by the generated prefix; unlisted tokens get ~1e-9.
     Counts the decoding steps it runs."""
 
@@ -46,7 +47,7 @@ class ScriptedModel:
         self.steps = 0
 
     def start_decoding(self, source_ids, hypotheses, max_length=None):
-        return fixed_cache(max_length), empty_inputs(source_ids, hypotheses, max_length)
+        return decoding_context((), max_length), empty_inputs(source_ids, hypotheses, max_length)
 
     def decode_step(self, token_ids, position, cache, context):
         fed = feed(cache["fed"], token_ids, position, context)  # [B, position + 1 or L]
@@ -157,13 +158,12 @@ class Uncached:
 
     def start_decoding(self, source_ids, hypotheses, max_length=None):
         memory, source_mask = self.model.encode(source_ids, training=False)
-        context = {"memory": memory, "source_mask": source_mask, **fixed_cache(max_length)}
-        return context, empty_inputs(source_ids, hypotheses, max_length)
+        return decoding_context((memory, source_mask), max_length), empty_inputs(source_ids, hypotheses, max_length)
 
     def decode_step(self, token_ids, position, cache, context):
         fed = feed(cache["fed"], token_ids, position, context)  # [B, position + 1 or L]
-        hypotheses = tf.shape(fed)[0] // tf.shape(context["memory"])[0]  # the beams of each sentence
-        memory, source_mask = (tf.repeat(context[name], hypotheses, axis=0) for name in ("memory", "source_mask"))
+        hypotheses = tf.shape(fed)[0] // tf.shape(context.rows[0])[0]  # the beams of each sentence
+        memory, source_mask = (tf.repeat(rows, hypotheses, axis=0) for rows in context.rows)
         logits = self.model.decode(fed, memory, source_mask, training=False)  # [B, L, V]
         return tf.gather(logits, position, axis=1), {"fed": fed}
 
@@ -198,7 +198,7 @@ def test_beam_1_with_alpha_0_is_greedy(model):
 
 def test_no_retracing_on_new_shapes(model):
     beam_search(model, SOURCE)
-    function = compiled(model, "beam", search_beams, decoding=DecodingConfig())
+    function = traced_beam_search(model, DecodingConfig())
     beam_search(model, np.array([[5, 6, 7, 8, 9, 2]], np.int32))
     beam_search(model, SOURCE)
     assert function.experimental_get_tracing_count() == 1
@@ -274,7 +274,7 @@ def test_an_empty_batch_gives_empty_results(model):
 @pytest.mark.parametrize("block", [16, None])
 @pytest.mark.parametrize("vocab_size, k", [(1000, 8), (300, 2), (129, 4), (64, 8), (8000, 10), (1009, 10)])
 def test_top_k_rows_equals_top_k_with_ties(vocab_size, k, block):
-    from keras_transformer.inference.decoding import top_k_rows
+    from keras_transformer.inference.log_probs import top_k_rows
 
     rng = np.random.default_rng(vocab_size)
     values = np.round(rng.normal(size=(6, vocab_size)), 1).astype(np.float32)  # many exact ties
@@ -289,7 +289,7 @@ def test_top_k_rows_equals_top_k_with_ties(vocab_size, k, block):
 def test_top_k_blocks_divide_the_vocabulary_when_they_can():
     """No padded copy of the logits where V has a divisor from sqrt(V) / 2 to sqrt(V); else the
     narrowest block of that range, and a pad."""
-    from keras_transformer.inference.decoding import top_k_block
+    from keras_transformer.inference.log_probs import top_k_block
 
     assert top_k_block(8000) == 50 and top_k_block(32000) == 100 and top_k_block(37000) == 100
     assert top_k_block(1009) == 16  # a prime: ceil(sqrt(1009) / 2), padded
@@ -302,7 +302,7 @@ def test_step_log_probabilities_equal_log_softmax_in_every_tail():
     """`LogProbs` gives log_softmax's values for the tokens the search reads, also where the
     probabilities underflow float32 (a peaked row: tokens 200 nats below the best) and after
     tokens are ruled out (which keeps the full vocabulary's normalizer)."""
-    from keras_transformer.inference.decoding import LogProbs, best_tokens
+    from keras_transformer.inference.log_probs import LogProbs, best_tokens
 
     rng = np.random.default_rng(0)
     logits = (rng.normal(size=(5, 3000)) * 4).astype(np.float32)

@@ -142,15 +142,15 @@ def test_threads_asking_for_one_compiled_search_at_once_get_one_function(monkeyp
     import threading
     import time
 
-    from keras_transformer.inference import decoding
+    from keras_transformer.inference import search
 
-    make = decoding.graph_function
+    make = search.graph_function
 
     def slow_graph_function(*args, **kwargs):  # widens the window between the lookup and the store
         time.sleep(0.05)
         return make(*args, **kwargs)
 
-    monkeypatch.setattr(decoding, "graph_function", slow_graph_function)
+    monkeypatch.setattr(search, "graph_function", slow_graph_function)
     model = type("Model", (), {})()  # a key of `compiled`'s cache no other test uses (never called)
     start, got = threading.Barrier(8), []
 

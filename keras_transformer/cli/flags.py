@@ -1,8 +1,9 @@
 """Command-line flags generated from the config dataclasses, for every command and bench/.
 
-Every field gets a flag named after it (`--d-model` for `d_model`), whose help is the comment
-on the field's line and whose default is unset, so that the config's (or the preset's) value
-stands unless the flag is given. A boolean field gives a pair (`--norm-first` /
+Every field gets a flag named after it (`--d-model` for `d_model`; or its `metadata["flag"]`),
+whose help is the field's `metadata["help"]` (`config.setting`; else the comment on the field's
+line) and whose default is unset, so that the config's (or the preset's) value stands unless
+the flag is given. A boolean field gives a pair (`--norm-first` /
 `--no-norm-first`); a field in seconds (`time_budget_s`) drops the suffix and takes a duration
 (`--time-budget 30m`); a field's metadata may name its `parse` function (text -> value),
 `choices` and `metavar`. A new field gets its flag with no edit here.
@@ -19,7 +20,14 @@ import json
 import re
 import typing
 
-from keras_transformer.config import DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
+from keras_transformer.config import (
+    ALIGNMENT_LAYER_HELP,
+    DECODING_PARTS,
+    DataConfig,
+    DecodingConfig,
+    TrainingConfig,
+    TransformerConfig,
+)
 
 SECONDS = "_s"  # the suffix of fields in seconds
 METAVARS = {int: "N", float: "X", str: "TEXT"}
@@ -73,7 +81,8 @@ def add_config_flags(parser: argparse.ArgumentParser, config_class, title: str, 
         if field.name in exclude:
             continue
         value_type = next(t for t in (*typing.get_args(hints[field.name]), hints[field.name]) if t is not type(None))
-        help_text = comments.get(field.name, field.name.replace("_", " ")).replace("%", "%%")
+        help_text = field.metadata.get("help") or comments.get(field.name, "")
+        help_text = help_text.replace("%", "%%")
         options = {"dest": field.name, "default": None}
         if "parse" in field.metadata:
             options.update(
@@ -83,11 +92,13 @@ def add_config_flags(parser: argparse.ArgumentParser, config_class, title: str, 
             options.update(choices=field.metadata["choices"], help=help_text)
         elif field.name.endswith(SECONDS):
             options.update(metavar="DURATION", help=f"{help_text}; e.g. 90s, 30m, 2h")
+        elif typing.get_origin(hints[field.name]) is tuple:  # repeatable: one value each time
+            options.update(action="append", metavar=field.metadata.get("metavar"), help=f"{help_text} (repeatable)")
         elif value_type is bool:
             options.update(action=argparse.BooleanOptionalAction, help=help_text)
         else:
             options.update(type=value_type, metavar=METAVARS.get(value_type), help=help_text)
-        group.add_argument(flag_name(field.name), **options)
+        group.add_argument(field.metadata.get("flag") or flag_name(field.name), **options)
 
 
 def overrides(args: argparse.Namespace, config_class) -> dict[str, typing.Any]:
@@ -101,6 +112,8 @@ def overrides(args: argparse.Namespace, config_class) -> dict[str, typing.Any]:
             value = field.metadata["parse"](value)
         elif field.name.endswith(SECONDS):
             value = parse_duration(value)
+        elif isinstance(value, list):  # a repeatable flag's values
+            value = tuple(value)
         values[field.name] = value
     return values
 
@@ -196,10 +209,16 @@ def train_configs(
 
 
 def add_decoding_flags(parser: argparse.ArgumentParser, exclude: tuple[str, ...] = ()) -> None:
-    """The flags of every field of `DecodingConfig` (but those in `exclude`)."""
-    add_config_flags(parser, DecodingConfig, "decoding (DecodingConfig; the README's Decoding)", exclude)
+    """The flags of every setting of `DecodingConfig`'s parts (but those in `exclude`), one group per part."""
+    for name, part in DECODING_PARTS.items():
+        add_config_flags(parser, part, f"decoding: {name} ({part.__name__}; the README's Decoding)", exclude)
+    if "alignment_layer" not in exclude:
+        parser.add_argument("--alignment-layer", type=int, metavar="N", help=ALIGNMENT_LAYER_HELP)
 
 
 def decoding(args: argparse.Namespace) -> DecodingConfig:
     """The decoding settings, overridden by the flags given in `args`."""
-    return DecodingConfig(**overrides(args, DecodingConfig))
+    given = {name: value for part in DECODING_PARTS.values() for name, value in overrides(args, part).items()}
+    if getattr(args, "alignment_layer", None) is not None:
+        given["alignment_layer"] = args.alignment_layer
+    return DecodingConfig(**given)

@@ -308,7 +308,7 @@ def _translate(args):
             raise ValueError(f"--prefix-file {args.prefix_file} has {len(prefixes)} lines for {len(texts[0])} inputs")
     constraints, texts = _constraints(args, texts, lines)
     decoding = translator.decoding
-    n = decoding.num_samples if decoding.sampling else decoding.nbest or 1  # 1: one line per input
+    n = decoding.sampling.num_samples if decoding.sampling else decoding.search.nbest or 1  # 1: one line per input
     if args.alignments and (n > 1 or prefixes is not None or constraints is not None or args.target_lang):
         raise ValueError(
             "--alignments aligns the best translation of each input: drop --nbest, --num-samples, --prefix, "

@@ -30,7 +30,7 @@ import os
 import numpy as np
 import sentencepiece
 
-from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID, never_generated
 
 PAD_TOKEN = "<blank>"  # CTranslate2's name for the padding token (not configurable)
 EXTRA = "ctranslate2"  # pyproject.toml's extra that installs the package
@@ -146,14 +146,14 @@ def _set_stack(spec, weights: dict, embedding: np.ndarray, positions: np.ndarray
 
 
 def never_generated_bias(config) -> np.ndarray:
-    """[V] float32: 0, and -inf at pad and start, which our search never generates (`decoding.best_tokens`).
+    """[V] float32: 0, and -inf at the ids our search never generates (`special_tokens.never_generated`).
 
     CTranslate2 would emit them: a bias on the projection bans them inside the model. It comes
     before the softmax, where ours masks after the log-softmax, so CTranslate2's log-probabilities
     are renormalised over the other tokens (higher by -log(1 - p(pad) - p(start))); the argmax is the same.
     """
     bias = np.zeros(config.vocab_size, np.float32)
-    bias[[PAD_ID, START_ID]] = -np.inf
+    bias[list(never_generated())] = -np.inf
     return bias
 
 

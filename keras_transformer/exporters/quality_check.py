@@ -154,8 +154,8 @@ def _ctranslate2_runner(engine, translator: Translator):
         rows = translator.source_ids(texts)
         results = engine.translate_batch(
             [[tokens[i] for i in row[:-1]] for row in rows],
-            beam_size=decoding.beam_size,
-            length_penalty=decoding.alpha,
+            beam_size=decoding.search.beam_size,
+            length_penalty=decoding.search.alpha,
             max_decoding_length=translator.model.config.max_length,
         )
         hypotheses = [[ids[token] for token in result.hypotheses[0]] or [0] for result in results]
@@ -183,8 +183,7 @@ def check_quality(
     if os.path.isfile(metadata_path):
         with open(metadata_path, encoding="utf-8") as f:
             metadata = json.load(f)
-    known = {field.name for field in dataclasses.fields(DecodingConfig)}
-    decoding = DecodingConfig(**{k: v for k, v in metadata.items() if k in known})
+    decoding = DecodingConfig.from_dict(metadata)
     trained_on = ModelDir(model_dirs[0]).read()["data_config"]
     data = trained_on.sources()[0][0]  # of weighted sources, the first
     source = split_source(data, "test") or split_source(data, "validation")

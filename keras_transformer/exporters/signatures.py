@@ -17,6 +17,10 @@ all in the graph.
 - `score(source [B], target [B]) -> {score [B] float32, log_prob [B] float32, tokens [B] int32}`:
   the given translations' log-probabilities (`inference/scoring.py`; a target is cut to its first
   `max_length - 1` tokens).
+- `translate_with_options(text [B], beam_size [], alpha [], max_decoding_length [],
+  min_decoding_length [], repetition_penalty [], no_repeat_ngram_size []) -> {translation [B],
+  score [B]}`: the search's settings per request (`config.SearchSettings`: CTranslate2's names),
+  so that one export serves every setting; slower than `translate`, whose settings are fixed.
 - `translate_to(text [B], target_lang [B]) -> {translation [B], score [B], error [B] string}`: a
   multilingual model's signature (Johnson et al., 2017), each text into its language ("fr"); a
   language the model does not know translates to "" with score 0 and a one-line `error` ("" when
@@ -42,12 +46,15 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from keras_transformer.config import DecodingConfig
+from keras_transformer.config import DecodingConfig, SearchSettings
 from keras_transformer.inference import alignment
-from keras_transformer.inference.decoding import DecodeResult, beam_search, graph_function
+from keras_transformer.inference.beam import BeamSearch
+from keras_transformer.inference.controls import MinLength, NoRepeatNgram, RepetitionPenalty, controls, suppressed_ids
+from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score_targets
-from keras_transformer.special_tokens import EOS_ID, PAD_ID
+from keras_transformer.inference.search import DecodeResult, graph_function, search
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, never_generated
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 PREFIX_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
@@ -56,6 +63,15 @@ SOURCE_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="source")
 TARGET_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="target")
 TARGET_LANG_SPEC = tf.TensorSpec([None], tf.string, name="target_lang")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
+# translate_with_options' settings, one value per request (CTranslate2's names; `config.SearchSettings`).
+OPTIONS_SPECS = (
+    tf.TensorSpec([], tf.int32, name="beam_size"),
+    tf.TensorSpec([], tf.float32, name="alpha"),
+    tf.TensorSpec([], tf.int32, name="max_decoding_length"),
+    tf.TensorSpec([], tf.int32, name="min_decoding_length"),
+    tf.TensorSpec([], tf.float32, name="repetition_penalty"),
+    tf.TensorSpec([], tf.int32, name="no_repeat_ngram_size"),
+)
 
 Decode = Callable[..., DecodeResult]
 
@@ -103,6 +119,10 @@ class TranslationModule(tf.Module):
         self._decode = decode
         self._lite_text = lite_text
         self._decoding = decoding or DecodingConfig()
+        self._banned = never_generated(self._decoding.search.disable_unk)
+        self._suppress_ids = (
+            () if tokenizer is None else suppressed_ids(tokenizer, self._decoding.search.suppress_sequences)
+        )
         self.translate_ids = graph_function(self._translate_ids, input_signature=[IDS_SPEC])
         if tokenizer is not None and lite_text:
             self.translate_text_to_ids = graph_function(self._translate_text_to_ids, input_signature=[TEXT_SPEC])
@@ -117,6 +137,9 @@ class TranslationModule(tf.Module):
             )
             self.score = graph_function(self._score, input_signature=[SOURCE_TEXT_SPEC, TARGET_TEXT_SPEC])
             self.sample = graph_function(self._sample, input_signature=[TEXT_SPEC])
+            self.translate_with_options = graph_function(
+                self._translate_with_options, input_signature=[TEXT_SPEC, *OPTIONS_SPECS]
+            )
             self._pieces = alignment.pieces(tokenizer)
             self.translate_with_alignments = graph_function(
                 self._translate_with_alignments, input_signature=[TEXT_SPEC]
@@ -194,7 +217,11 @@ class TranslationModule(tf.Module):
     def _score(self, source, target):
         source_ids, _ = self.tokenizer.source_ids(self._repaired(source), self.model.config.max_length)
         scores, log_prob, tokens, _ = score_targets(
-            self.model, source_ids, self._target_ids(target), alpha=self._decoding.alpha
+            self.model,
+            source_ids,
+            self._target_ids(target),
+            alpha=self._decoding.search.alpha,
+            disable_unk=self._decoding.search.disable_unk,
         )
         return {"score": scores, "log_prob": log_prob, "tokens": tokens}  # [B], [B], [B]
 
@@ -202,14 +229,41 @@ class TranslationModule(tf.Module):
         decoding = self._decoding
         if not decoding.sampling:  # the whole distribution, in the graph (sampling is never XLA's)
             decoding = decoding.replace(sampling_topk=0, jit_compile=False)
-        if decoding.seed is None:  # a new stream per request
+        if decoding.sampling.seed is None:  # a new stream per request
             seed = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
         else:
-            seed = tf.constant([decoding.seed, 0], tf.int64)
+            seed = tf.constant([decoding.sampling.seed, 0], tf.int64)
         ids, scores = self._search_text(
-            text, search=lambda source_ids: DecodeResult(*sample_with_seed(self.model, source_ids, seed, decoding))
+            text,
+            search=lambda source_ids: DecodeResult(
+                *sample_with_seed(self.model, source_ids, seed, decoding, self._suppress_ids)
+            ),
         )
         return {"translations": self._detokenize_beams(ids), "scores": scores}  # [B, n], [B, n]
+
+    def _translate_with_options(
+        self, text, beam_size, alpha, max_decoding_length, min_decoding_length, repetition_penalty, no_repeat_ngram_size
+    ):
+        """`translate` with these search settings given per request ([] tensors each; see
+        `OPTIONS_SPECS`), the export's own for the rest: one served model for every setting."""
+        settings = self._decoding.search
+        strategy = BeamSearch(beam_size, alpha, settings.patience, 1, self._banned)
+        modifiers = (
+            MinLength(min_decoding_length),
+            RepetitionPenalty(repetition_penalty),
+            NoRepeatNgram(no_repeat_ngram_size),
+            *controls(SearchSettings(), self._suppress_ids),  # the export's suppressed sequences
+        )
+
+        def options_search(source_ids):
+            lengths = {"length_a": settings.length_a, "length_b": settings.length_b}
+            found = search(
+                self.model, source_ids, strategy, modifiers, max_decoding_length=max_decoding_length, **lengths
+            )
+            return DecodeResult(*found)
+
+        ids, scores = self._search_text(text, search=options_search)
+        return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
 
     def _translate_with_alignments(self, text):
         ids, scores = self._search_text(text, nbest=1)  # [B, 1, L], [B, 1]
@@ -234,6 +288,7 @@ class TranslationModule(tf.Module):
             "translate_constrained": self.translate_constrained,
             "score": self.score,
             "sample": self.sample,
+            "translate_with_options": self.translate_with_options,
             "translate_with_alignments": self.translate_with_alignments,
             **({"translate_to": self.translate_to} if self.tokenizer.target_langs else {}),
         }

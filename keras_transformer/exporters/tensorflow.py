@@ -2,7 +2,8 @@
 
     OUT/saved_model/<name>/N/        serving_default (text -> translation, score), translate_ids,
                                      translate_nbest, translate_with_prefix, translate_constrained,
-                                     score, sample, translate_with_alignments
+                                     score, sample, translate_with_options,
+                                     translate_with_alignments
                                      (exporters/signatures.py); needs
                                      tensorflow-text's ops (TF Serving links them);
                                      assets.extra/tf_serving_warmup_requests
@@ -41,7 +42,9 @@ from tensorflow.python.framework.convert_to_constants import (
 from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import UNK_ID
 from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule
-from keras_transformer.inference.decoding import beam_search, graph_function
+from keras_transformer.inference.controls import suppressed_ids
+from keras_transformer.inference.decoding import beam_search
+from keras_transformer.inference.search import graph_function
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 WARMUP_TEXTS = ("In the beginning God created the heavens and the earth.", "Jesus wept.")
@@ -136,7 +139,7 @@ def tflite_metadata(
         "output": "ids int32 [batch, beam_size, length] and scores float32 [batch, beam_size], best first; "
         "keep the ids before the first eos_id or pad_id, drop start_id and unk_id, detokenize with "
         "SentencePiece, collapse double spaces",
-        "saved_model_dtype": decoding.dtype or "float32",
+        "saved_model_dtype": decoding.runtime.dtype or "float32",
         "model_dirs": [os.path.abspath(path) for path in model_dirs],
     }
 
@@ -207,9 +210,10 @@ def export_tensorflow(
     the artifacts' translations with its checkpoint's. `tflite=False`: no TFLite model (and
     none left from an earlier export into `out`); the returned paths then have no TFLite key."""
     decoding = (decoding or DecodingConfig()).replace(**overrides)
-    served = functools.partial(beam_search, decoding=decoding)
-    decode = functools.partial(beam_search, decoding=tflite_decoding(decoding))
-    served_model = model if decoding.dtype is None else model.with_dtype(decoding.dtype)
+    suppress_ids = suppressed_ids(tokenizer, decoding.search.suppress_sequences)
+    served = functools.partial(beam_search, decoding=decoding, suppress_ids=suppress_ids)
+    decode = functools.partial(beam_search, decoding=tflite_decoding(decoding), suppress_ids=suppress_ids)
+    served_model = model if decoding.runtime.dtype is None else model.with_dtype(decoding.runtime.dtype)
     version = next_version(out, name)
     paths = {
         "saved_model": saved_model_dir(out, name, version),

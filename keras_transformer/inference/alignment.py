@@ -3,7 +3,8 @@
 Each output token y_t aligns to the source token that the cross-attention of one decoder layer,
 averaged over its h heads (§3.2.2), weighs most at the step that produces y_t (its row of
 `Transformer.attention_weights` in a teacher-forced pass of the chosen hypothesis, which equals
-the search's cached steps; an ensemble's rows are the mean of its models'). Garg et al. (2019)
+the search's cached steps; an ensemble's rows are the mean of its models': the decoding
+protocol's `cross_attention`). Garg et al. (2019)
 found the penultimate layer's attention the best aligner: `DecodingConfig.alignment_layer`
 -2 by default; negative layers count from the top and stop at the first layer, so that a
 one-layer model aligns by its only layer.
@@ -29,7 +30,6 @@ import numpy as np
 import sentencepiece
 import tensorflow as tf
 
-from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.special_tokens import RESERVED_IDS, START_ID
 
 WORD_START = "\u2581"  # SentencePiece's "▁"
@@ -51,26 +51,6 @@ def pieces(tokenizer) -> Pieces:
     starts = np.array([text.startswith(WORD_START) for text in texts]) & ~reserved
     visible = np.array([text.strip(WORD_START) != "" for text in texts]) & ~reserved
     return Pieces(starts, visible, reserved)
-
-
-def resolve_layer(layer: int, num_layers: int) -> int:
-    """The index, from 0 at the bottom, of decoder layer `layer` (negative: from the top, down to the first)."""
-    index = layer if layer >= 0 else max(num_layers + layer, 0)
-    if index >= num_layers:
-        raise ValueError(f"alignment_layer {layer} is beyond the model's {num_layers} decoder layers")
-    return index
-
-
-def cross_attention(model, source_ids, target_in_ids, layer: int):
-    """The cross-attention weights [B, T, S] of decoder layer `layer`, averaged over its heads
-    (for an `Ensemble`, then over its models, each at its own `layer`)."""
-    members = model.models if isinstance(model, Ensemble) else (model,)
-    weights = []
-    for member in members:
-        every_layer = member.attention_weights(source_ids, target_in_ids)["decoder_cross"]  # N x [B, h, T, S]
-        chosen = every_layer[resolve_layer(layer, member.config.num_layers)]  # [B, h, T, S]
-        weights.append(tf.reduce_mean(tf.cast(chosen, tf.float32), axis=1))  # [B, T, S]
-    return tf.add_n(weights) / len(weights)
 
 
 def token_words(ids, table: Pieces):
@@ -115,7 +95,7 @@ def alignments(model, source_ids, target_ids, table: Pieces, layer: int):
     target_ids = tf.cast(target_ids, tf.int32)  # [B, T]
     start = tf.fill([tf.shape(target_ids)[0], 1], START_ID)  # [B, 1]
     target_in_ids = tf.concat([start, target_ids[:, :-1]], axis=1)  # [B, T], shifted right
-    attention = cross_attention(model, source_ids, target_in_ids, layer)  # [B, T, S]
+    attention = model.cross_attention(source_ids, target_in_ids, layer)  # [B, T, S], the decoding protocol
     return align_words(attention, source_ids, target_ids, table)
 
 

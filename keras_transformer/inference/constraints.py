@@ -16,19 +16,19 @@ Baeza-Yates & Gonnet, 1992, so overlapping and repeated partial matches are exac
 from Post & Vilar, who track one phrase in progress and drop it on any other token: a
 hypothesis here keeps every partial match it still ends with.
 
-Each step (`_constrained_step`), the candidates of every alive hypothesis are its model's best
-2K tokens (as in the unconstrained search) plus, for each unmet phrase, the phrase's next id
-after its longest partial match (its first id when none), with that id's log-probability from
-the full log-softmax; a constraint id already among the hypothesis' candidates is not added
-twice. A candidate's bank is its number of constraint ids met: the ids of the phrases it has
-met plus its longest partial match of an unmet phrase. The 2K candidates kept are taken
-round-robin over the banks, fullest bank first, each bank's best first (fairseq's order; Post &
-Vilar allocate K / (C + 1) slots per bank and hand unfilled ones on); of these, the ending ones
-among the first K are finished (as in the unconstrained search), and the first K that do not
-end stay alive. EOS gets log-probability -inf for a hypothesis with an unmet phrase, except at
-its length limit, where every hypothesis ends anyway (an output is never empty): a hypothesis
-that cannot fit its phrases before the limit ends unmet. Finished hypotheses that meet every
-phrase rank above those that do not, by score within each group.
+Each step (`Constraints`, a modifier of the beam search: `beam.py`), the candidates of every
+alive hypothesis are its model's best 2K tokens (as in the unconstrained search) plus, for each
+unmet phrase, the phrase's next id after its longest partial match (its first id when none),
+with that id's log-probability from the full log-softmax; a constraint id already among the
+hypothesis' candidates is not added twice. A candidate's bank is its number of constraint ids
+met: the ids of the phrases it has met plus its longest partial match of an unmet phrase. The 2K
+candidates kept are taken round-robin over the banks, fullest bank first, each bank's best first
+(fairseq's order; Post & Vilar allocate K / (C + 1) slots per bank and hand unfilled ones on);
+of these, the ending ones among the first K are finished (as in the unconstrained search), and
+the first K that do not end stay alive. EOS gets log-probability -inf for a hypothesis with an
+unmet phrase, except at its length limit, where every hypothesis ends anyway (an output is never
+empty): a hypothesis that cannot fit its phrases before the limit ends unmet. Finished
+hypotheses that meet every phrase rank above those that do not, by score within each group.
 
 With every phrase empty the banks are all 0, nothing is banned, and the search returns exactly
 the unconstrained search's ids and scores (tests/test_constraints.py). A constrained search is
@@ -39,32 +39,14 @@ writes the phrases first: allowed, but weak; use K >= 2 x (phrases + 1).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.inference.decoding import NEG_INF, _gather_beams, best_tokens, length_penalty
+from keras_transformer.inference.log_probs import NEG_INF, gather_beams
+from keras_transformer.inference.search import Modifier, ModifierState, Step
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 CONSTRAINTS_SPEC = tf.TensorSpec([None, None, None], tf.int32, name="constraints")
-
-
-class ConstrainedState(NamedTuple):
-    """The loop state of the constrained search: `decoding.BeamState`'s fields (the names that
-    `decoding._retire` and `decoding._stopped` read), and the constraints' own; C phrases of T ids."""
-
-    position: tf.Tensor  # [] int32
-    alive_ids: tf.Tensor  # [B, K, L] int32
-    alive_log_probs: tf.Tensor  # [B, K] float32, descending; -inf: empty slot
-    alive_token: tf.Tensor  # [B, K] int32
-    finished_ids: tf.Tensor  # [B, K, L] int32
-    finished_scores: tf.Tensor  # [B, K] float32, those meeting every phrase first, then descending
-    finished_count: tf.Tensor  # [B] int32
-    cache: list
-    alive_met: tf.Tensor  # [B, K, C] bool, phrase c appears in the hypothesis
-    alive_partial: tf.Tensor  # [B, K, C, T] bool, the hypothesis ends with the first j + 1 ids of phrase c
-    finished_complete: tf.Tensor  # [B, K] bool, the finished hypothesis meets every phrase
 
 
 def padded_constraints(constraints):
@@ -78,28 +60,7 @@ def phrase_lengths(constraints):
     return tf.reduce_sum(tf.cast(constraints != PAD_ID, tf.int32), axis=-1)
 
 
-def constrained_state(state, constraints, beam_size: int) -> ConstrainedState:
-    """The initial state of the search from `decoding.BeamState` `state` and `padded_constraints`:
-    the empty phrases met, no partial match."""
-    shape = tf.shape(constraints)  # [B, C, T]
-    met = tf.tile(tf.expand_dims(phrase_lengths(constraints) == 0, 1), [1, beam_size, 1])  # [B, K, C]
-    return ConstrainedState(
-        **state._asdict(),
-        alive_met=met,
-        alive_partial=tf.zeros([shape[0], beam_size, shape[1], shape[2]], tf.bool),
-        finished_complete=tf.zeros([shape[0], beam_size], tf.bool),
-    )
-
-
-def _first_k(keep, k: int):
-    """The positions [B, k] of the first k entries of each row whose `keep` [B, M] is True, in the
-    row's order, then those that are not, in order (`top_k` is stable)."""
-    position = tf.cast(tf.range(tf.shape(keep)[1]), tf.float32)  # [M]
-    _, index = tf.math.top_k(tf.where(keep, -position, NEG_INF), k=k)
-    return index
-
-
-def _banks_round_robin(scores, banks, most, count: int):
+def _banks_round_robin(scores, banks, most, count):
     """The `count` candidates [B, count] (indices into N) that dynamic beam allocation keeps:
     sorted by score, then round-robin over the banks (fullest first): the best of every bank,
     then the second of every bank, ... (fairseq's order). Candidates at -inf come last, in
@@ -116,121 +77,80 @@ def _banks_round_robin(scores, banks, most, count: int):
     return tf.gather(by_score, picked, batch_dims=1)
 
 
-def _constrained_step(
-    state: ConstrainedState, tokens_to_log_probs, limits, phrases, *, beam_size: int, alpha: float, banned
-) -> ConstrainedState:
-    """One step of dynamic beam allocation; `phrases` [B, C, T] int32 (`padded_constraints`) of the
-    sentences in `state`. See the module docstring."""
-    k = beam_size
-    batch = tf.shape(state.alive_log_probs)[0]
-    length = tf.shape(state.alive_ids)[2]
-    phrase_count, width = tf.shape(phrases)[1], tf.shape(phrases)[2]
-    lengths = phrase_lengths(phrases)  # [B, C]
-    generated = state.position + 1  # |y| of every candidate
-    log_probs, cache = tokens_to_log_probs(tf.reshape(state.alive_token, [-1]), state.position, state.cache)  # [B*K, V]
-    vocab_size = log_probs.logits.shape[-1]
+class Constraints(Modifier):
+    """Every phrase of row b of `constraints` [B, C, T] int32 in every output of sentence b, by
+    dynamic beam allocation (see the module docstring). Its slot: per sentence, the phrases
+    (`padded_constraints`); per hypothesis, (met [B, K, C] bool: phrase c appears in it;
+    partial [B, K, C, T] bool: it ends with the first j + 1 ids of phrase c)."""
 
-    # EOS is banned while a phrase is unmet, but at the length limit (where every candidate ends).
-    unmet = ~state.alive_met  # [B, K, C]
-    limits = tf.expand_dims(limits, 1)  # [B, 1]
-    ban_eos = tf.reduce_any(unmet, axis=-1) & (generated < limits)  # [B, K]
-    is_eos = tf.range(vocab_size) == EOS_ID  # [V]
-    log_probs = log_probs.rule_out(tf.reshape(ban_eos, [-1, 1]) & is_eos)  # [B*K, V]
+    completes = True
 
-    # The model's best 2K (+ banned) tokens of each hypothesis, as in the unconstrained search.
-    model_values, model_tokens = best_tokens(log_probs, 2 * k, banned)  # [B*K, P]
-    per_beam = model_tokens.shape[-1]
-    model_tokens = tf.reshape(model_tokens, [batch, k, per_beam])  # [B, K, P]
+    def __init__(self, constraints):
+        self.phrases = padded_constraints(constraints)  # [B, C + 1, T + 1]
 
-    # The next id of every unmet phrase after the hypothesis' longest partial match of it.
-    steps = tf.range(1, width + 1)  # [T]: ids matched
-    progress = tf.reduce_max(tf.where(state.alive_partial, steps, 0), axis=-1)  # [B, K, C]
-    next_tokens = tf.reduce_sum(tf.expand_dims(phrases, 1) * tf.one_hot(progress, width, dtype=tf.int32), axis=-1)
-    next_values = tf.reshape(log_probs.take(tf.reshape(next_tokens, [batch * k, -1])), [batch, k, -1])  # [B, K, C]
-    duplicate = tf.reduce_any(tf.expand_dims(next_tokens, 3) == tf.expand_dims(model_tokens, 2), axis=-1)  # [B, K, C]
-    earlier = tf.expand_dims(tf.range(phrase_count), 0) < tf.expand_dims(tf.range(phrase_count), 1)  # [C, C']: c' < c
-    same = tf.expand_dims(next_tokens, 3) == tf.expand_dims(next_tokens, 2)  # [B, K, C, C']
-    same &= tf.expand_dims(unmet, 2) & earlier
-    duplicate |= tf.reduce_any(same, axis=-1)
-    next_values = tf.where(unmet & ~duplicate, next_values, NEG_INF)  # [B, K, C]
+    def start(self, batch, hypotheses, length) -> ModifierState:
+        shape = tf.shape(self.phrases)  # [B, C, T]
+        met = tf.tile(tf.expand_dims(phrase_lengths(self.phrases) == 0, 1), [1, hypotheses, 1])  # [B, K, C]
+        partial = tf.zeros([shape[0], hypotheses, shape[1], shape[2]], tf.bool)  # [B, K, C, T]
+        return ModifierState(sentence=self.phrases, alive=(met, partial))
 
-    # Every candidate: the model's first (flattened as the unconstrained search's), then the phrases'.
-    tokens = tf.concat([tf.reshape(model_tokens, [batch, -1]), tf.reshape(next_tokens, [batch, -1])], axis=1)  # [B, N]
-    values = tf.concat([tf.reshape(model_values, [batch, -1]), tf.reshape(next_values, [batch, -1])], axis=1)  # [B, N]
-    beams = tf.concat([tf.range(k * per_beam) // per_beam, tf.range(k * phrase_count) // phrase_count], axis=0)  # [N]
-    scores = tf.gather(state.alive_log_probs, beams, axis=1) + values  # [B, N]
+    def log_probs(self, state: ModifierState, log_probs, step: Step):
+        """EOS is banned while a phrase is unmet, but at the length limit (where every candidate ends)."""
+        met, _ = state.alive
+        unmet = tf.reduce_any(~met, axis=-1)  # [B, K]
+        ban_eos = unmet & (step.position + 1 < tf.expand_dims(step.limits, 1))  # [B, K]
+        is_eos = tf.range(log_probs.logits.shape[-1]) == EOS_ID  # [V]
+        return log_probs.rule_out(tf.reshape(ban_eos, [-1, 1]) & is_eos)  # [B*K, V]
 
-    # Each candidate's matches: shift every partial match by one id, keep those the token continues.
-    parent_partial = tf.gather(state.alive_partial, beams, axis=1)  # [B, N, C, T]
-    # ends_with[j]: the parent ends with the phrase's first j ids (bit j - 1; always for j = 0); a
-    # gather, not a slice: TFLite has no strided slice of booleans.
-    previous = tf.gather(parent_partial, tf.maximum(tf.range(width) - 1, 0), axis=-1)  # [B, N, C, T]
-    ends_with = previous | (tf.range(width) == 0)  # [B, N, C, T]
-    within = tf.range(width) < tf.expand_dims(lengths, 2)  # [B, C, T]
-    same_token = tf.expand_dims(phrases, 1) == tf.reshape(tokens, [batch, -1, 1, 1])  # [B, N, C, T]
-    partial = ends_with & same_token & tf.expand_dims(within, 1)  # [B, N, C, T]
-    last = tf.one_hot(lengths - 1, width, on_value=True, off_value=False, dtype=tf.bool)  # [B, C, T]
-    met = tf.gather(state.alive_met, beams, axis=1) | tf.reduce_any(partial & tf.expand_dims(last, 1), axis=-1)
-    progress = tf.where(met, 0, tf.reduce_max(tf.where(partial, steps, 0), axis=-1))  # [B, N, C]
-    banks = tf.reduce_sum(tf.where(met, tf.expand_dims(lengths, 1), 0), axis=-1) + tf.reduce_max(progress, axis=-1)
+    def candidates(self, state: ModifierState, log_probs, tokens, step: Step):
+        """The next id of every unmet phrase after the hypothesis' longest partial match of it (its
+        first id when none), with its log-probability; -inf where already among `tokens` [B, K, P]."""
+        phrases, (met, partial) = state.sentence, state.alive
+        batch, k = tf.shape(tokens)[0], tf.shape(tokens)[1]
+        count, width = tf.shape(phrases)[1], tf.shape(phrases)[2]
+        unmet = ~met  # [B, K, C]
+        progress = tf.reduce_max(tf.where(partial, tf.range(1, width + 1), 0), axis=-1)  # [B, K, C]
+        next_tokens = tf.reduce_sum(tf.expand_dims(phrases, 1) * tf.one_hot(progress, width, dtype=tf.int32), axis=-1)
+        next_values = tf.reshape(log_probs.take(tf.reshape(next_tokens, [batch * k, -1])), [batch, k, -1])  # [B, K, C]
+        duplicate = tf.reduce_any(tf.expand_dims(next_tokens, 3) == tf.expand_dims(tokens, 2), axis=-1)  # [B, K, C]
+        earlier = tf.expand_dims(tf.range(count), 0) < tf.expand_dims(tf.range(count), 1)  # [C, C']: c' < c
+        same = tf.expand_dims(next_tokens, 3) == tf.expand_dims(next_tokens, 2)  # [B, K, C, C']
+        duplicate |= tf.reduce_any(same & tf.expand_dims(unmet, 2) & earlier, axis=-1)
+        return next_tokens, tf.where(unmet & ~duplicate, next_values, NEG_INF)  # [B, K, C] each
 
-    top_index = _banks_round_robin(scores, banks, tf.reduce_sum(lengths, axis=1), 2 * k)  # [B, 2K], DBA order
-    top_log_probs = tf.gather(scores, top_index, batch_dims=1)  # [B, 2K]
-    top_beam = tf.gather(beams, top_index)  # [B, 2K]
-    top_token = tf.gather(tokens, top_index, batch_dims=1)  # [B, 2K]
-    top_met = tf.gather(met, top_index, batch_dims=1)  # [B, 2K, C]
-    write = tf.one_hot(state.position, length, dtype=tf.int32)  # [L]
-    top_ids = _gather_beams(state.alive_ids, top_beam) + write * tf.expand_dims(top_token, 2)  # [B, 2K, L]
-    ends = (top_token == EOS_ID) | (generated >= limits)  # [B, 2K]
+    def _matches(self, phrases, met, partial, tokens):
+        """Each candidate's (met [B, N, C], partial [B, N, C, T], bank [B, N]) from its parent's met
+        and partial [B, N, ...] and its token [B, N]: every partial match shifted by one id, kept
+        where the token continues it; its bank counts the constraint ids it has met."""
+        width = tf.shape(phrases)[2]
+        lengths = phrase_lengths(phrases)  # [B, C]
+        # ends_with[j]: the parent ends with the phrase's first j ids (bit j - 1; always for j = 0); a
+        # gather, not a slice: TFLite has no strided slice of booleans.
+        previous = tf.gather(partial, tf.maximum(tf.range(width) - 1, 0), axis=-1)  # [B, N, C, T]
+        ends_with = previous | (tf.range(width) == 0)  # [B, N, C, T]
+        within = tf.range(width) < tf.expand_dims(lengths, 2)  # [B, C, T]
+        same_token = tf.expand_dims(phrases, 1) == tf.reshape(tokens, [tf.shape(tokens)[0], -1, 1, 1])  # [B, N, C, T]
+        partial = ends_with & same_token & tf.expand_dims(within, 1)  # [B, N, C, T]
+        last = tf.one_hot(lengths - 1, width, on_value=True, off_value=False, dtype=tf.bool)  # [B, C, T]
+        met = met | tf.reduce_any(partial & tf.expand_dims(last, 1), axis=-1)  # [B, N, C]
+        progress = tf.where(met, 0, tf.reduce_max(tf.where(partial, tf.range(1, width + 1), 0), axis=-1))  # [B, N, C]
+        bank = tf.reduce_sum(tf.where(met, tf.expand_dims(lengths, 1), 0), axis=-1) + tf.reduce_max(progress, axis=-1)
+        return met, partial, bank
 
-    # Alive: the first K that do not end, in that order (at most K of the 2K end in EOS), by score.
-    open_log_probs = tf.where(ends, NEG_INF, top_log_probs)  # [B, 2K]
-    alive_rank = _first_k(~ends & (top_log_probs > NEG_INF), k)  # [B, K]
-    alive_log_probs, by_score = tf.math.top_k(tf.gather(open_log_probs, alive_rank, batch_dims=1), k=k)  # [B, K]
-    alive_rank = tf.gather(alive_rank, by_score, batch_dims=1)
-    alive_beam = _gather_beams(top_beam, alive_rank)  # [B, K]
-    cache_index = tf.reshape(alive_beam + tf.expand_dims(tf.range(batch), 1) * k, [-1])  # [B*K]
+    def rank(self, state: ModifierState, scores, beams, tokens, count, step: Step):
+        """Dynamic beam allocation's order: round-robin over the banks, fullest first."""
+        phrases, (met, partial) = state.sentence, state.alive
+        _, _, banks = self._matches(phrases, tf.gather(met, beams, axis=1), tf.gather(partial, beams, axis=1), tokens)
+        return _banks_round_robin(scores, banks, tf.reduce_sum(phrase_lengths(phrases), axis=1), count)
 
-    # Finished: the ending candidates among the first K, merged with the finished set; those that
-    # meet every phrase first, then by score (ties keep the older).
-    ending_scores = tf.where(ends, top_log_probs / length_penalty(generated, alpha), NEG_INF)[:, :k]  # [B, K]
-    merged_scores = tf.concat([state.finished_scores, ending_scores], axis=1)  # [B, 2K]
-    complete = tf.gather(tf.reduce_all(top_met, axis=-1), tf.range(k), axis=1)  # [B, K], of the first K
-    merged_complete = tf.concat([state.finished_complete, complete], axis=1)  # [B, 2K]
-    merged_ids = tf.concat([state.finished_ids, top_ids[:, :k]], axis=1)  # [B, 2K, L]
-    _, by_score = tf.math.top_k(merged_scores, k=2 * k)  # [B, 2K]
-    tier = tf.where(merged_scores > NEG_INF, tf.where(merged_complete, 2, 1), 0)  # [B, 2K]
-    _, by_tier = tf.math.top_k(tf.gather(tier, by_score, batch_dims=1), k=k)  # [B, K], stable: by score within
-    finished_rank = tf.gather(by_score, by_tier, batch_dims=1)  # [B, K]
-    ended = ending_scores > NEG_INF  # [B, K]
+    def advance(self, state: ModifierState, parent, tokens, step: Step):
+        phrases, (met, partial) = state.sentence, state.alive
+        met, partial, _ = self._matches(phrases, gather_beams(met, parent), gather_beams(partial, parent), tokens)
+        return met, partial
 
-    return state._replace(
-        position=generated,
-        alive_ids=_gather_beams(top_ids, alive_rank),
-        alive_log_probs=alive_log_probs,
-        alive_token=_gather_beams(top_token, alive_rank),
-        finished_ids=_gather_beams(merged_ids, finished_rank),
-        finished_scores=_gather_beams(merged_scores, finished_rank),
-        finished_count=state.finished_count + tf.reduce_sum(tf.cast(ended, tf.int32), axis=1),
-        cache=tf.nest.map_structure(lambda leaf: tf.gather(leaf, cache_index), cache),
-        alive_met=_gather_beams(top_met, alive_rank),
-        alive_partial=_gather_beams(tf.gather(partial, top_index, batch_dims=1), alive_rank),
-        finished_complete=_gather_beams(merged_complete, finished_rank),
-    )
-
-
-def constrained_search_step(state, constraints, *, beam_size: int, alpha: float, banned):
-    """(initial state, step) of the constrained search for `decoding.search_beams`, from its
-    `BeamState` and the constraints [B, C, T] of the whole batch; the step takes the rows of the
-    sentences still searching (`sentences` [B'], None: all)."""
-    phrases = padded_constraints(constraints)  # [B, C + 1, T + 1]
-
-    def step(state, tokens_to_log_probs, limits, sentences):
-        rows = phrases if sentences is None else tf.gather(phrases, sentences)
-        settings = {"beam_size": beam_size, "alpha": alpha, "banned": banned}
-        return _constrained_step(state, tokens_to_log_probs, limits, rows, **settings)
-
-    return constrained_state(state, phrases, beam_size), step
+    def complete(self, alive):
+        met, _ = alive
+        return tf.reduce_all(met, axis=-1)  # [B, M]
 
 
 def check_constraints(constraints, batch: int) -> tf.Tensor:

@@ -6,8 +6,8 @@
     ensemble, tokenizer = kt.Ensemble.from_model_dirs(["runs/a", "runs/b"])
     kt.Translator(ensemble, tokenizer).translate("Jesus wept.")
 
-`Ensemble` has the model protocol that `decoding.search_beams` drives (`config`,
-`start_decoding`, `decode_step`), so every search, `Translator`, `evaluate` and the exporters
+`Ensemble` has the decoding protocol (`search.DecodingModel`: `config`, `start_decoding`,
+`decode_step`, `cross_attention`), so every search, alignment, `Translator`, `evaluate` and the exporters
 take it where they take a `Transformer`; the search never knows. Each step it returns the log
 of the mean of the models' next-token distributions (probability averaging, as OpenNMT-py and
 fairseq ensemble: log (1/M) sum_m softmax(logits_m)), not the mean of their log-probabilities.
@@ -20,12 +20,14 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from keras_transformer.model import DecodingContext
+
 
 class Ensemble:
     """M models decoding as one: `decode_step` gives log((1/M) sum_m p_m(y | x, y_<t)) [B', V].
 
-    The context and the cache are tuples of each model's (the search reorders every cache leaf
-    by hypothesis, whatever the nesting). The models may differ in architecture (layers,
+    The context's rows and shared entries and the cache are tuples of each model's (the search
+    reorders every cache leaf by hypothesis, whatever the nesting). The models may differ in architecture (layers,
     widths, heads) but must agree on `vocab_size` and `max_length`: one vocabulary, one input
     limit. `config` is the first model's, which is all a search reads of it (`vocab_size`,
     `max_length`).
@@ -81,9 +83,21 @@ class Ensemble:
         return Ensemble([model.with_dtype(dtype) for model in self.models])
 
     def start_decoding(self, source_ids, hypotheses: int, max_length=None):
-        """`Transformer.start_decoding` of every model: (contexts, caches), tuples of each model's."""
+        """`Transformer.start_decoding` of every model: (one `DecodingContext` of every model's
+        rows and shared entries, the tuple of their caches)."""
         started = [model.start_decoding(source_ids, hypotheses, max_length) for model in self.models]
-        return tuple(context for context, _ in started), tuple(cache for _, cache in started)
+        contexts = [context for context, _ in started]
+        context = DecodingContext(
+            rows=tuple(c.rows for c in contexts),
+            shared=tuple(c.shared for c in contexts),
+            fixed_cache=max_length is not None,
+        )
+        return context, tuple(cache for _, cache in started)
+
+    def cross_attention(self, source_ids, target_in_ids, layer: int):
+        """The mean of the models' `cross_attention` [B, T, S], each at its own `layer`."""
+        weights = [model.cross_attention(source_ids, target_in_ids, layer) for model in self.models]
+        return tf.add_n(weights) / len(weights)
 
     @property
     def dtype_policy(self):
@@ -102,7 +116,9 @@ class Ensemble:
         the updated caches). These are normalized log-probabilities, so the search's log-softmax
         leaves them as they are."""
         log_probs, caches = [], []
-        for model, model_cache, model_context in zip(self.models, cache, context):
+        members = zip(self.models, cache, context.rows, context.shared)
+        for model, model_cache, rows, shared in members:
+            model_context = DecodingContext(rows, shared, context.fixed_cache)
             logits, model_cache = model.decode_step(token_ids, position, model_cache, model_context)  # [B', V]
             log_probs.append(tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1))
             caches.append(model_cache)

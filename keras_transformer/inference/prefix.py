@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.inference.search import Modifier, ModifierState, Step
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 PREFIX_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_prefix")
@@ -28,6 +29,21 @@ def forced_out(target_prefix, position, hypotheses: int, vocab_size: int):
     active = tf.repeat(position < lengths, hypotheses)  # [N * H]
     other = tf.one_hot(forced, vocab_size, on_value=False, off_value=True, dtype=tf.bool)  # [N * H, V]
     return active[:, None] & other
+
+
+class Prefix(Modifier):
+    """Every hypothesis of sentence b starts with row b of `target_prefix` [B, P] int32
+    (left-aligned, padded with PAD_ID; no start or EOS)."""
+
+    def __init__(self, target_prefix):
+        self.target_prefix = tf.cast(target_prefix, tf.int32)
+
+    def start(self, batch, hypotheses, length) -> ModifierState:
+        return ModifierState(sentence=self.target_prefix)  # [B, P], the rows of the sentences still searching
+
+    def log_probs(self, state: ModifierState, log_probs, step: Step):
+        vocab_size = log_probs.logits.shape[-1]
+        return log_probs.rule_out(forced_out(state.sentence, step.position, step.hypotheses, vocab_size))
 
 
 def check_prefix(target_prefix, batch: int) -> tf.Tensor:

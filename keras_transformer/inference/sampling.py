@@ -1,12 +1,14 @@
-"""Random sampling: translations drawn from the model's distribution, one token at a time.
+"""Random sampling: translations drawn from the model's distribution, one token at a time; a
+strategy of `search.search`.
 
-Over the same key/value cache as the beam search (`model.start_decoding` with `num_samples`
-hypotheses per sentence, `model.decode_step`). At each step the log-probabilities (over the full
-vocabulary, pad and start banned, as in the search) are divided by the temperature T, cut to the
-K most likely tokens (`sampling_topk`, 0: all), then to the nucleus, the fewest most likely
-tokens whose renormalised probability reaches P (`sampling_topp`; Holtzman et al., 2020), and one
-token is drawn from the renormalised rest (the order of CTranslate2 and Hugging Face). A sample
-ends at EOS or at its sentence's length limit (`decoding.decode_limits`), as a hypothesis does.
+`num_samples` hypotheses per sentence, each drawn on its own. At each step the log-probabilities
+(over the full vocabulary, the never-generated ids banned, as in the beam search) are divided by
+the temperature T, cut to the K most likely tokens (`sampling_topk`, 0: all), then to the
+nucleus, the fewest most likely tokens whose renormalised probability reaches P (`sampling_topp`;
+Holtzman et al., 2020), and one token is drawn from the renormalised rest (the order of
+CTranslate2 and Hugging Face). A sample ends at EOS or at its sentence's length limit, as a
+hypothesis does; a sentence stops once all of its samples have ended. The controls
+(`controls.py`) change the logits first, as in the beam search.
 
 Stateless random ops: a step draws with `stateless_categorical(seed = fold_in(seed, step))`, so
 the same seed, model and batch give the same samples. A sample's score is a hypothesis's: the
@@ -17,24 +19,27 @@ of a sentence come best first.
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from typing import Any
 
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.inference.decoding import (
-    NEG_INF,
+from keras_transformer.inference.controls import controls
+from keras_transformer.inference.log_probs import NEG_INF, LogProbs, gather_beams
+from keras_transformer.inference.search import (
     SOURCE_SPEC,
     DecodeResult,
-    _cap,
-    _gather_beams,
-    _longest,
+    SearchState,
+    Step,
+    check_source_ids,
     compiled,
-    decode_limits,
     length_penalty,
-    search_settings,
+    search,
+    traced_settings,
 )
-from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, never_generated
 
 SEED_SPEC = tf.TensorSpec([2], tf.int64, name="seed")
 
@@ -56,74 +61,111 @@ def sampling_log_probs(log_probs, topk: int, topp: float, temperature: float):
     return logits
 
 
-def sample_search(model, source_ids, seed, *, decoding: DecodingConfig):
-    """The traceable sampling: source_ids [B, S] int32, seed [2] int64 -> (ids [B, n, L] int32,
-    scores [B, n] float32), n = `decoding.num_samples` samples per sentence, best first."""
-    n = decoding.num_samples
-    source_ids = tf.cast(source_ids, tf.int32)  # [B, S]
-    batch = tf.shape(source_ids)[0]
-    cap = _cap(model.config, decoding.max_decode_length)
-    limits = decode_limits(source_ids, cap, decoding.length_a, decoding.length_b)  # [B]
-    length = _longest(limits)
-    row_limits = tf.repeat(limits, n)  # [B * n]
-    context, cache = model.start_decoding(source_ids, n)  # cache leaves [B * n, ...], growing
-    banned = tf.reduce_any(tf.range(model.config.vocab_size)[:, None] == [PAD_ID, START_ID], axis=-1)  # [V]
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """`num_samples` samples per sentence drawn by `settings` (`config.SamplingSettings`), with
+    the `seed` [2] int64; scores over the length penalty of `alpha`; `banned`: the ids never
+    generated."""
 
-    def step(position, ids, token, log_prob, done, cache):
-        logits, cache = model.decode_step(token, position, cache, context)  # [B * n, V]
-        log_probs = tf.where(banned, NEG_INF, tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1))
-        drawn = sampling_log_probs(
-            log_probs, decoding.sampling_topk, decoding.sampling_topp, decoding.sampling_temperature
+    settings: Any
+    seed: Any
+    alpha: float
+    banned: tuple[int, ...]
+
+    @property
+    def hypotheses(self) -> int:
+        return self.settings.num_samples
+
+    def start(self, batch, length, cache, modifiers: tuple, states: tuple) -> SearchState:
+        n = self.hypotheses
+        return SearchState(
+            position=tf.constant(0),
+            alive_ids=tf.zeros([batch, n, length], tf.int32),
+            alive_log_probs=tf.zeros([batch, n]),  # every sample alive
+            alive_token=tf.fill([batch, n], START_ID),
+            finished_ids=tf.zeros([batch, n, length], tf.int32),
+            finished_scores=tf.fill([batch, n], NEG_INF),
+            finished_count=tf.zeros([batch], tf.int32),
+            finished_complete=(),
+            cache=cache,
+            modifiers=states,
         )
-        step_seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(position, tf.int64))
-        sampled = tf.cast(tf.random.stateless_categorical(drawn, 1, step_seed)[:, 0], tf.int32)  # [B * n]
-        sampled = tf.where(done, PAD_ID, sampled)
-        log_prob += tf.where(done, 0.0, tf.gather(log_probs, sampled, batch_dims=1))
-        ids += tf.one_hot(position, length, dtype=tf.int32) * sampled[:, None]  # [B * n, L]
-        done |= (sampled == EOS_ID) | (position + 1 >= row_limits)
-        return position + 1, ids, sampled, log_prob, done, cache
 
-    rows = batch * n
-    state = (
-        tf.constant(0),
-        tf.zeros([rows, length], tf.int32),
-        tf.fill([rows], START_ID),
-        tf.zeros([rows], tf.float32),
-        tf.zeros([rows], tf.bool),
-        cache,
+    def select(self, state: SearchState, log_probs: LogProbs, step: Step, modifiers: tuple) -> SearchState:
+        """Draw the next token of every sample; a sample that ends enters the finished set in its slot."""
+        n, s = self.hypotheses, self.settings
+        batch, length = tf.shape(state.alive_log_probs)[0], tf.shape(state.alive_ids)[2]
+        dense = log_probs.dense(self.banned)  # [B*n, V]
+        drawn = sampling_log_probs(dense, s.sampling_topk, s.sampling_topp, s.sampling_temperature)
+        step_seed = tf.random.experimental.stateless_fold_in(self.seed, tf.cast(state.position, tf.int64))
+        sampled = tf.cast(tf.random.stateless_categorical(drawn, 1, step_seed)[:, 0], tf.int32)  # [B*n]
+        token_log_probs = tf.reshape(tf.gather(dense, sampled[:, None], batch_dims=1), [batch, n])  # [B, n]
+        sampled = tf.reshape(sampled, [batch, n])  # [B, n]
+        alive = state.alive_log_probs > NEG_INF  # [B, n]
+        log_prob = state.alive_log_probs + token_log_probs  # [B, n]
+        ids = state.alive_ids + tf.one_hot(state.position, length, dtype=tf.int32) * sampled[:, :, None]  # [B, n, L]
+        generated = state.position + 1
+        ends = alive & ((sampled == EOS_ID) | (generated >= step.limits[:, None]))  # [B, n]
+        going = alive & ~ends
+        slots = tf.tile(tf.range(n)[None], [batch, 1])  # [B, n]: every sample is its own parent
+        return state._replace(
+            position=generated,
+            alive_ids=ids,
+            alive_log_probs=tf.where(going, log_prob, NEG_INF),
+            alive_token=tf.where(going, sampled, PAD_ID),
+            finished_ids=tf.where(ends[:, :, None], ids, state.finished_ids),
+            finished_scores=tf.where(ends, log_prob / length_penalty(generated, self.alpha), state.finished_scores),
+            finished_count=state.finished_count + tf.reduce_sum(tf.cast(ends, tf.int32), axis=1),
+            modifiers=tuple(
+                slot._replace(alive=modifier.advance(slot, slots, sampled, step))
+                for modifier, slot in zip(modifiers, state.modifiers)
+            ),
+        )
+
+    def stopped(self, state: SearchState, limits):
+        return (state.finished_count >= self.hypotheses) | (state.position >= limits)
+
+    def result(self, ids, scores):
+        scores, order = tf.math.top_k(scores, k=self.hypotheses)  # best first
+        return gather_beams(ids, order), scores
+
+
+def sample_search(model, source_ids, seed, *, decoding: DecodingConfig, suppress_ids=()):
+    """The traceable sampling: source_ids [B, S] int32, seed [2] int64 -> (ids [B, n, L] int32,
+    scores [B, n] float32), n = `num_samples` samples per sentence, best first."""
+    settings = decoding.search
+    strategy = Sampling(decoding.sampling, seed, settings.alpha, never_generated(settings.disable_unk))
+    return search(
+        model,
+        source_ids,
+        strategy,
+        controls(settings, suppress_ids),
+        length_a=settings.length_a,
+        length_b=settings.length_b,
+        max_decoding_length=settings.max_decoding_length,
+        max_decode_length=decoding.runtime.max_decode_length,
     )
-    invariants = tf.nest.map_structure(lambda value: tf.TensorShape([None] * value.shape.rank), state)
-    _, ids, _, log_prob, _, _ = tf.while_loop(
-        lambda position, ids, token, log_prob, done, cache: tf.logical_and(
-            position < length, tf.logical_not(tf.reduce_all(done))
-        ),
-        step,
-        state,
-        shape_invariants=invariants,
-    )
-    tokens = tf.reduce_sum(tf.cast(ids != PAD_ID, tf.int32), axis=1)  # [B * n], EOS included
-    scores = tf.reshape(log_prob / length_penalty(tokens, decoding.alpha), [batch, n])  # [B, n]
-    scores, order = tf.math.top_k(scores, k=n)  # best first
-    return _gather_beams(tf.reshape(ids, [batch, n, length]), order), scores
 
 
-def sample(model, source_ids, decoding: DecodingConfig | None = None, **overrides) -> DecodeResult:
-    """`decoding.num_samples` translations per sentence drawn by `decoding`'s sampling settings
-    (with `overrides` of its fields; sampling must be on: `sampling_topk` 0 or K > 1), best
-    first: ids [B, n, L], scores [B, n]. `decoding.seed` (default: a new one per call) gives
-    the same samples for the same batch; source_ids as `beam_search` takes them."""
+def sample(model, source_ids, decoding: DecodingConfig | None = None, *, suppress_ids=(), **overrides):
+    """`num_samples` translations per sentence drawn by `decoding`'s sampling settings (with
+    `overrides` of its fields; sampling must be on: `sampling_topk` 0 or K > 1), best first: ids
+    [B, n, L], scores [B, n]. `seed` (default: a new one per call) gives the same samples for the
+    same batch; source_ids as `beam_search` takes them."""
     decoding = (decoding or DecodingConfig()).replace(**overrides)
     if not decoding.sampling:
         raise ValueError("sampling needs sampling_topk 0 (the whole vocabulary) or K > 1")
-    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-    if source_ids.shape.rank != 2:
-        raise ValueError(f"source_ids must be [batch, length], got shape {source_ids.shape}")
-    seed = random.getrandbits(62) if decoding.seed is None else decoding.seed
-    return DecodeResult(*sample_with_seed(model, source_ids, tf.constant([seed, 0], tf.int64), decoding))
+    source_ids = check_source_ids(source_ids, model.config.max_length)
+    seed = random.getrandbits(62) if decoding.sampling.seed is None else decoding.sampling.seed
+    ids, scores = sample_with_seed(model, source_ids, tf.constant([seed, 0], tf.int64), decoding, suppress_ids)
+    return DecodeResult(ids, scores)
 
 
-def sample_with_seed(model, source_ids, seed, decoding: DecodingConfig):
+def sample_with_seed(model, source_ids, seed, decoding: DecodingConfig, suppress_ids=()):
     """`sample_search` traced once per model and settings, with the seed [2] int64 an input."""
-    settings = search_settings(decoding).replace(seed=None)
-    search = compiled(model, "sample", sample_search, inputs=(SOURCE_SPEC, SEED_SPEC), decoding=settings)
-    return search(source_ids, seed)
+    settings = traced_settings(decoding.replace(seed=None))
+    inputs = (SOURCE_SPEC, SEED_SPEC)
+    search_function = compiled(
+        model, "sample", sample_search, inputs=inputs, decoding=settings, suppress_ids=tuple(suppress_ids)
+    )
+    return search_function(source_ids, seed)

@@ -2,10 +2,11 @@
 
 One forward pass `model((source_ids, target_in_ids))` with target_in = <s> y_1 .. y_n gives the
 decoder's distribution at every position at once; the log-probability of y_1 .. y_n, EOS is the
-sum of log_softmax(logits)[y_t], over the full vocabulary with pad and start banned (-inf), as the
-search computes a hypothesis's (`decoding.best_tokens`), so that a search's output scores what the
-search said. The normalised score divides by the search's length penalty lp(n + 1) (Wu et al.,
-2016, Eq. 14; `decoding.length_penalty`).
+sum of log_softmax(logits)[y_t], over the full vocabulary with the never-generated ids banned
+(-inf; `special_tokens.never_generated`), as the search computes a hypothesis's
+(`log_probs.best_tokens`), so that a search's output scores what the search said. The
+normalised score divides by the search's length penalty lp(n + 1) (Wu et al., 2016, Eq. 14;
+`search.length_penalty`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import dataclasses
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.inference.decoding import NEG_INF, SOURCE_SPEC, compiled, length_penalty
-from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
+from keras_transformer.inference.log_probs import NEG_INF
+from keras_transformer.inference.search import SOURCE_SPEC, check_source_ids, compiled, length_penalty
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, never_generated
 
 TARGET_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_ids")
 
@@ -41,7 +43,7 @@ def with_eos(target_ids):
     return tf.where(at_end, EOS_ID, padded), lengths
 
 
-def score_targets(model, source_ids, target_ids, *, alpha: float):
+def score_targets(model, source_ids, target_ids, *, alpha: float, disable_unk: bool = False):
     """The traceable scoring: source_ids [B, S] and target_ids [B, T] int32 (pad-padded; the
     target's tokens without start or EOS, at most max_length - 1 of them) ->
     (score [B], log_prob [B], tokens [B], token_log_probs [B, T + 1]) (`ScoreResult`)."""
@@ -52,7 +54,7 @@ def score_targets(model, source_ids, target_ids, *, alpha: float):
     logits = model((source_ids, target_in), training=False)  # [B, T + 1, V]
     log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)  # [B, T + 1, V]
     token_log_probs = tf.gather(log_probs, target_out, batch_dims=2)  # [B, T + 1]
-    banned = (target_out == START_ID) | (target_out == PAD_ID)  # never generated: -inf, as in the search
+    banned = tf.reduce_any(target_out[:, :, None] == tf.constant(never_generated(disable_unk)), axis=-1)  # -inf
     counted = tf.sequence_mask(lengths + 1, tf.shape(target_out)[1])  # [B, T + 1]: the tokens and EOS
     token_log_probs = tf.where(counted, tf.where(banned, NEG_INF, token_log_probs), 0.0)  # [B, T + 1]
     log_prob = tf.reduce_sum(token_log_probs, axis=1)  # [B]
@@ -65,7 +67,7 @@ def score(model, source_ids, target_ids, decoding: DecodingConfig | None = None,
     target_ids [B, T] int32 as `with_eos` takes them; the length penalty's alpha from `decoding`
     (with `overrides` of its fields). Traced once per model and alpha."""
     decoding = (decoding or DecodingConfig()).replace(**overrides)
-    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
+    source_ids = check_source_ids(source_ids, model.config.max_length)
     target_ids = tf.convert_to_tensor(target_ids, tf.int32)
     if source_ids.shape.rank != 2 or target_ids.shape.rank != 2 or source_ids.shape[0] != target_ids.shape[0]:
         shapes = f"{source_ids.shape} and {target_ids.shape}"
@@ -73,5 +75,6 @@ def score(model, source_ids, target_ids, decoding: DecodingConfig | None = None,
     longest = model.config.max_length
     if target_ids.shape[1] is not None and target_ids.shape[1] > longest - 1:
         raise ValueError(f"target of {target_ids.shape[1]} tokens is longer than the model's max_length {longest} - 1")
-    function = compiled(model, "score", score_targets, inputs=(SOURCE_SPEC, TARGET_SPEC), alpha=decoding.alpha)
+    settings = {"alpha": decoding.search.alpha, "disable_unk": decoding.search.disable_unk}
+    function = compiled(model, "score", score_targets, inputs=(SOURCE_SPEC, TARGET_SPEC), **settings)
     return ScoreResult(*function(source_ids, target_ids))

@@ -31,10 +31,12 @@ from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import lang_token
 from keras_transformer.inference import alignment
 from keras_transformer.inference import constraints as lexical
-from keras_transformer.inference.decoding import beam_search, graph_function
+from keras_transformer.inference.controls import suppressed_ids
+from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
+from keras_transformer.inference.search import graph_function
 from keras_transformer.special_tokens import PAD_ID
 
 _ALIGNING = threading.Lock()  # threads' first alignments (a service's pool) build one function
@@ -72,8 +74,8 @@ class Translator:
     A source longer than the model's `max_length` (EOS included) is truncated, with a warning on
     stderr. An empty (or all-space) source translates to the empty string (score 0). A score is
     the sum of the hypothesis's token log-probabilities divided by the length penalty
-    ((5 + |y|) / 6)^alpha (Wu et al., 2016). With `decoding.dtype` "bfloat16" the model decodes
-    in a bf16 copy (`Transformer.with_dtype`). With sampling on (`decoding.sampling_topk` 0 or
+    ((5 + |y|) / 6)^alpha (Wu et al., 2016). With `dtype` "bfloat16" the model decodes
+    in a bf16 copy (`Transformer.with_dtype`). With sampling on (`sampling_topk` 0 or
     K > 1) translations are drawn (`sampling.py`) instead of searched: `translate` gives each
     text's best-scoring of `num_samples` samples, `translate_nbest` all of them.
 
@@ -91,9 +93,11 @@ class Translator:
 
     def __init__(self, model, tokenizer, decoding: DecodingConfig | None = None, **overrides):
         self.decoding = (decoding or DecodingConfig()).replace(**overrides)
-        self.model = model if self.decoding.dtype is None else model.with_dtype(self.decoding.dtype)
+        dtype = self.decoding.runtime.dtype
+        self.model = model if dtype is None else model.with_dtype(dtype)
         self.tokenizer = tokenizer
         self._alignment_function = None
+        self.suppress_ids = suppressed_ids(tokenizer, self.decoding.search.suppress_sequences)
 
     @classmethod
     def from_model_dir(
@@ -144,19 +148,26 @@ class Translator:
                 raise ValueError("a target prefix is decoded by beam search, not sampled: set sampling_topk 1")
             if constraints is not None:
                 raise ValueError("constraints are decoded by beam search, not sampled: set sampling_topk 1")
-            seed = self.decoding.seed if seed is None else seed
+            seed = self.decoding.sampling.seed if seed is None else seed
             seed = random.getrandbits(62) if seed is None else seed
-            ids, scores = sample_with_seed(self.model, source_ids, tf.constant([seed, 0], tf.int64), self.decoding)
+            seed = tf.constant([seed, 0], tf.int64)
+            ids, scores = sample_with_seed(self.model, source_ids, seed, self.decoding, self.suppress_ids)
             return ids[:, :n], scores[:, :n]
         result = beam_search(
-            self.model, source_ids, self.decoding, nbest=n, target_prefix=target_prefix, constraints=constraints
+            self.model,
+            source_ids,
+            self.decoding,
+            nbest=n,
+            target_prefix=target_prefix,
+            constraints=constraints,
+            suppress_ids=self.suppress_ids,
         )
         return result.ids, result.scores
 
     def score(self, sources: Sequence[str], targets: Sequence[str], target_lang=None) -> list[Score]:
         """The score of each (source, target) pair under the model (`scoring.py`): the sum of the
         target's token log-probabilities, EOS included, and that over the length penalty of
-        `decoding.alpha`; sources as `translate` reads them (`target_lang` too), targets cut to
+        `alpha`; sources as `translate` reads them (`target_lang` too), targets cut to
         max_length - 1 tokens."""
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
@@ -164,8 +175,9 @@ class Translator:
         source_rows, target_rows = self.source_ids(sources) if sources else [], self.target_ids(targets)
         order = sorted(range(len(sources)), key=lambda i: (len(source_rows[i]), len(target_rows[i])))
         scores: list[Score | None] = [None] * len(sources)
-        for start in range(0, len(order), self.decoding.batch_size):
-            chunk = order[start : start + self.decoding.batch_size]
+        batch_size = self.decoding.runtime.batch_size
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
             result = score_pairs(
                 self.model,
                 _padded([source_rows[i] for i in chunk]),
@@ -200,12 +212,13 @@ class Translator:
         """The `n` best (translation, score) pairs of a text, best first (for a list: one such list
         per text); `n` defaults to the decoding's `nbest`, else the beam size (sampling: the
         `num_samples` samples)."""
-        if self.decoding.sampling:
-            n = n or self.decoding.num_samples
-            if not 1 <= n <= self.decoding.num_samples:
-                raise ValueError(f"n must be between 1 and num_samples {self.decoding.num_samples}, got {n}")
+        sampling, search = self.decoding.sampling, self.decoding.search
+        if sampling:
+            n = n or sampling.num_samples
+            if not 1 <= n <= sampling.num_samples:
+                raise ValueError(f"n must be between 1 and num_samples {sampling.num_samples}, got {n}")
         elif n is None:
-            n = self.decoding.nbest or self.decoding.beam_size
+            n = search.nbest or search.beam_size
         else:
             self.decoding.replace(nbest=n)  # a DecodingConfig checks n against the beam size
         if isinstance(texts, str):
@@ -253,18 +266,23 @@ class Translator:
     def _batches(self, texts: list[str]):
         """(indices into `texts`, the batch's start in the sorted order, source ids [B, S] int32)
         per search: the non-empty texts sorted by length (similar lengths share a batch),
-        `decoding.batch_size` at a time."""
+        `batch_size` at a time."""
         todo = [i for i, text in enumerate(texts) if text.strip()]
         rows = self.source_ids([texts[i] for i in todo]) if todo else []
         order = sorted(range(len(todo)), key=lambda k: len(rows[k]))
-        for start in range(0, len(order), self.decoding.batch_size):
-            chunk = order[start : start + self.decoding.batch_size]
+        batch_size = self.decoding.runtime.batch_size
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
             yield [todo[k] for k in chunk], start, _padded([rows[k] for k in chunk])  # [B, S]
 
     def concurrent_batches(self) -> int:
-        """How many batches `translate` searches at once: `decoding.concurrent_batches`, or one per
+        """How many batches `translate` searches at once: `concurrent_batches`, or one per
         thread of TensorFlow's inter-op pool (by default one per CPU core)."""
-        return self.decoding.concurrent_batches or tf.config.threading.get_inter_op_parallelism_threads() or cores()
+        return (
+            self.decoding.runtime.concurrent_batches
+            or tf.config.threading.get_inter_op_parallelism_threads()
+            or cores()
+        )
 
     def _map_batches(self, work, texts: list[str], empty) -> list:
         """One result per text: `empty()` for an empty text, else its row of `work(indices, start,
@@ -322,8 +340,8 @@ class Translator:
                 extra["target_prefix"] = _padded([prefix_rows[i] for i in indices])  # [B, P]
             if phrase_rows is not None:
                 extra["constraints"] = lexical.padded_phrases([phrase_rows[i] for i in indices])  # [B, C, T]
-            if self.decoding.seed is not None:
-                extra["seed"] = self.decoding.seed + start  # one stream per batch
+            if self.decoding.sampling and self.decoding.sampling.seed is not None:
+                extra["seed"] = self.decoding.sampling.seed + start  # one stream per batch
             ids, scores = self.decode(batch, n, **extra)  # [B, n, L], [B, n]
             outputs = self.tokenizer.detokenize(tf.reshape(ids, [-1, ids.shape[-1]])).numpy().reshape(ids.shape[:2])
             return [
