@@ -585,8 +585,13 @@ class DecodingConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> DecodingConfig:
         """The config of `to_dict`'s flat names (a translator.json of any version: its other keys ignored)."""
-        names = {"alignment_layer", *(field for part in DECODING_PARTS.values() for field in _field_names(part))}
+        names = set(decoding_names())
         return cls(**{name: value for name, value in values.items() if name in names})
+
+
+def decoding_names() -> list[str]:
+    """Every decoding setting's flat name (`DecodingConfig`'s parts' fields and the alignment layer)."""
+    return [name for part in DECODING_PARTS.values() for name in _field_names(part)] + ["alignment_layer"]
 
 
 def _field_names(config_class) -> list[str]:

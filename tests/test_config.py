@@ -4,6 +4,7 @@ import re
 import pytest
 
 from keras_transformer import DecodingConfig, TrainingConfig, TransformerConfig
+from keras_transformer.config import RuntimeSettings, SamplingSettings, SearchSettings
 
 
 def test_presets_follow_table_3():
@@ -79,9 +80,29 @@ def test_invalid_decoding_configs_are_refused(overrides, message):
 
 def test_decoding_defaults_are_the_papers():
     decoding = DecodingConfig()  # §6.1
-    assert (decoding.beam_size, decoding.alpha, decoding.length_a, decoding.length_b) == (4, 0.6, 1.0, 50)
+    search = decoding.search
+    assert (search.beam_size, search.alpha, search.length_a, search.length_b) == (4, 0.6, 1.0, 50)
     assert DecodingConfig.greedy() == DecodingConfig(beam_size=1, alpha=0.0)
-    assert DecodingConfig().replace(beam_size=2).beam_size == 2
+    assert DecodingConfig().replace(beam_size=2).search.beam_size == 2
+
+
+def test_each_decoding_setting_has_one_owner_and_a_flat_name():
+    """`DecodingConfig` is search, sampling (or none) and runtime settings; flat names route to
+    their owner, and `to_dict` / `from_dict` keep translator.json's flat layout."""
+    decoding = DecodingConfig(beam_size=2, sampling_topk=0, num_samples=3, dtype="bfloat16", repetition_penalty=1.2)
+    assert decoding.search == SearchSettings(beam_size=2, repetition_penalty=1.2)
+    assert decoding.sampling == SamplingSettings(sampling_topk=0, num_samples=3)
+    assert decoding.runtime == RuntimeSettings(dtype="bfloat16")
+    flat = decoding.to_dict()
+    assert flat["beam_size"] == 2 and flat["num_samples"] == 3 and flat["dtype"] == "bfloat16"
+    assert DecodingConfig.from_dict({**flat, "model_dirs": ["ignored"]}) == decoding
+    assert DecodingConfig().sampling is None and DecodingConfig(sampling_topk=1).sampling is None
+    assert DecodingConfig().to_dict()["sampling_topk"] == 1  # today's translator.json: sampling off
+    assert decoding.replace(sampling_topk=1, num_samples=1).sampling is None
+    with pytest.raises(ValueError, match="num_samples need sampling"):
+        DecodingConfig(num_samples=2)
+    with pytest.raises(ValueError, match="unknown decoding settings: beam"):
+        DecodingConfig(beam=2)
 
 
 def test_training_config_validation():

@@ -294,3 +294,67 @@ def test_greedy_with_a_prefix_equals_ctranslate2s_target_prefix(trained):
         assert theirs == [int(t) for t in ours[i] if t != PAD_ID], sources[i]
     texts = translator.translate(sources, prefixes)
     assert all(text.startswith(prefix) for text, prefix in zip(texts, prefixes))
+
+
+# Each control alone, and after a target prefix, with CTranslate2's names: our value and its.
+CONTROLS = {
+    "repetition_penalty": {"repetition_penalty": 1.8},
+    "no_repeat_ngram_size": {"no_repeat_ngram_size": 2},
+    "min_decoding_length": {"min_decoding_length": 12},
+    "max_decoding_length": {"max_decoding_length": 7},
+    "disable_unk": {"disable_unk": True},
+    "suppress_sequences": {},  # the two most frequent tokens of the unconstrained outputs, below
+}
+
+
+def control_settings(trained, name, ours_greedy):
+    """(our settings, CTranslate2's translate_batch options) of control `name`."""
+    ours = dict(CONTROLS[name])
+    if name == "suppress_sequences":
+        counts = np.bincount([t for row in ours_greedy for t in row if t > EOS_ID], minlength=4)
+        frequent = [int(i) for i in np.argsort(counts)[::-1][:2]]
+        pair = (frequent[0], frequent[1])
+        return {"suppress": ((frequent[0],), pair)}, {
+            "suppress_sequences": [[trained.tokens[frequent[0]]], [trained.tokens[i] for i in pair]]
+        }
+    theirs = dict(ours)
+    return ours, theirs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_prefix", [False, True], ids=["alone", "after-a-prefix"])
+@pytest.mark.parametrize("name", list(CONTROLS))
+def test_each_control_equals_ctranslate2s(trained, name, with_prefix):
+    """Greedy token for token, and beam 4 at alpha 0 the same best translation for at least 3/4
+    of the sentences (float ties part the rest, as in `test_beam_4_at_alpha_0_equals_ctranslate2s`),
+    with one control on, alone or after a target prefix (the first two tokens of the plain greedy
+    output), on the same weights."""
+    sources = read_pairs(str(FIXTURE), "test")[0]
+    rows = trained.source_rows(sources)
+    batch = padded(rows)
+    plain = [[int(t) for t in row if t != PAD_ID] for row in greedy_search(trained.model, batch).ids.numpy()[:, 0]]
+    ours_settings, theirs_settings = control_settings(trained, name, plain)
+    suppress_ids = ours_settings.pop("suppress", ())
+    prefixes = [row[:2] if len(row) > 3 else [] for row in plain] if with_prefix else [[] for _ in rows]
+    prefix_batch = padded([row or [PAD_ID] for row in prefixes]) if with_prefix else None
+    limits = decode_limits(batch, trained.model.config.max_length).numpy()  # [B]
+    for beam_size in (1, 4):
+        settings = {"beam_size": beam_size, "alpha": 0.0, "nbest": 1, **ours_settings}
+        ours = beam_search(trained.model, batch, target_prefix=prefix_batch, suppress_ids=suppress_ids, **settings)
+        ours = [[int(t) for t in row if t != PAD_ID] for row in ours.ids.numpy()[:, 0]]
+        same = 0
+        for i, (row, limit) in enumerate(zip(rows, limits)):
+            options = {"min_decoding_length": 0, "max_decoding_length": int(limit), **theirs_settings}
+            if "max_decoding_length" in theirs_settings:
+                options["max_decoding_length"] = min(int(limit), theirs_settings["max_decoding_length"])
+            prefix = {"target_prefix": [[trained.tokens[t] for t in prefixes[i]]]} if prefixes[i] else {}
+            (result,) = trained.translator.translate_batch(
+                [trained.source_tokens(row)], beam_size=beam_size, length_penalty=0.0, return_end_token=True,
+                **prefix, **options,
+            )  # fmt: skip
+            theirs = [trained.ids[token] for token in result.hypotheses[0]]
+            if beam_size == 1:
+                assert theirs == ours[i], (name, sources[i])
+            same += theirs == ours[i]
+        assert same >= 0.75 * len(rows), f"beam 4: {same} of {len(rows)} the same"
+    assert ours != plain or name == "disable_unk"  # the control changed something (unk is rare when trained)

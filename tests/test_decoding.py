@@ -3,7 +3,13 @@ import pytest
 from conftest import scramble
 
 from keras_transformer import DecodingConfig, Transformer, TransformerConfig
-from keras_transformer.inference.decoding import compiled, decode_limits, greedy_search, search_beams
+from keras_transformer.inference.decoding import (
+    compiled,
+    decode_limits,
+    greedy_search,
+    search_beams,
+    traced_beam_search,
+)
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 CONFIG = TransformerConfig.tiny(vocab_size=40, dropout=0.0, max_length=20)
@@ -92,7 +98,7 @@ def test_limits_bound_the_output(model):
 
 def test_no_retracing_for_new_shapes(model):
     greedy_search(model, SOURCE)
-    function = compiled(model, "beam", search_beams, decoding=DecodingConfig.greedy())
+    function = traced_beam_search(model, DecodingConfig.greedy())
     greedy_search(model, np.array([[5, 6, 7, 8, 9, 2]], np.int32))
     greedy_search(model, SOURCE[:1])
     assert function.experimental_get_tracing_count() == 1

@@ -12,7 +12,6 @@ command imports what it needs), so `--help` and `--version` answer at once.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -26,7 +25,7 @@ from keras_transformer.cli.flags import (
     train_configs,
 )
 from keras_transformer.cli.quiet import filter_native_logs, quiet_python_logs
-from keras_transformer.config import PRESETS, STRATEGIES, DataConfig, DecodingConfig
+from keras_transformer.config import PRESETS, STRATEGIES, DataConfig, decoding_names
 
 EXIT_USAGE = 2
 CHECKPOINT_HELP = "latest (default), averaged, best, ema (the moving average), or a checkpoint path"
@@ -125,6 +124,13 @@ def _add_translate(subparsers):
         help="after a tab on each line, the word alignment in Pharaoh format (source-target word indices: 0-0 2-1)",
     )
     p.add_argument(
+        "--alternatives",
+        type=int,
+        metavar="N",
+        help="the N most likely words after the --prefix (or at the start), each continued to a whole translation "
+        "(autocompletion; CTranslate2's return_alternatives): N lines INDEX<TAB>SCORE<TAB>TEXT per input",
+    )
+    p.add_argument(
         "text",
         nargs="*",
         help="sentences; none: stdin, one per line, streamed (--nbest N, --num-samples N: INDEX<TAB>SCORE<TAB>TEXT)",
@@ -132,7 +138,7 @@ def _add_translate(subparsers):
 
 
 # What scoring reads of the decoding settings: the length penalty, and where it runs.
-SCORING_FIELDS = ("alpha", "dtype", "batch_size")
+SCORING_FIELDS = ("alpha", "disable_unk", "dtype", "batch_size")
 
 
 def _add_score(subparsers):
@@ -142,7 +148,7 @@ def _add_score(subparsers):
     p.add_argument("--model-dir", required=True)
     p.add_argument("--data", metavar="FILE", help="SOURCE<TAB>TARGET lines (default: stdin)")
     _add_target_lang(p, "the language of the targets")
-    excluded = tuple(f.name for f in dataclasses.fields(DecodingConfig) if f.name not in SCORING_FIELDS)
+    excluded = tuple(name for name in decoding_names() if name not in SCORING_FIELDS)
     _add_decoding(p, exclude=excluded)
 
 
@@ -314,9 +320,17 @@ def _translate(args):
             "--alignments aligns the best translation of each input: drop --nbest, --num-samples, --prefix, "
             "--constraint, --target-lang (start each input with its language's token, <2fr>, instead)"
         )
+    if args.alternatives is not None and (n > 1 or constraints is not None or args.alignments):
+        raise ValueError(
+            "--alternatives gives N lines per input: drop --nbest, --num-samples, --constraint, --alignments"
+        )
     index, lang = 0, args.target_lang
     for chunk in texts:  # each chunk sorted by length inside the translator, printed in input order
-        if args.alignments:
+        if args.alternatives is not None:
+            for k, hypotheses in enumerate(translator.translate_alternatives(chunk, args.alternatives, prefixes, lang)):
+                for translation, score in hypotheses:
+                    print(f"{index + k}\t{score:.4f}\t{translation}")
+        elif args.alignments:
             for translation, pairs in translator.translate_with_alignments(chunk):
                 print(f"{translation}\t{format_pharaoh(pairs)}")
         elif n == 1:

@@ -23,7 +23,7 @@ from keras_transformer.special_tokens import EOS_ID, PAD_ID, UNK_ID
 def generated(step: Step):
     """(every alive hypothesis' tokens [N, L] int32, [N, L] bool: the positions generated so far)."""
     ids = tf.reshape(step.alive_ids, [-1, tf.shape(step.alive_ids)[2]])  # [N, L]
-    return ids, tf.range(tf.shape(ids)[1]) < step.position
+    return ids, tf.broadcast_to(tf.range(tf.shape(ids)[1]) < step.position, tf.shape(ids))
 
 
 def marked(logits, token_ids, where):

@@ -31,6 +31,7 @@ from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import lang_token
 from keras_transformer.inference import alignment
 from keras_transformer.inference import constraints as lexical
+from keras_transformer.inference.alternatives import alternatives as expand
 from keras_transformer.inference.controls import suppressed_ids
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.ensemble import Ensemble
@@ -138,11 +139,27 @@ class Translator:
             rows.append(np.array(row[:keep], np.int32))
         return rows
 
-    def decode(self, source_ids, n: int | None = None, target_prefix=None, seed: int | None = None, constraints=None):
+    def decode(
+        self,
+        source_ids,
+        n: int | None = None,
+        target_prefix=None,
+        seed: int | None = None,
+        constraints=None,
+        alternatives: bool = False,
+    ):
         """[B, S] ids -> (hypothesis ids [B, n, L], scores [B, n]), the `n` best (default: the beam
         size), best first; every hypothesis starting with its row of `target_prefix` [B, P] if
         given, and holding its row of `constraints` [B, C, T] if given. With sampling on:
-        `num_samples` samples drawn with `seed` (default: the decoding's)."""
+        `num_samples` samples drawn with `seed` (default: the decoding's). With `alternatives`:
+        the n alternatives after each prefix (`alternatives.py`), in their order."""
+        if alternatives:
+            if self.decoding.sampling or constraints is not None:
+                raise ValueError("alternatives are searched by beam search, without constraints: set sampling_topk 1")
+            if target_prefix is None:
+                target_prefix = np.zeros([len(source_ids), 0], np.int32)
+            result = expand(self.model, source_ids, target_prefix, n, self.decoding, self.suppress_ids)
+            return result.ids, result.scores
         if self.decoding.sampling:
             if target_prefix is not None:
                 raise ValueError("a target prefix is decoded by beam search, not sampled: set sampling_topk 1")
@@ -224,6 +241,24 @@ class Translator:
         if isinstance(texts, str):
             return self._nbest([texts], n, prefixes, None if constraints is None else [constraints], target_lang)[0]
         return self._nbest(list(texts), n, prefixes, constraints, target_lang)
+
+    @overload
+    def translate_alternatives(self, texts: str, n: int, prefixes=None) -> list[tuple[str, float]]: ...
+
+    @overload
+    def translate_alternatives(self, texts: Sequence[str], n: int, prefixes=None) -> list[list[tuple[str, float]]]: ...
+
+    def translate_alternatives(self, texts, n, prefixes=None, target_lang=None):
+        """The `n` alternatives of a text at the position after its prefix (`prefixes` as
+        `translate` takes them; none: at the first word), each continued to a whole translation:
+        [(translation, score)] in the order of the alternative token's probability
+        (`inference/alternatives.py`, CTranslate2's `return_alternatives`); for a list: one such
+        list per text."""
+        if not 1 <= n <= self.model.config.vocab_size:
+            raise ValueError(f"n must be between 1 and the vocabulary size {self.model.config.vocab_size}, got {n}")
+        if isinstance(texts, str):
+            return self._nbest([texts], n, prefixes, None, target_lang, alternatives=True)[0]
+        return self._nbest(list(texts), n, prefixes, None, target_lang, alternatives=True)
 
     @overload
     def translate_with_alignments(self, texts: str) -> tuple[str, list[tuple[int, int]]]: ...
@@ -328,14 +363,15 @@ class Translator:
         return texts
 
     def _nbest(
-        self, texts: list[str], n: int, prefixes=None, constraints=None, target_lang=None
+        self, texts: list[str], n: int, prefixes=None, constraints=None, target_lang=None, alternatives=False
     ) -> list[list[tuple[str, float]]]:
         texts = self._with_language(texts, target_lang)
         prefix_rows = self._prefix_rows(prefixes, len(texts))
         phrase_rows = lexical.phrase_rows(self.tokenizer, constraints, len(texts), self.model.config.max_length)
 
         def search(indices, start, batch):
-            extra = {}  # only what is given: a subclass's `decode(source_ids, n)` still serves the rest
+            extra = {"alternatives": True} if alternatives else {}  # only what is given: a subclass's
+            # `decode(source_ids, n)` still serves the rest
             if prefix_rows is not None:
                 extra["target_prefix"] = _padded([prefix_rows[i] for i in indices])  # [B, P]
             if phrase_rows is not None:
