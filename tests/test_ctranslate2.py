@@ -358,3 +358,27 @@ def test_each_control_equals_ctranslate2s(trained, name, with_prefix):
             same += theirs == ours[i]
         assert same >= 0.75 * len(rows), f"beam 4: {same} of {len(rows)} the same"
     assert ours != plain or name == "disable_unk"  # the control changed something (unk is rare when trained)
+
+
+@pytest.mark.slow
+def test_alternatives_after_a_prefix_equal_ctranslate2s(trained):
+    """`translate_alternatives` is CTranslate2's `return_alternatives`: the n most likely tokens
+    after the prefix (never EOS), each continued by the search, in the same order and the same
+    tokens (greedy continuations)."""
+    sources = read_pairs(str(FIXTURE), "test")[0][:6]
+    rows = trained.source_rows(sources)
+    plain = greedy_search(trained.model, padded(rows)).ids.numpy()[:, 0]
+    prefixes = [[int(t) for t in row[:1]] for row in plain]
+    ours = Translator(trained.model, trained.tokenizer, beam_size=1, alpha=0.0)
+    limits = decode_limits(padded(rows), trained.model.config.max_length).numpy()
+    for i, (row, prefix) in enumerate(zip(rows, prefixes)):
+        ids, _ = ours.decode(padded([row]), 3, target_prefix=padded([prefix]), alternatives=True)
+        mine = [[int(t) for t in hypothesis if t != PAD_ID] for hypothesis in ids.numpy()[0]]
+        (result,) = trained.translator.translate_batch(
+            [trained.source_tokens(row)], target_prefix=[[trained.tokens[t] for t in prefix]], beam_size=1,
+            num_hypotheses=3, return_alternatives=True, max_decoding_length=int(limits[i]), min_decoding_length=0,
+            return_end_token=True,
+        )  # fmt: skip
+        theirs = [[trained.ids[token] for token in hypothesis] for hypothesis in result.hypotheses]
+        assert mine == theirs, sources[i]
+        assert len({hypothesis[1] for hypothesis in mine}) == 3  # three different words after the prefix

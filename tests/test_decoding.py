@@ -170,3 +170,20 @@ def test_threads_asking_for_one_compiled_search_at_once_get_one_function(monkeyp
     for thread in threads:
         thread.join()
     assert len(got) == 8 and len({id(function) for function in got}) == 1
+
+
+def test_a_decoded_model_is_freed_with_its_traced_searches():
+    """The compile cache keeps a model's traced searches only while the model lives: a model that
+    nothing else holds (a translator's `with_dtype` copy, an ensemble) is freed, graphs and all."""
+    import gc
+    import weakref
+
+    from keras_transformer.inference import search
+
+    model = Transformer(CONFIG)
+    greedy_search(model, SOURCE)
+    assert model in search._COMPILED  # traced and cached
+    reference = weakref.ref(model)
+    del model
+    gc.collect()
+    assert reference() is None

@@ -44,6 +44,7 @@ def test_signatures_equal_the_python_translator(served):
         "translate_constrained",
         "score",
         "sample",
+        "translate_with_options",
     }
 
 
@@ -65,6 +66,28 @@ def test_new_signatures_equal_the_python_translator(served):
     assert [t.decode() for t in drawn["translations"].numpy()[:, 0]] == sampler.translate(texts[2:])
     unseeded = module.sample(tf.constant(texts * 4))["translations"].numpy()
     assert unseeded.shape == (12, 1) and len({t for t in unseeded[[0, 3, 6, 9], 0]}) > 1  # independent draws
+
+
+OPTIONS = [
+    {"beam_size": 4, "alpha": 0.6},  # the export's own: translate's
+    {"beam_size": 1, "alpha": 0.0, "max_decoding_length": 5},
+    {"beam_size": 3, "alpha": 1.0, "min_decoding_length": 6, "repetition_penalty": 1.5, "no_repeat_ngram_size": 2},
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=["defaults", "greedy-capped", "controls"])
+def test_translate_with_options_equals_the_python_translator_with_those_settings(served, options):
+    """One export serves every setting: the per-request settings as tensors give what a
+    `Translator` with the same `DecodingConfig` gives."""
+    module, python = served
+    texts = ["And God said,", "", "Jesus wept.", "In the beginning God created the heaven"]
+    settings = {"max_decoding_length": 1000, "min_decoding_length": 0, "repetition_penalty": 1.0,
+                "no_repeat_ngram_size": 0, **options}  # fmt: skip
+    out = module.translate_with_options(tf.constant(texts), **{k: tf.constant(v) for k, v in settings.items()})
+    want = Translator(python.model, python.tokenizer, **options).translate(texts)
+    assert [t.decode() for t in out["translation"].numpy()] == want
+    scores = Translator(python.model, python.tokenizer, **options).translate_nbest(texts, n=1)
+    np.testing.assert_allclose(out["score"].numpy(), [row[0][1] for row in scores], atol=1e-4)
 
 
 def test_translate_constrained_equals_the_python_translator(served):
