@@ -68,7 +68,7 @@ def cross_attention(model, source_ids, target_in_ids, layer: int):
     weights = []
     for member in members:
         every_layer = member.attention_weights(source_ids, target_in_ids)["decoder_cross"]  # N x [B, h, T, S]
-        chosen = every_layer[resolve_layer(layer, member.config.num_layers)]  # [B, h, T, S]
+        chosen = every_layer[resolve_layer(layer, member.config.decoder_depth)]  # [B, h, T, S]
         weights.append(tf.reduce_mean(tf.cast(chosen, tf.float32), axis=1))  # [B, T, S]
     return tf.add_n(weights) / len(weights)
 
