@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import sentencepiece
 import tensorflow as tf
-from conftest import FIXTURE, scramble
+from conftest import ARCHITECTURE_OPTIONS, FIXTURE, scramble
 
 from keras_transformer import Transformer, TransformerConfig, beam_search, greedy_search
 from keras_transformer.cli.main import main
@@ -136,19 +136,6 @@ def log_probs_of_ours(model, source_ids, target):
     return log_probs[np.arange(len(target) + 1), [*target, EOS_ID]]
 
 
-# Every architecture option away from its default, as a Marian (OPUS-MT) model has them, and a 3-layer
-# encoder with a 1-layer decoder.
-OPTIONS = dict(
-    num_encoder_layers=3,
-    num_decoder_layers=1,
-    ffn_activation="swish",
-    sinusoid_layout="tensor2tensor",
-    output_bias=True,
-    start_from_zero_embedding=True,
-    layer_norm_epsilon=1e-5,
-)
-
-
 def random_model(tokenizer, **overrides):
     """A built tiny model of random weights (its output bias, if any, random too, not 0)."""
     model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, **overrides))
@@ -159,7 +146,7 @@ def random_model(tokenizer, **overrides):
 
 
 @pytest.mark.parametrize(
-    "overrides", [{}, {"norm_first": True}, OPTIONS, {**OPTIONS, "norm_first": True}],
+    "overrides", [{}, {"norm_first": True}, ARCHITECTURE_OPTIONS, {**ARCHITECTURE_OPTIONS, "norm_first": True}],
     ids=["post-LN", "pre-LN", "options", "options-pre-LN"],
 )  # fmt: skip
 def test_log_probs_of_reference_translations_equal_ours(overrides, tokenizer, tmp_path):
@@ -183,7 +170,7 @@ def test_greedy_translations_with_every_option_equal_ours(tokenizer, tmp_path):
     tensor2tensor's sinusoids, an output bias, the zero start embedding): CTranslate2's greedy
     translations of the export are ours, token for token. Its weights are large (`scramble`), so
     that its choices vary from step to step."""
-    exported = Exported(scramble(random_model(tokenizer, **OPTIONS)), tokenizer, tmp_path / "ctranslate2")
+    exported = Exported(scramble(random_model(tokenizer, **ARCHITECTURE_OPTIONS)), tokenizer, tmp_path / "ctranslate2")
     sources = read_pairs(str(FIXTURE), "test")[0]
     ours, theirs = greedy_translations(exported, sources)
     assert theirs == ours
@@ -191,7 +178,7 @@ def test_greedy_translations_with_every_option_equal_ours(tokenizer, tmp_path):
 
 
 def test_the_spec_sets_the_options(tokenizer):
-    model = random_model(tokenizer, **OPTIONS)
+    model = random_model(tokenizer, **ARCHITECTURE_OPTIONS)
     spec = transformer_spec(model, vocabulary(tokenizer, model.config))
     assert (len(spec.encoder.layer), len(spec.decoder.layer)) == (3, 1)
     assert spec.encoder.activation == spec.decoder.activation == ctranslate2.specs.Activation.SWISH

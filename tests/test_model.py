@@ -1,6 +1,7 @@
 import keras
 import numpy as np
 import pytest
+from conftest import ARCHITECTURE_OPTIONS
 
 from keras_transformer import TrainingConfig, Transformer, TransformerConfig
 from keras_transformer.layers import sinusoid_table
@@ -11,18 +12,7 @@ SOURCE = np.array([[5, 6, 7, 8, 2, 0], [9, 10, 2, 0, 0, 0]], np.int32)
 TARGET_IN = np.array([[1, 11, 12, 13], [1, 14, 15, 16]], np.int32)
 
 
-# Every architecture option away from its default (the depths, Marian's FFN activation, sinusoids,
-# output bias and zero start embedding, another LayerNorm epsilon).
-OPTIONS = dict(
-    num_encoder_layers=3,
-    num_decoder_layers=1,
-    ffn_activation="swish",
-    sinusoid_layout="tensor2tensor",
-    output_bias=True,
-    start_from_zero_embedding=True,
-    layer_norm_epsilon=1e-5,
-)
-CONFIGS = {"post_ln": {}, "pre_ln": {"norm_first": True}, "options": OPTIONS}
+CONFIGS = {"post_ln": {}, "pre_ln": {"norm_first": True}, "options": ARCHITECTURE_OPTIONS}
 
 
 def built(**overrides):
@@ -149,9 +139,9 @@ def test_with_dtype_copies_the_model_in_bfloat16(model):
 
 
 def test_the_options_are_in_the_built_model():
-    model = built(**OPTIONS)
+    model = built(**ARCHITECTURE_OPTIONS)
     assert (len(model.encoder.blocks), len(model.decoder.blocks)) == (3, 1)
-    assert model.encoder.blocks[0].feed_forward.inner.get_config()["activation"] == "silu"
+    assert {block.feed_forward.activation for block in model.encoder.blocks + model.decoder.blocks} == {"swish"}
     np.testing.assert_array_equal(model.positional_encoding.table, sinusoid_table(128, 64, "tensor2tensor"))
     norms = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.LayerNormalization)]
     assert len(norms) == 2 * 3 + 3 * 1 and {norm.epsilon for norm in norms} == {1e-5}
@@ -193,6 +183,6 @@ def test_a_zero_start_embedding_ignores_the_start_tokens_row(zero_start):
 
 
 def test_the_options_round_trip_through_config_json(tokenizer, tmp_path):
-    config = TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, **OPTIONS)
+    config = TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, **ARCHITECTURE_OPTIONS)
     ModelDir(str(tmp_path)).write(config, TrainingConfig(), "fixture", tokenizer)
     assert ModelDir(str(tmp_path)).read()["model"] == config

@@ -9,6 +9,7 @@ swish(z) = z sigmoid(z) (SiLU; Ramachandran et al., 2017), as most OPUS-MT (Mari
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from keras_transformer.layers.linear import Linear
 
@@ -26,13 +27,19 @@ class PositionwiseFeedForward(keras.layers.Layer):
         d_model = input_shape[-1]
         if d_model is None:
             raise ValueError("PositionwiseFeedForward: the last input dimension (d_model) must be known")
-        self.inner = Linear(self.d_ff, activation=self.activation, name="inner", dtype=self.dtype_policy)
+        # swish written as z sigmoid(z): with Keras' "swish" (tf.nn.silu) the TFLite converter of
+        # TF 2.21 writes a model without its signatures (exporters/tensorflow.py serves by signature).
+        relu = "relu" if self.activation == "relu" else None
+        self.inner = Linear(self.d_ff, activation=relu, name="inner", dtype=self.dtype_policy)
         self.outer = Linear(d_model, name="outer", dtype=self.dtype_policy)
         self.inner.build(input_shape)
         self.outer.build((*input_shape[:-1], self.d_ff))
 
     def call(self, x):
-        return self.outer(self.inner(x))  # [B, T, d_ff] -> [B, T, d_model]
+        hidden = self.inner(x)  # [B, T, d_ff]
+        if self.activation == "swish":
+            hidden = hidden * ops.sigmoid(hidden)  # swish(z) = z sigmoid(z)
+        return self.outer(hidden)  # [B, T, d_model]
 
     def compute_output_shape(self, input_shape):
         return input_shape
