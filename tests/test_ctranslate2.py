@@ -146,9 +146,8 @@ def random_model(tokenizer, **overrides):
 
 
 @pytest.mark.parametrize(
-    "overrides", [{}, {"norm_first": True}, ARCHITECTURE_OPTIONS, {**ARCHITECTURE_OPTIONS, "norm_first": True}],
-    ids=["post-LN", "pre-LN", "options", "options-pre-LN"],
-)  # fmt: skip
+    "overrides", [{}, {"norm_first": True}, ARCHITECTURE_OPTIONS], ids=["post-LN", "pre-LN", "options"]
+)
 def test_log_probs_of_reference_translations_equal_ours(overrides, tokenizer, tmp_path):
     """Teacher-forced scoring of the reference translations, position by position: every weight,
     norm, position, the embedding scale and every architecture option in the conversion shows
