@@ -14,7 +14,7 @@ from keras import ops
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, SharedEmbedding
 from keras_transformer.layers.masking import padding_mask
-from keras_transformer.special_tokens import PAD_ID
+from keras_transformer.special_tokens import PAD_ID, START_ID
 
 
 class DecodingContext(NamedTuple):
@@ -45,14 +45,20 @@ class Transformer(keras.Model):
     `model((source_ids, target_in_ids), training=...)` -> logits [B, T, vocab] (float32), where
     `target_in_ids` is the target shifted right (starting with `START_ID`). Masks come from
     `PAD_ID`. For decoding: `start_decoding`, then `decode_step` per position.
+
+    The architecture options of `TransformerConfig` (the depths, the FFN's activation, the
+    sinusoid layout, the output bias, the zero start embedding) are all inside the model: a
+    search sees the same `start_decoding` / `decode_step` with any of them.
     """
 
     def __init__(self, config: TransformerConfig | dict, **kwargs):
         super().__init__(**kwargs)
         self.config = config if isinstance(config, TransformerConfig) else TransformerConfig.from_dict(config)
         c, policy = self.config, self.dtype_policy
-        self.embedding = SharedEmbedding(c.vocab_size, c.d_model, name="shared_embedding", dtype=policy)
-        self.positional_encoding = PositionalEncoding(c.max_length, name="positional_encoding", dtype=policy)
+        self.embedding = SharedEmbedding(c.vocab_size, c.d_model, c.output_bias, name="shared_embedding", dtype=policy)
+        self.positional_encoding = PositionalEncoding(
+            c.max_length, c.sinusoid_layout, name="positional_encoding", dtype=policy
+        )
         self.embedding_dropout = keras.layers.Dropout(c.dropout, name="embedding_dropout", dtype=policy)
         self.encoder = Encoder(c, name="encoder", dtype=policy)
         self.decoder = Decoder(c, name="decoder", dtype=policy)
@@ -66,9 +72,12 @@ class Transformer(keras.Model):
         self.encoder.build(hidden)
         self.decoder.build(hidden, hidden)
 
-    def _embed(self, ids, training=None, position=None):
-        """Token embedding * sqrt(d_model) + positional encoding, then dropout (§3.4, §3.5, §5.4)."""
-        x = self.positional_encoding(self.embedding(ids), position=position)  # [B, L, d_model]
+    def _embed(self, ids, training=None, position=None, target=False):
+        """Token embedding * sqrt(d_model) + positional encoding, then dropout (§3.4, §3.5, §5.4).
+        `target`: decoder inputs, whose `START_ID` embeds to a zero vector with
+        `config.start_from_zero_embedding` (Marian's; a deviation from the paper)."""
+        zero_id = START_ID if target and self.config.start_from_zero_embedding else None
+        x = self.positional_encoding(self.embedding(ids, zero_id=zero_id), position=position)  # [B, L, d_model]
         return self.embedding_dropout(x, training=training)
 
     def encode(self, source_ids, training=None):
@@ -81,7 +90,7 @@ class Transformer(keras.Model):
         """target_in_ids [B, T] and the encoder output -> logits [B, T, vocab] (float32)."""
         target_mask = padding_mask(target_in_ids, PAD_ID)
         x = self.decoder(
-            self._embed(target_in_ids, training),
+            self._embed(target_in_ids, training, target=True),
             memory,
             padding_mask=target_mask,
             memory_padding_mask=source_mask,
@@ -97,15 +106,16 @@ class Transformer(keras.Model):
     def attention_weights(self, source_ids, target_in_ids):
         """Every head's attention weights in inference mode, for inspection and plots.
 
-        Returns {"encoder": [[B, h, S, S]] * N, "decoder_self": [[B, h, T, T]] * N,
-        "decoder_cross": [[B, h, T, S]] * N}.
+        Returns {"encoder": [[B, h, S, S]] * N_enc, "decoder_self": [[B, h, T, T]] * N_dec,
+        "decoder_cross": [[B, h, T, S]] * N_dec}, N_enc and N_dec the depths (`config.encoder_depth`,
+        `config.decoder_depth`).
         """
         source_mask = padding_mask(source_ids, PAD_ID)
         memory, encoder_weights = self.encoder(
             self._embed(source_ids, False), padding_mask=source_mask, training=False, return_attention_scores=True
         )
         _, decoder_weights = self.decoder(
-            self._embed(target_in_ids, False),
+            self._embed(target_in_ids, False, target=True),
             memory,
             padding_mask=padding_mask(target_in_ids, PAD_ID),
             memory_padding_mask=source_mask,
@@ -152,7 +162,7 @@ class Transformer(keras.Model):
         Equals `decode` on the whole prefix, at its last position.
         """
         memory, source_mask = context.rows
-        x = self._embed(ops.expand_dims(token_ids, 1), training=False, position=position)  # [B', 1, d_model]
+        x = self._embed(ops.expand_dims(token_ids, 1), False, position, target=True)  # [B', 1, d_model]
         x, cache = self.decoder(
             x,
             memory,

@@ -22,6 +22,17 @@ FIXTURE = DATA / "fixture_bible.en-de.tsv"
 TINY_TRAINING = ["--preset", "tiny", "--vocab-size", "300", "--batch-tokens", "512", "--warmup-steps", "10"]
 # The shared trained model (`trained`): 30 steps in 2 epochs of 15, validation BLEU after the second.
 TRAINED_FLAGS = ["--max-steps", "30", "--bleu-every-epochs", "2", *TINY_TRAINING, "--steps-per-epoch", "15"]
+# Every architecture option of `TransformerConfig` away from its default, as a Marian (OPUS-MT) model
+# has them, with a 3-layer encoder, a 1-layer decoder and another LayerNorm epsilon.
+ARCHITECTURE_OPTIONS = dict(
+    num_encoder_layers=3,
+    num_decoder_layers=1,
+    ffn_activation="swish",
+    sinusoid_layout="tensor2tensor",
+    output_bias=True,
+    start_from_zero_embedding=True,
+    layer_norm_epsilon=1e-5,
+)
 
 
 # The files of most CPU seconds in `make test` and in `make test-slow` (KT_TEST_CPU's figures on the

@@ -72,6 +72,19 @@ def test_the_alignment_layer_counts_negatives_from_the_top_down_to_the_first():
         resolve_layer(2, 2)
 
 
+def test_the_alignment_layer_counts_the_decoders_layers():
+    """A 3-layer encoder with a 1-layer decoder: the alignment's default layer (-2) is the decoder's
+    only layer, whatever the encoder's depth (or `num_layers`)."""
+    config = kt.TransformerConfig.tiny(vocab_size=20, num_layers=3, num_decoder_layers=1, dropout=0.0)
+    model = kt.Transformer(config)
+    source, target_in = np.array([[5, 6, 7, EOS_ID]], np.int32), np.array([[START_ID, 8, 9]], np.int32)
+    weights = model.cross_attention(source, target_in, layer=-2)  # [B, T, S]
+    only = model.attention_weights(source, target_in)["decoder_cross"][0]  # [B, h, T, S]
+    np.testing.assert_allclose(weights, np.mean(only, axis=1), atol=1e-6)
+    with pytest.raises(ValueError, match="alignment_layer 1 is beyond the model's 1 decoder layers"):
+        model.cross_attention(source, target_in, layer=1)
+
+
 WORDS = [
     "".join(letters)
     for letters in np.random.default_rng(0).choice(list("bcdfghklmnprstvz"), size=(24, 2)).tolist()

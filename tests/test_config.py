@@ -1,4 +1,5 @@
 import dataclasses
+import inspect
 import re
 
 import pytest
@@ -29,6 +30,17 @@ def test_overrides_and_named_presets():
         ({"dropout": 1.0}, "dropout"),
         ({"vocab_size": 4}, re.escape("vocab_size must exceed the 4 reserved ids (pad, start, EOS, unknown), got 4")),
         ({"max_length": 1}, "max_length"),
+        ({"num_encoder_layers": 0}, re.escape("num_encoder_layers must be >= 1 (or None: num_layers), got 0")),
+        ({"num_decoder_layers": 0}, re.escape("num_decoder_layers must be >= 1 (or None: num_layers), got 0")),
+        ({"ffn_activation": "gelu"}, "ffn_activation must be one of relu, swish, got 'gelu'"),
+        (
+            {"sinusoid_layout": "sin-cos"},
+            "sinusoid_layout must be one of interleaved, halves, tensor2tensor, got 'sin-cos'",
+        ),
+        (
+            {"sinusoid_layout": "tensor2tensor", "d_model": 2, "num_heads": 1},
+            re.escape("sinusoid_layout tensor2tensor needs d_model >= 4 (two frequencies), got 2"),
+        ),
     ],
 )
 def test_invalid_configs_are_refused(overrides, message):
@@ -53,10 +65,56 @@ def test_a_config_of_0_1_0_with_the_reserved_ids_and_label_smoothing_loads():
         TransformerConfig.from_dict({**legacy, "pad_id": 3})
 
 
+def test_the_depths_default_to_num_layers():
+    config = TransformerConfig.tiny(num_layers=2)
+    assert (config.encoder_depth, config.decoder_depth) == (2, 2)
+    deep_shallow = TransformerConfig.tiny(num_layers=2, num_encoder_layers=3, num_decoder_layers=1)
+    assert (deep_shallow.encoder_depth, deep_shallow.decoder_depth) == (3, 1)
+    assert dataclasses.replace(config, num_layers=4).encoder_depth == 4  # unset: follows num_layers
+
+
+def test_a_config_without_the_architecture_options_loads_with_the_papers_defaults():
+    """config.json and `.keras` files written before the options existed."""
+    options = ("num_encoder_layers", "num_decoder_layers", "ffn_activation", "sinusoid_layout", "output_bias")
+    old = {
+        k: v for k, v in TransformerConfig.tiny().to_dict().items() if k not in {*options, "start_from_zero_embedding"}
+    }
+    config = TransformerConfig.from_dict(old)
+    assert config == TransformerConfig.tiny()
+    assert (config.ffn_activation, config.sinusoid_layout, config.output_bias) == ("relu", "interleaved", False)
+    assert not config.start_from_zero_embedding and config.encoder_depth == config.decoder_depth == 2
+
+
 def test_the_architecture_is_every_field_but_dropout():
     assert TransformerConfig.tiny(dropout=0.3).architecture() == TransformerConfig.tiny().architecture()
     assert TransformerConfig.tiny(d_ff=64).architecture() != TransformerConfig.tiny().architecture()
     assert set(TransformerConfig.tiny().architecture()) == set(TransformerConfig.tiny().to_dict()) - {"dropout"}
+    unset = TransformerConfig.tiny(num_layers=2)
+    assert TransformerConfig.tiny(num_layers=2, num_encoder_layers=2, num_decoder_layers=2).architecture() == (
+        unset.architecture()
+    )  # the same stacks
+    assert TransformerConfig.tiny(num_layers=2, num_decoder_layers=1).architecture() != unset.architecture()
+    for option in ({"ffn_activation": "swish"}, {"sinusoid_layout": "halves"}, {"output_bias": True}):
+        assert TransformerConfig.tiny(**option).architecture() != TransformerConfig.tiny().architecture(), option
+    assert TransformerConfig.tiny(start_from_zero_embedding=True).architecture() != unset.architecture()
+
+
+def test_the_new_fields_carry_their_help_in_metadata_as_on_their_line():
+    """cli/flags.py reads a field's help from the comment on its line; the new fields also carry it as
+    `metadata["help"]`, the same text."""
+    source = inspect.getsource(TransformerConfig).splitlines()
+    for field in dataclasses.fields(TransformerConfig):
+        if "help" in field.metadata:
+            (line,) = [line for line in source if line.strip().startswith(f"{field.name}:")]
+            assert line.split("#", 1)[1].strip() == field.metadata["help"], field.name
+    assert {f.name for f in dataclasses.fields(TransformerConfig) if "help" in f.metadata} == {
+        "num_encoder_layers",
+        "num_decoder_layers",
+        "ffn_activation",
+        "sinusoid_layout",
+        "output_bias",
+        "start_from_zero_embedding",
+    }
 
 
 @pytest.mark.parametrize(

@@ -10,16 +10,23 @@ import numpy as np
 import pytest
 import sentencepiece
 import tensorflow as tf
-from conftest import FIXTURE
+from conftest import ARCHITECTURE_OPTIONS, FIXTURE, scramble
 
 from keras_transformer import Transformer, TransformerConfig, beam_search, greedy_search
 from keras_transformer.cli.main import main
 from keras_transformer.config import TrainingConfig
 from keras_transformer.data.sources import read_pairs
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.exporters.ctranslate2 import CTranslate2ExportError, export_ctranslate2, vocabulary
+from keras_transformer.exporters.ctranslate2 import (
+    CTranslate2ExportError,
+    export_ctranslate2,
+    never_generated_bias,
+    transformer_spec,
+    vocabulary,
+)
 from keras_transformer.inference.decoding import decode_limits
 from keras_transformer.inference.translator import Translator
+from keras_transformer.layers import sinusoid_table
 from keras_transformer.model_dir import ModelDir
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 from keras_transformer.training.trainer import train
@@ -68,21 +75,28 @@ def trained(tmp_path_factory):
     return exported
 
 
+def greedy_translations(exported, sources):
+    """(ours, CTranslate2's): the greedy translations of `sources` by our search and by CTranslate2
+    on the export, each a list of id lists (EOS included where reached)."""
+    rows = exported.source_rows(sources)
+    batch = padded(rows)
+    ours = greedy_search(exported.model, batch).ids.numpy()[:, 0]  # [B, L]
+    limits = decode_limits(batch, exported.model.config.max_length).numpy()  # [B]
+    theirs = []
+    for row, limit in zip(rows, limits):  # one call per sentence: CTranslate2's length limit is per call
+        (result,) = exported.translator.translate_batch(
+            [exported.source_tokens(row)], beam_size=1, max_decoding_length=int(limit), return_end_token=True
+        )
+        theirs.append([exported.ids[token] for token in result.hypotheses[0]])
+    return [[int(t) for t in row if t != PAD_ID] for row in ours], theirs
+
+
 @pytest.mark.slow
 def test_greedy_translations_equal_ours_token_for_token(trained):
     sources = read_pairs(str(FIXTURE), "test")[0] + read_pairs(str(FIXTURE), "validation")[0]
-    rows = trained.source_rows(sources)
-    batch = padded(rows)
-    ours = greedy_search(trained.model, batch).ids.numpy()[:, 0]  # [B, L]
-    limits = decode_limits(batch, trained.model.config.max_length).numpy()  # [B]
-    theirs = []
-    for row, limit in zip(rows, limits):  # one call per sentence: CTranslate2's length limit is per call
-        (result,) = trained.translator.translate_batch(
-            [trained.source_tokens(row)], beam_size=1, max_decoding_length=int(limit), return_end_token=True
-        )
-        theirs.append([trained.ids[token] for token in result.hypotheses[0]])
+    ours, theirs = greedy_translations(trained, sources)
     for i, hypothesis in enumerate(theirs):
-        assert hypothesis == [int(t) for t in ours[i] if t != PAD_ID], sources[i]
+        assert hypothesis == ours[i], sources[i]
     assert len({token for hypothesis in theirs for token in hypothesis}) > 5  # not one token repeated
     texts = trained.tokenizer.detokenize(padded(theirs)).numpy()
     want = Translator(trained.model, trained.tokenizer, beam_size=1, alpha=0.0).translate(sources)
@@ -122,12 +136,23 @@ def log_probs_of_ours(model, source_ids, target):
     return log_probs[np.arange(len(target) + 1), [*target, EOS_ID]]
 
 
-@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-def test_log_probs_of_reference_translations_equal_ours(norm_first, tokenizer, tmp_path):
-    """Teacher-forced scoring of the reference translations, position by position: every weight,
-    norm, position and the embedding scale in the conversion shows here (random weights)."""
-    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, norm_first=norm_first))
+def random_model(tokenizer, **overrides):
+    """A built tiny model of random weights (its output bias, if any, random too, not 0)."""
+    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, **overrides))
     model.build()
+    if model.embedding.logit_bias is not None:
+        model.embedding.logit_bias.assign(np.random.default_rng(5).normal(size=tokenizer.vocab_size))
+    return model
+
+
+@pytest.mark.parametrize(
+    "overrides", [{}, {"norm_first": True}, ARCHITECTURE_OPTIONS], ids=["post-LN", "pre-LN", "options"]
+)
+def test_log_probs_of_reference_translations_equal_ours(overrides, tokenizer, tmp_path):
+    """Teacher-forced scoring of the reference translations, position by position: every weight,
+    norm, position, the embedding scale and every architecture option in the conversion shows
+    here (random weights)."""
+    model = random_model(tokenizer, **overrides)
     exported = Exported(model, tokenizer, tmp_path / "ctranslate2")
     sources, references = read_pairs(str(FIXTURE), "test")
     rows = exported.source_rows(sources)
@@ -137,6 +162,33 @@ def test_log_probs_of_reference_translations_equal_ours(norm_first, tokenizer, t
     )
     for row, target, result in zip(rows, targets, results):
         np.testing.assert_allclose(result.log_probs, log_probs_of_ours(model, row, target), atol=2e-5)
+
+
+def test_greedy_translations_with_every_option_equal_ours(tokenizer, tmp_path):
+    """A random model with every architecture option (3 encoder layers, 1 decoder layer, swish,
+    tensor2tensor's sinusoids, an output bias, the zero start embedding): CTranslate2's greedy
+    translations of the export are ours, token for token. Its weights are large (`scramble`), so
+    that its choices vary from step to step."""
+    exported = Exported(scramble(random_model(tokenizer, **ARCHITECTURE_OPTIONS)), tokenizer, tmp_path / "ctranslate2")
+    sources = read_pairs(str(FIXTURE), "test")[0]
+    ours, theirs = greedy_translations(exported, sources)
+    assert theirs == ours
+    assert len({token for hypothesis in theirs for token in hypothesis}) > 5  # not one token repeated
+
+
+def test_the_spec_sets_the_options(tokenizer):
+    model = random_model(tokenizer, **ARCHITECTURE_OPTIONS)
+    spec = transformer_spec(model, vocabulary(tokenizer, model.config))
+    assert (len(spec.encoder.layer), len(spec.decoder.layer)) == (3, 1)
+    assert spec.encoder.activation == spec.decoder.activation == ctranslate2.specs.Activation.SWISH
+    assert spec.decoder.start_from_zero_embedding and spec.config.layer_norm_epsilon == 1e-5
+    np.testing.assert_array_equal(spec.encoder.position_encodings.encodings, sinusoid_table(128, 64, "tensor2tensor"))
+    bias = never_generated_bias(model.config) + model.embedding.logit_bias.numpy()
+    np.testing.assert_array_equal(spec.decoder.projection.bias, bias)
+    default = transformer_spec(random_model(tokenizer), vocabulary(tokenizer, model.config))
+    assert default.encoder.activation == ctranslate2.specs.Activation.RELU
+    assert not default.decoder.start_from_zero_embedding
+    np.testing.assert_array_equal(default.decoder.projection.bias, never_generated_bias(model.config))
 
 
 def test_export_writes_the_model_dir_with_our_special_tokens(tokenizer, tmp_path):

@@ -54,6 +54,23 @@ def test_stacks_contract():
     )
 
 
+def test_stacks_of_their_own_depths_contract():
+    """The encoder and decoder take their depths apart (3 and 1), and every option of the layers."""
+    options = configured(num_encoder_layers=3, num_decoder_layers=1, ffn_activation="swish")
+    encoder = run_layer_test(
+        Encoder, {"config": options.to_dict()}, (X,), expected_output_shape=X.shape, expected_trainable_weights=42
+    )
+    decoder = run_layer_test(
+        Decoder,
+        {"config": options.to_dict(), "cross_attention": True},
+        (X, MEMORY),
+        expected_output_shape=X.shape,
+        expected_trainable_weights=22,
+    )
+    assert (len(encoder.blocks), len(decoder.blocks), len(decoder.init_cache(2, 0))) == (3, 1, 1)
+    assert {block.feed_forward.activation for block in encoder.blocks + decoder.blocks} == {"swish"}
+
+
 def test_layers_take_their_settings_from_the_config_and_check_the_width():
     layer = EncoderLayer(configured(d_ff=24, num_heads=2, layer_norm_epsilon=1e-3, norm_first=True))
     layer(X)

@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 import sentencepiece
 import tensorflow as tf
-from conftest import FIXTURE
+from ai_edge_litert.interpreter import Interpreter
+from conftest import ARCHITECTURE_OPTIONS, FIXTURE, scramble
 
-from keras_transformer import Transformer
+from keras_transformer import Transformer, TransformerConfig
 from keras_transformer.cli.main import main
 from keras_transformer.data.sources import read_pairs
 from keras_transformer.exporters.quality_check import ArtifactQuality
-from keras_transformer.exporters.signatures import TranslationModule
-from keras_transformer.exporters.tensorflow import export_tensorflow, next_version, prediction_log
+from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule
+from keras_transformer.exporters.tensorflow import export_tensorflow, next_version, prediction_log, tflite_models
 from keras_transformer.inference.decoding import beam_search, decode_limits
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir, load_model
@@ -541,6 +542,33 @@ def test_an_artifact_with_other_weights_fails_the_check_in_one_line(exported, tm
     assert len(problems) == 1, problems
     assert problems[0].startswith(f"keras-transformer: quality: {path}: ")
     assert "of its translations equal the checkpoint's (at least 90% expected)" in problems[0]
+
+
+@pytest.mark.slow
+def test_every_architecture_option_exports_to_the_saved_model_and_tflite(tokenizer, tmp_path):
+    """A model with every architecture option (a 3-layer encoder, a 1-layer decoder, swish, Marian's
+    sinusoids, an output bias, the zero start embedding): the ids-only SavedModel, reloaded, and
+    its TFLite model (builtin ops only) give the Python beam search's beams."""
+    config = TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, max_length=24, **ARCHITECTURE_OPTIONS)
+    model = Transformer(config)
+    model.build()
+    scramble(model)  # large random weights: choices that vary from step to step
+    sources = sorted(read_pairs(str(FIXTURE), "test")[0], key=len)[:4]  # none cut to max_length
+    rows = Translator(model, tokenizer).source_ids(sources)
+    source_ids = np.zeros((len(rows), max(map(len, rows))), np.int32)
+    for i, row in enumerate(rows):
+        source_ids[i, : len(row)] = row
+    want = beam_search(model, source_ids)
+    module = TranslationModule(model)
+    module.save(str(tmp_path / "saved_model"))
+    served = tf.saved_model.load(str(tmp_path / "saved_model")).signatures["serving_default"]
+    got = served(source_ids=tf.constant(source_ids))
+    assert_same_beams(got["ids"].numpy(), want.ids.numpy(), got["scores"].numpy(), want.scores.numpy())
+    (flatbuffer,) = tflite_models(module.translate_ids, IDS_SPEC)
+    runner = Interpreter(model_content=flatbuffer).get_signature_runner("serving_default")
+    lite = runner(source_ids=source_ids)
+    assert_same_beams(lite["ids"], want.ids.numpy(), lite["scores"], want.scores.numpy())
+    assert len(np.unique(want.ids.numpy())) > 5  # not one token repeated
 
 
 def test_the_quality_tolerances():

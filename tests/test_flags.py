@@ -53,6 +53,21 @@ def test_todays_flag_names_parse_and_override_the_preset():
     )  # fmt: skip
 
 
+def test_the_architecture_options_parse_from_their_flags():
+    model, _ = parse(
+        "--num-layers", "2", "--num-encoder-layers", "3", "--num-decoder-layers", "1", "--ffn-activation", "swish",
+        "--sinusoid-layout", "tensor2tensor", "--output-bias", "--start-from-zero-embedding",
+    )  # fmt: skip
+    assert model == TransformerConfig.small(
+        num_layers=2, num_encoder_layers=3, num_decoder_layers=1, ffn_activation="swish",
+        sinusoid_layout="tensor2tensor", output_bias=True, start_from_zero_embedding=True,
+    )  # fmt: skip
+    assert (model.encoder_depth, model.decoder_depth) == (3, 1)
+    assert parse()[0].num_encoder_layers is None and not parse()[0].output_bias  # unset: the preset's
+    with pytest.raises(SystemExit):
+        parse("--ffn-activation", "gelu")  # argparse: invalid choice
+
+
 def test_a_presets_value_stands_when_its_flag_is_not_given(monkeypatch):
     # The four flags that had defaults of their own (and so overrode every preset) included.
     recipe = dict(max_steps=70, seed=5, checkpoint_every=3, grad_accumulation=2, batch_tokens=256)

@@ -10,6 +10,16 @@ from conftest import TINY_TRAINING
 import keras_transformer as kt
 from keras_transformer.cli.main import main
 
+# The model's fields that 0.1.0 did not have: the architecture options.
+OPTIONS = (
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "ffn_activation",
+    "sinusoid_layout",
+    "output_bias",
+    "start_from_zero_embedding",
+)
+
 
 def as_written_by_0_1_0(model_dir: str) -> None:
     """Rewrite `model_dir`'s config.json in 0.1.0's format."""
@@ -21,6 +31,8 @@ def as_written_by_0_1_0(model_dir: str) -> None:
     values["data"] = values["data_config"]["data"]
     for name in ("subword_alpha",):  # fields 0.1.0 did not have
         values["data_config"].pop(name, None)
+    for name in OPTIONS:
+        values["model"].pop(name)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(values, f)
 

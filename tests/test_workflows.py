@@ -5,6 +5,7 @@ model dir, and recipes as files.
 The models trained here have one layer each side (`TINY`): no workflow depends on depth, and a
 layer less halves every trace."""
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -25,9 +26,12 @@ from keras_transformer.data.files import has_own_splits, split_files
 from keras_transformer.data.mixing import tokenizer_sentences, training_pairs, validation_pairs
 from keras_transformer.data.sources import read_pairs
 from keras_transformer.data.splits import near_duplicate_key, software_split, split_source
+from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.inference.translator import Translator
-from keras_transformer.model_dir import ModelDir, ModelDirError, load_model
+from keras_transformer.model import Transformer
+from keras_transformer.model_dir import ModelDir, ModelDirError, load_model, save_weights
 from keras_transformer.training.callbacks.early_stopping import EarlyStopping
+from keras_transformer.training.preparation import initial_weights, shared_pieces
 from keras_transformer.training.trainer import train
 
 QUIET = dict(verbose=0, log=lambda message: None)
@@ -371,6 +375,29 @@ def test_a_vocabulary_update_copies_the_rows_of_the_pieces_both_vocabularies_hav
     assert stored["parent"]["vocab_size"] == parent_tokenizer.vocab_size
     assert stored["model"]["vocab_size"] == child_tokenizer.vocab_size
     assert isinstance(Translator.from_model_dir(child_dir, beam_size=1, alpha=0.0).translate("Amen."), str)
+
+
+def test_a_vocabulary_update_maps_the_output_bias_as_the_embedding_rows(tokenizer, fixture_pairs, tmp_path):
+    """With an output bias (a [vocab] weight), a vocabulary update gives each shared piece the parent's
+    bias and every new piece 0, the bias's initial value, as it does the embedding's rows."""
+    config = TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, num_layers=1, output_bias=True)
+    parent = Transformer(config)
+    parent.build()
+    parent.embedding.logit_bias.assign(np.random.default_rng(6).normal(size=tokenizer.vocab_size) + 5.0)
+    parent_dir = ModelDir(str(tmp_path / "parent"))
+    parent_dir.write(config, TrainingConfig(), "fixture", tokenizer)
+    checkpoint = save_weights(parent, os.path.join(parent_dir.path, "averaged"), step=1)
+    sources, targets = fixture_pairs
+    child_tokenizer = SubwordTokenizer.train(sources[:200] + targets[:200], 250)
+    child = Transformer(dataclasses.replace(config, vocab_size=child_tokenizer.vocab_size))
+    child.build()
+    parent_info = {"dir": parent_dir.path, "checkpoint": checkpoint, "vocabulary": "update"}
+    child.set_weights(initial_weights(child, parent_info, child_tokenizer))
+    rows = shared_pieces(tokenizer, child_tokenizer)  # {child id: parent id}
+    assert 4 < len(rows) < child_tokenizer.vocab_size
+    bias, parent_bias = child.embedding.logit_bias.numpy(), parent.embedding.logit_bias.numpy()
+    np.testing.assert_array_equal(bias[list(rows)], parent_bias[list(rows.values())])
+    assert np.all(bias[sorted(set(range(child_tokenizer.vocab_size)) - set(rows))] == 0.0)
 
 
 def test_a_vocabulary_update_refuses_another_architecture(ema_run, tmp_path):

@@ -1,11 +1,12 @@
 """`keras-transformer export --format ctranslate2`: a trained model as a CTranslate2 model.
 
 CTranslate2 (OpenNMT's C++ inference engine, PyPI `ctranslate2`) runs this architecture
-exactly (Vaswani et al., 2017, §3): its `TransformerSpec` with our N, h, ReLU (Eq. 2), post-LN
-or pre-LN and our layer-norm epsilon, the shared embedding matrix (§3.4) as the source and
-target embeddings (times sqrt(d_model)) and as the pre-softmax projection, and our
-interleaved sinusoid table (§3.5) set explicitly. Greedy outputs equal ours token for token
-(tests/test_ctranslate2.py).
+exactly (Vaswani et al., 2017, §3): its `TransformerSpec` with our encoder and decoder depths,
+h, ReLU (Eq. 2) or swish, post-LN or pre-LN and our layer-norm epsilon, the shared embedding
+matrix (§3.4) as the source and target embeddings (times sqrt(d_model)) and as the pre-softmax
+projection (with our output bias, if any), our sinusoid table (§3.5, in its layout) set
+explicitly, and the decoder's zero start embedding (`start_from_zero_embedding`, Marian's) where
+the model has it. Greedy outputs equal ours token for token (tests/test_ctranslate2.py).
 
     OUT/model.bin               the weights (float32, or `quantization`'s type)
     OUT/config.json             special tokens, layer-norm epsilon, add_source_eos
@@ -64,10 +65,11 @@ def model_weights(model) -> dict:
     """Every weight the export needs, by role, as NumPy arrays in Keras layout.
 
     The one place that names the model's attributes: a renamed layer is one edit here.
-    Each attention is {"query", "key_value" (fused W^K|W^V), "output", "norm"}; each
-    feed-forward network {"inner", "outer", "norm"}; a Dense is (kernel [in, out], bias [out]);
-    a norm (gamma, beta); "norm" is the residual wrapper's LayerNorm (before or after the
-    sub-layer, by `norm_first`); "final_norm" ends a pre-LN stack (None for post-LN).
+    "output_bias" is the logits' learned bias (None without one). Each attention is {"query",
+    "key_value" (fused W^K|W^V), "output", "norm"}; each feed-forward network {"inner", "outer",
+    "norm"}; a Dense is (kernel [in, out], bias [out]); a norm (gamma, beta); "norm" is the
+    residual wrapper's LayerNorm (before or after the sub-layer, by `norm_first`); "final_norm"
+    ends a pre-LN stack (None for post-LN).
     """
 
     def attention(layer, residual):
@@ -92,8 +94,10 @@ def model_weights(model) -> dict:
             blocks.append({**weights, "feed_forward": feed_forward(block)})
         return {"layers": blocks, "final_norm": _norm(final_layer_norm) if final_layer_norm else None}
 
+    bias = model.embedding.logit_bias
     return {
         "embedding": model.embedding.embeddings.numpy(),  # [V, d_model]
+        "output_bias": None if bias is None else bias.numpy(),  # [V]
         "positions": model.positional_encoding.table,  # [max_length, d_model]
         "encoder": stack(model.encoder, model.encoder.final_layer_norm, cross=False),
         "decoder": stack(model.decoder, model.decoder.final_layer_norm, cross=True),
@@ -175,11 +179,12 @@ def transformer_spec(model, tokens: list[str]):
     config = model.config
     if not model.built:
         model.build()
+    activation = {"relu": ctranslate2.specs.Activation.RELU, "swish": ctranslate2.specs.Activation.SWISH}
     spec = ctranslate2.specs.TransformerSpec.from_config(
-        config.num_layers,
+        (config.encoder_depth, config.decoder_depth),
         config.num_heads,
         pre_norm=config.norm_first,
-        activation=ctranslate2.specs.Activation.RELU,
+        activation=activation[config.ffn_activation],
     )
     weights = model_weights(model)
     embedding = np.asarray(weights["embedding"], np.float32)  # one array: CTranslate2 stores it once (aliases)
@@ -187,7 +192,9 @@ def transformer_spec(model, tokens: list[str]):
     _set_stack(spec.encoder, weights["encoder"], embedding, positions)
     _set_stack(spec.decoder, weights["decoder"], embedding, positions)
     spec.decoder.projection.weight = embedding  # x E^T (§3.4)
-    spec.decoder.projection.bias = never_generated_bias(config)
+    bias = never_generated_bias(config)  # [V]
+    spec.decoder.projection.bias = bias if weights["output_bias"] is None else bias + weights["output_bias"]
+    spec.decoder.start_from_zero_embedding = config.start_from_zero_embedding
     spec.register_source_vocabulary(tokens)
     spec.register_target_vocabulary(tokens)
     spec.config.unk_token = tokens[UNK_ID]

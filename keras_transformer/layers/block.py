@@ -7,12 +7,14 @@ from __future__ import annotations
 import keras
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.residual import SublayerConnection
 
 
 class TransformerBlock(keras.layers.Layer):
-    """A layer configured by the model's `TransformerConfig` (h, d_ff, P_drop, the LayerNorm
-    epsilon, `norm_first`, N for the stacks), given once as `config` (a dataclass or its dict).
+    """A layer configured by the model's `TransformerConfig` (h, d_ff and the FFN's activation,
+    P_drop, the LayerNorm epsilon, `norm_first`, N for the stacks), given once as `config` (a
+    dataclass or its dict).
 
     Sizes come from the input in `build`, which checks that its width is `config.d_model`.
     """
@@ -35,6 +37,14 @@ class TransformerBlock(keras.layers.Layer):
         )
         connection.build(input_shape)
         return connection
+
+    def feed_forward_network(self, input_shape) -> PositionwiseFeedForward:
+        """A built position-wise feed-forward network (§3.3) of width d_ff and the configured activation."""
+        ffn = PositionwiseFeedForward(
+            self.config.d_ff, self.config.ffn_activation, name="feed_forward", dtype=self.dtype_policy
+        )
+        ffn.build(input_shape)
+        return ffn
 
     def closing_layer_norm(self, input_shape):
         """The LayerNorm that ends a pre-LN stack (its layers' outputs are not normalised), or None."""

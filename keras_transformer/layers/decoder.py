@@ -15,7 +15,6 @@ from keras import ops
 
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.block import TransformerBlock
-from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.masking import causal_mask, key_mask
 
 
@@ -51,8 +50,7 @@ class DecoderLayer(TransformerBlock):
             self.cross_attention_layer = MultiHeadAttention(heads, name="cross_attention", dtype=policy)
             self.cross_attention_layer.build(x_shape, x_shape if memory_shape is None else memory_shape)
             self.cross_attention_residual = self.residual("cross_attention_residual", x_shape)
-        self.feed_forward = PositionwiseFeedForward(self.config.d_ff, name="feed_forward", dtype=policy)
-        self.feed_forward.build(x_shape)
+        self.feed_forward = self.feed_forward_network(x_shape)
         self.feed_forward_residual = self.residual("feed_forward_residual", x_shape)
 
     def call(
@@ -116,7 +114,7 @@ class DecoderLayer(TransformerBlock):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Decoder(TransformerBlock):
-    """A stack of N = `config.num_layers` identical decoder layers (§3.1) over embedded inputs
+    """A stack of N = `config.decoder_depth` identical decoder layers (§3.1) over embedded inputs
     [B, T, d_model] (pre-LN: a final LayerNorm on top). Calls as `DecoderLayer`, where an
     incremental step takes one cache per layer (`init_cache`) and one projected memory per layer
     (`project_memory`)."""
@@ -126,7 +124,7 @@ class Decoder(TransformerBlock):
         self.cross_attention = cross_attention
 
     def build(self, x_shape, memory_shape=None):
-        for i in range(self.config.num_layers):
+        for i in range(self.config.decoder_depth):
             layer = DecoderLayer(self.config, self.cross_attention, name=f"layer_{i}", dtype=self.dtype_policy)
             layer.build(x_shape, memory_shape)
             setattr(self, f"layer_{i}", layer)  # an attribute, not a list: tf.train.Checkpoint follows attributes only
@@ -135,7 +133,7 @@ class Decoder(TransformerBlock):
     @property
     def blocks(self) -> list:
         """The N decoder layers, bottom first."""
-        return [getattr(self, f"layer_{i}") for i in range(self.config.num_layers)]
+        return [getattr(self, f"layer_{i}") for i in range(self.config.decoder_depth)]
 
     def call(self, x, memory=None, cache=None, position=None, training=None, return_attention_scores=False, **masks):
         """As `DecoderLayer.call`, layer after layer; `masks` (`padding_mask`, `memory_padding_mask`)

@@ -1,4 +1,9 @@
-"""Shared token embedding (Vaswani et al., 2017, §3.4) and sinusoidal positions (§3.5)."""
+"""Shared token embedding (Vaswani et al., 2017, §3.4) and sinusoidal positions (§3.5).
+
+Deviations from the paper, each off by default (`TransformerConfig`), as Marian's models (OPUS-MT)
+have them: a learned bias on the output logits (`output_bias`), a decoder whose first input
+embeds to a zero vector (`zero_id`), and the sines and cosines in two halves (`sinusoid_table`).
+"""
 
 from __future__ import annotations
 
@@ -12,13 +17,18 @@ class SharedEmbedding(keras.layers.Layer):
     """One [vocab, d_model] matrix for the source embedding, the target embedding and the
     pre-softmax projection (§3.4; Press & Wolf, 2017). Embeddings are multiplied by sqrt(d_model).
 
-    `layer(ids)` -> [B, L, d_model]; `layer.project(x)` -> logits [B, L, vocab] in float32.
+    `layer(ids)` -> [B, L, d_model]; `layer(ids, zero_id=i)`: id i embeds to a zero vector;
+    `layer.project(x)` -> logits [B, L, vocab] in float32.
+
+    Deviation from the paper (`output_bias=True`): the logits are x E^T + b with a learned [vocab]
+    bias b, initially zero (Marian's `decoder_ff_logit_out_b`).
     """
 
-    def __init__(self, vocab_size: int, d_model: int, **kwargs):
+    def __init__(self, vocab_size: int, d_model: int, output_bias: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.d_model = d_model
+        self.output_bias = output_bias
 
     def build(self, input_shape=None):
         # N(0, d_model^-1/2): after the sqrt(d_model) scaling the embeddings have unit variance.
@@ -27,10 +37,19 @@ class SharedEmbedding(keras.layers.Layer):
             shape=(self.vocab_size, self.d_model),
             initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5),
         )
+        self.logit_bias = None
+        if self.output_bias:
+            self.logit_bias = self.add_weight(name="output_bias", shape=(self.vocab_size,), initializer="zeros")
 
-    def call(self, ids):
-        x = ops.take(self.embeddings, ops.cast(ids, "int32"), axis=0)  # [B, L, d_model]
-        return x * ops.cast(self.d_model**0.5, x.dtype)
+    def call(self, ids, zero_id=None):
+        """ids [B, L] -> [B, L, d_model]. Deviation from the paper (`zero_id`, Marian's decoder start):
+        where the id is `zero_id` the embedding is a zero vector."""
+        ids = ops.cast(ids, "int32")
+        x = ops.take(self.embeddings, ids, axis=0)  # [B, L, d_model]
+        scale = ops.cast(self.d_model**0.5, x.dtype)
+        if zero_id is not None:
+            scale = ops.where(ops.expand_dims(ops.equal(ids, zero_id), -1), ops.zeros((), x.dtype), scale)  # [B, L, 1]
+        return x * scale
 
     def output_projection(self, dtype="float32"):
         """E^T [d_model, vocab] in `dtype`: the pre-softmax linear transformation's matrix laid out
@@ -41,28 +60,48 @@ class SharedEmbedding(keras.layers.Layer):
         return ops.transpose(ops.cast(self.embeddings, dtype))  # [d_model, vocab]
 
     def project(self, x, output_projection=None):
-        """The pre-softmax linear transformation x E^T (§3.4), in float32; `output_projection`: E^T
-        made beforehand (`output_projection()`), as a decoding step reads it."""
+        """The pre-softmax linear transformation x E^T (§3.4), plus the output bias if any, in float32;
+        `output_projection`: E^T made beforehand (`output_projection()`), as a decoding step reads it."""
         weights = self.output_projection(x.dtype) if output_projection is None else output_projection
-        return ops.cast(ops.matmul(x, weights), "float32")  # [..., vocab]
+        logits = ops.cast(ops.matmul(x, weights), "float32")  # [..., vocab]
+        return logits if self.logit_bias is None else logits + ops.cast(self.logit_bias, "float32")
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.d_model)
 
     def get_config(self):
-        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
+        return {
+            **super().get_config(),
+            "vocab_size": self.vocab_size,
+            "d_model": self.d_model,
+            "output_bias": self.output_bias,
+        }
 
 
-def sinusoid_table(max_length: int, d_model: int) -> np.ndarray:
+def sinusoid_table(max_length: int, d_model: int, layout: str = "interleaved") -> np.ndarray:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))  (§3.5).
 
-    Sines on even dimensions and cosines on odd ones, interleaved as in the paper.
+    `layout` "interleaved": sines on even dimensions and cosines on odd ones, as in the paper.
+    Deviations from the paper, the sines on dimensions [0, d_model/2) and the cosines on
+    [d_model/2, d_model):
+    - "halves": at the paper's frequencies, 1 / 10000^(2i/d_model) (Hugging Face's
+      `MarianSinusoidalPositionalEmbedding`, CTranslate2's Marian converter);
+    - "tensor2tensor": at frequencies exp(-i ln(10000) / (d_model/2 - 1)), from 1 to exactly
+      1/10000 (tensor2tensor's `get_timing_signal_1d`, Marian's `sinusoidalPositionEmbeddings`).
     """
     positions = np.arange(max_length, dtype=np.float64)[:, None]  # [L, 1]
-    rates = 1.0 / np.power(10000.0, np.arange(0, d_model, 2, dtype=np.float64) / d_model)  # [d_model/2]
-    table = np.zeros((max_length, d_model), dtype=np.float64)
-    table[:, 0::2] = np.sin(positions * rates)
-    table[:, 1::2] = np.cos(positions * rates)
+    i = np.arange(d_model // 2, dtype=np.float64)  # [d_model/2]
+    if layout == "tensor2tensor":
+        rates = np.exp(-i * np.log(10000.0) / (d_model // 2 - 1))  # [d_model/2]
+    else:
+        rates = 1.0 / np.power(10000.0, 2 * i / d_model)  # [d_model/2]
+    sines, cosines = np.sin(positions * rates), np.cos(positions * rates)  # [L, d_model/2] each
+    if layout == "interleaved":
+        table = np.stack([sines, cosines], axis=-1).reshape(max_length, d_model)  # sin, cos, sin, cos, ...
+    elif layout in ("halves", "tensor2tensor"):
+        table = np.concatenate([sines, cosines], axis=-1)  # sin, ..., sin, cos, ..., cos
+    else:
+        raise ValueError(f"unknown sinusoid layout {layout!r}; choose interleaved, halves or tensor2tensor")
     return table.astype(np.float32)  # [L, d_model]
 
 
@@ -71,15 +110,16 @@ class PositionalEncoding(keras.layers.Layer):
     """Adds the fixed sinusoidal encoding of §3.5 to embeddings [B, L, d_model].
 
     `layer(x)` encodes positions 0..L-1; `layer(x, position=i)` encodes one step at position i
-    (incremental decoding). The table is a constant, not a weight.
+    (incremental decoding). The table is a constant, not a weight; `layout` as `sinusoid_table`'s.
     """
 
-    def __init__(self, max_length: int, **kwargs):
+    def __init__(self, max_length: int, layout: str = "interleaved", **kwargs):
         super().__init__(**kwargs)
         self.max_length = max_length
+        self.layout = layout
 
     def build(self, input_shape):
-        self.table = sinusoid_table(self.max_length, input_shape[-1])
+        self.table = sinusoid_table(self.max_length, input_shape[-1], self.layout)
 
     def call(self, x, position=None):
         table = ops.cast(self.table, x.dtype)
@@ -91,4 +131,4 @@ class PositionalEncoding(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "max_length": self.max_length}
+        return {**super().get_config(), "max_length": self.max_length, "layout": self.layout}

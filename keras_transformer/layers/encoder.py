@@ -10,7 +10,6 @@ import keras
 
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.block import TransformerBlock
-from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.masking import key_mask
 
 
@@ -29,8 +28,7 @@ class EncoderLayer(TransformerBlock):
         self.self_attention = MultiHeadAttention(self.config.num_heads, name="self_attention", dtype=policy)
         self.self_attention.build(input_shape)
         self.self_attention_residual = self.residual("self_attention_residual", input_shape)
-        self.feed_forward = PositionwiseFeedForward(self.config.d_ff, name="feed_forward", dtype=policy)
-        self.feed_forward.build(input_shape)
+        self.feed_forward = self.feed_forward_network(input_shape)
         self.feed_forward_residual = self.residual("feed_forward_residual", input_shape)
 
     def call(self, x, padding_mask=None, training=None, return_attention_scores=False):
@@ -49,11 +47,11 @@ class EncoderLayer(TransformerBlock):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Encoder(TransformerBlock):
-    """A stack of N = `config.num_layers` identical encoder layers (§3.1) over embedded inputs
+    """A stack of N = `config.encoder_depth` identical encoder layers (§3.1) over embedded inputs
     [B, S, d_model] (pre-LN: a final LayerNorm on top)."""
 
     def build(self, input_shape):
-        for i in range(self.config.num_layers):
+        for i in range(self.config.encoder_depth):
             layer = EncoderLayer(self.config, name=f"layer_{i}", dtype=self.dtype_policy)
             layer.build(input_shape)
             setattr(self, f"layer_{i}", layer)  # an attribute, not a list: tf.train.Checkpoint follows attributes only
@@ -62,7 +60,7 @@ class Encoder(TransformerBlock):
     @property
     def blocks(self) -> list:
         """The N encoder layers, bottom first."""
-        return [getattr(self, f"layer_{i}") for i in range(self.config.num_layers)]
+        return [getattr(self, f"layer_{i}") for i in range(self.config.encoder_depth)]
 
     def call(self, x, padding_mask=None, training=None, return_attention_scores=False):
         all_weights = []

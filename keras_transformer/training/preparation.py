@@ -9,7 +9,8 @@ not be at hand, and its pieces are kept wherever the new data uses them) and bui
 the new vocabulary size. Every other weight is the parent's; the shared embedding matrix (also
 the output projection, §3.4) takes the parent's row for every piece both vocabularies have,
 matched by its string, and keeps the new model's own initial values (N(0, d_model^-1/2), as
-`SharedEmbedding` initialises them) for the others.
+`SharedEmbedding` initialises them) for the others; so does the output bias, if the model has one
+(initially 0).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def initial_weights(model: Transformer, parent: dict, tokenizer: SubwordTokenize
     `tokenizer`): the parent checkpoint's, read into an uncompiled model (a compiled one would also
     restore the optimizer state that the checkpoint may hold). After a vocabulary update
     (`parent["vocabulary"]`) the one embedding matrix takes the parent's rows of the shared pieces
-    and keeps `model`'s own for the others; tied to the output projection, it stays one matrix."""
+    and keeps `model`'s own for the others (so does the output bias); tied to the output projection,
+    it stays one matrix."""
     parent_dir = ModelDir(parent["dir"])
     updated = parent.get("vocabulary") == "update"
     parent_config = parent_dir.read()["model"] if updated else model.config
@@ -74,13 +76,13 @@ def initial_weights(model: Transformer, parent: dict, tokenizer: SubwordTokenize
     restore(weights_checkpoint(source), parent["checkpoint"], weights_only=True)
     if not updated:
         return source.get_weights()
-    embedding = model.embedding.embeddings
+    by_piece = [model.embedding.embeddings, model.embedding.logit_bias]  # a row per id (the bias may be None)
     rows = shared_pieces(parent_dir.tokenizer(), tokenizer)  # {new id: parent id}
     weights = []
     for target, value in zip(model.weights, source.get_weights()):
-        if target is embedding:
-            matrix = np.array(target.numpy())  # [V_new, d_model], as initialised
-            matrix[list(rows)] = value[list(rows.values())]  # value: [V_parent, d_model]
+        if any(target is weight for weight in by_piece):
+            matrix = np.array(target.numpy())  # [V_new, ...], as initialised
+            matrix[list(rows)] = value[list(rows.values())]  # value: [V_parent, ...]
             value = matrix
         weights.append(value)
     return weights
