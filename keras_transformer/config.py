@@ -5,7 +5,7 @@ One frozen dataclass per concern, each the one owner of its settings and their c
 (where the text comes from) and `DecodingConfig` (§6.1). A preset names a model and the training
 settings that go with it, both in `PRESETS`; `TransformerConfig.preset` and
 `TrainingConfig.preset` apply overrides to them. The command line's flags are made from these
-fields (`cli/flags.py`), so a field's comment is its flag's help.
+fields (`cli/flags.py`), each with its help in its metadata (`setting`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ EMBEDDED = (BIBLE_EN_DE, BIBLE_EN_FR, SOFTWARE_EN_DE)
 # A fine-tuned model's vocabulary (`TrainingConfig.vocabulary`): keep the parent's, or update: learn
 # one from the new data, with the parent's embedding rows for the pieces both have.
 VOCABULARIES = ("keep", "update")
-VOCABULARY_CHOICES = {"choices": VOCABULARIES}
 STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")  # tf.distribute strategies
 
 
@@ -75,8 +74,8 @@ def _check(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
-def _option(default: Any, help: str, **metadata: Any) -> Any:
-    """A field whose flag's help is `help` (also the comment on the field's line, which the flags read)."""
+def setting(default: Any, help: str, **metadata: Any) -> Any:
+    """A dataclass field with its command-line help (`cli/flags.py` reads `metadata["help"]`)."""
     return dataclasses.field(default=default, metadata={"help": help, **metadata})
 
 
@@ -94,42 +93,36 @@ class TransformerConfig:
     change it (`architecture()` is what must match).
     """
 
-    vocab_size: int = 8000  # subword vocabulary size, source and target shared (§3.4)
-    num_layers: int = 6  # N, identical layers in each of the encoder and the decoder (the default of both depths)
-    d_model: int = 512  # d_model, width of every sub-layer output
-    d_ff: int = 2048  # d_ff, inner width of the position-wise feed-forward network
-    num_heads: int = 8  # h, parallel attention heads; d_k = d_v = d_model / h
-    dropout: float = 0.1  # P_drop, residual and embedding dropout (§5.4)
-    max_length: int = 256  # longest sequence, in subword tokens including start/EOS
-    layer_norm_epsilon: float = 1e-6  # added to the variance in every LayerNorm
-    norm_first: bool = False  # False: the paper's LayerNorm(x + Sublayer(x)); True: x + Sublayer(LayerNorm(x))
+    vocab_size: int = setting(8000, "subword vocabulary size, source and target shared (§3.4)")
+    num_layers: int = setting(
+        6, "N, identical layers in each of the encoder and the decoder (the default of both depths)"
+    )
+    d_model: int = setting(512, "d_model, width of every sub-layer output")
+    d_ff: int = setting(2048, "d_ff, inner width of the position-wise feed-forward network")
+    num_heads: int = setting(8, "h, parallel attention heads; d_k = d_v = d_model / h")
+    dropout: float = setting(0.1, "P_drop, residual and embedding dropout (§5.4)")
+    max_length: int = setting(256, "longest sequence, in subword tokens including start/EOS")
+    layer_norm_epsilon: float = setting(1e-6, "added to the variance in every LayerNorm")
+    norm_first: bool = setting(False, "False: the paper's LayerNorm(x + Sublayer(x)); True: x + Sublayer(LayerNorm(x))")
     # Deviation from the paper: an encoder and a decoder of different depths (a deep encoder with a
     # shallow decoder decodes 2-3x faster at the same BLEU; Kasai et al., 2021).
-    num_encoder_layers: int | None = _option(  # N of the encoder alone (default: num_layers)
-        None, "N of the encoder alone (default: num_layers)"
-    )
-    num_decoder_layers: int | None = _option(  # N of the decoder alone (default: num_layers)
-        None, "N of the decoder alone (default: num_layers)"
-    )
+    num_encoder_layers: int | None = setting(None, "N of the encoder alone (default: num_layers)")
+    num_decoder_layers: int | None = setting(None, "N of the decoder alone (default: num_layers)")
     # Deviation from the paper: swish (SiLU, x sigmoid(x); Ramachandran et al., 2017) in place of Eq. 2's ReLU.
-    ffn_activation: str = _option(  # feed-forward activation: relu (Eq. 2) or swish (most OPUS-MT models)
+    ffn_activation: str = setting(
         "relu", "feed-forward activation: relu (Eq. 2) or swish (most OPUS-MT models)", choices=FFN_ACTIVATIONS
     )
     # Deviation from the paper: "halves" and "tensor2tensor" put the sines in the first half of the
     # dimensions and the cosines in the second; tensor2tensor's and Marian's frequencies also differ
     # (`layers.embedding.sinusoid_table`).
-    sinusoid_layout: str = _option(  # positional encoding: interleaved (§3.5), halves or tensor2tensor
+    sinusoid_layout: str = setting(
         "interleaved", "positional encoding: interleaved (§3.5), halves or tensor2tensor", choices=SINUSOID_LAYOUTS
     )
     # Deviation from the paper: a learned bias b on the output logits, x E^T + b (Marian's).
-    output_bias: bool = _option(  # a learned bias on the output logits (Marian's)
-        False, "a learned bias on the output logits (Marian's)"
-    )
+    output_bias: bool = setting(False, "a learned bias on the output logits (Marian's)")
     # Deviation from the paper: the decoder's first input is a zero vector (plus position 0's encoding),
     # not the start token's embedding (Marian's).
-    start_from_zero_embedding: bool = _option(  # the decoder starts from a zero embedding (Marian's)
-        False, "the decoder starts from a zero embedding (Marian's)"
-    )
+    start_from_zero_embedding: bool = setting(False, "the decoder starts from a zero embedding (Marian's)")
 
     def __post_init__(self):
         _check(
@@ -283,18 +276,30 @@ class DataConfig:
     """Where the parallel text comes from, how it is split and sampled, and which pairs are skipped
     (`keras_transformer.data`; the README's "Data"). Field names are the `train` flags' names."""
 
-    data: str = BIBLE_EN_DE  # training pairs: bible-en-de, bible-en-fr, software-en-de, TSV path(s), tfds:NAME; S:W,S:W
-    valid_data: str | None = None  # validation pairs (a file, used whole, or tfds:NAME's validation split)
-    test_data: str | None = None  # test pairs for `evaluate` (a file, used whole, or tfds:NAME's test split)
-    reverse: bool = False  # swap source and target
-    valid_pairs: int = 3000  # validation pairs scored at every epoch end, at most
-    tokenizer_sample: int = 50_000  # pairs drawn uniformly from the training split to learn the vocabulary from
-    tokenizer_model: str | None = None  # an existing SentencePiece model to use instead of learning one
-    max_length_ratio: float = 9.0  # skip training pairs whose longer side has more than this many times the tokens
-    subword_alpha: float = 0.0  # subword regularisation: sample training segmentations with this alpha (0: off)
-    tfds_data_dir: str | None = None  # TFDS data directory (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets)
-    tfds_download: bool = False  # download and prepare a tfds:NAME not prepared there (default: fail at once)
-    target_langs: str | None = None  # target language of each --data source, e.g. de,fr (default: from its name)
+    data: str = setting(
+        BIBLE_EN_DE, "training pairs: bible-en-de, bible-en-fr, software-en-de, TSV path(s), tfds:NAME; S:W,S:W"
+    )
+    valid_data: str | None = setting(None, "validation pairs (a file, used whole, or tfds:NAME's validation split)")
+    test_data: str | None = setting(None, "test pairs for `evaluate` (a file, used whole, or tfds:NAME's test split)")
+    reverse: bool = setting(False, "swap source and target")
+    valid_pairs: int = setting(3000, "validation pairs scored at every epoch end, at most")
+    tokenizer_sample: int = setting(
+        50_000, "pairs drawn uniformly from the training split to learn the vocabulary from"
+    )
+    tokenizer_model: str | None = setting(None, "an existing SentencePiece model to use instead of learning one")
+    max_length_ratio: float = setting(
+        9.0, "skip training pairs whose longer side has more than this many times the tokens"
+    )
+    subword_alpha: float = setting(
+        0.0, "subword regularisation: sample training segmentations with this alpha (0: off)"
+    )
+    tfds_data_dir: str | None = setting(
+        None, "TFDS data directory (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets)"
+    )
+    tfds_download: bool = setting(False, "download and prepare a tfds:NAME not prepared there (default: fail at once)")
+    target_langs: str | None = setting(
+        None, "target language of each --data source, e.g. de,fr (default: from its name)"
+    )
 
     def __post_init__(self):
         _check(bool(self.data), "data must name a data source")
@@ -348,32 +353,34 @@ class DataConfig:
 class TrainingConfig:
     """Optimisation and regularisation settings (§5.2-5.4) and the batching of the data pipeline."""
 
-    label_smoothing: float = 0.1  # epsilon_ls of the loss (§5.4)
-    warmup_steps: int = 4000  # warmup_steps of Eq. 3
-    learning_rate_scale: float = 1.0  # multiplies Eq. 3 (1.0 is the paper's)
-    beta_1: float = 0.9  # Adam (§5.3)
-    beta_2: float = 0.98  # Adam (§5.3)
-    epsilon: float = 1e-9  # Adam (§5.3)
-    batch_tokens: int = 4096  # padded tokens per side (source or target) in a batch, at most (§5.1: ~25000)
-    max_steps: int = 100_000  # optimizer steps to train, counted across restarts (the paper's base: 100k)
-    steps_per_epoch: int = 500  # checkpoint, validation and log interval, in steps
-    checkpoint_every: int = 0  # also checkpoint every this many steps (0: only at epoch ends)
-    keep_checkpoints: int = 5  # training checkpoints kept, the newest
-    grad_accumulation: int = 1  # micro-batches per optimizer step: the update uses their mean gradient
-    mixed_precision: bool = False  # mixed_float16 on GPU, mixed_bfloat16 on CPU and TPU
-    jit_compile: bool = False  # compile the training step with XLA
-    shuffle_buffer: int = 20_000  # sentence pairs in the shuffle buffer
-    seed: int = 1234  # weights, shuffling and dropout
-    time_budget_s: float | None = None  # stop after this much wall-clock time (and fit the schedule to it)
-    warmup_fraction: float | None = None  # warm-up as a fraction of the step budget, instead of warmup_steps
-    cooldown_fraction: float = 0.2  # with warmup_fraction: linear decay to 0 over this last fraction
-    bleu_every_epochs: int = 0  # validation BLEU every this many epochs, best weights kept in best/ (0: off)
-    bleu_sentences: int = 100  # validation sentences translated for that BLEU
-    early_stopping: int = 0  # stop after N evaluations without a better BLEU (or, without BLEU, loss); 0: off
-    ema_decay: float | None = None  # keep a moving average of the weights with this decay (e.g. 0.999) in ema/
-    init_from: str | None = None  # fine-tuning: start a new model dir from this model dir's weights and tokenizer
-    init_checkpoint: str = "latest"  # init_from's weights: latest, averaged, best, ema or a checkpoint path
-    vocabulary: str = dataclasses.field(default="keep", metadata=VOCABULARY_CHOICES)  # fine-tuning: keep or update
+    label_smoothing: float = setting(0.1, "epsilon_ls of the loss (§5.4)")
+    warmup_steps: int = setting(4000, "steps of linear learning-rate warm-up, then decay by 1/sqrt(step) (Eq. 3: 4000)")
+    learning_rate_scale: float = setting(1.0, "multiplies Eq. 3 (1.0 is the paper's)")
+    beta_1: float = setting(0.9, "Adam's decay of its gradient mean (§5.3: 0.9)")
+    beta_2: float = setting(0.98, "Adam's decay of its squared-gradient mean (§5.3: 0.98)")
+    epsilon: float = setting(1e-9, "Adam's term added to the root mean square of the gradients (§5.3: 1e-9)")
+    batch_tokens: int = setting(4096, "padded tokens per side (source or target) in a batch, at most (§5.1: ~25000)")
+    max_steps: int = setting(100_000, "optimizer steps to train, counted across restarts (the paper's base: 100k)")
+    steps_per_epoch: int = setting(500, "checkpoint, validation and log interval, in steps")
+    checkpoint_every: int = setting(0, "also checkpoint every this many steps (0: only at epoch ends)")
+    keep_checkpoints: int = setting(5, "training checkpoints kept, the newest")
+    grad_accumulation: int = setting(1, "micro-batches per optimizer step: the update uses their mean gradient")
+    mixed_precision: bool = setting(False, "mixed_float16 on GPU, mixed_bfloat16 on CPU and TPU")
+    jit_compile: bool = setting(False, "compile the training step with XLA")
+    shuffle_buffer: int = setting(20_000, "sentence pairs in the shuffle buffer")
+    seed: int = setting(1234, "weights, shuffling and dropout")
+    time_budget_s: float | None = setting(None, "stop after this much wall-clock time (and fit the schedule to it)")
+    warmup_fraction: float | None = setting(None, "warm-up as a fraction of the step budget, instead of warmup_steps")
+    cooldown_fraction: float = setting(0.2, "with warmup_fraction: linear decay to 0 over this last fraction")
+    bleu_every_epochs: int = setting(0, "validation BLEU every this many epochs, best weights kept in best/ (0: off)")
+    bleu_sentences: int = setting(100, "validation sentences translated for that BLEU")
+    early_stopping: int = setting(0, "stop after N evaluations without a better BLEU (or, without BLEU, loss); 0: off")
+    ema_decay: float | None = setting(None, "keep a moving average of the weights with this decay (e.g. 0.999) in ema/")
+    init_from: str | None = setting(
+        None, "fine-tuning: start a new model dir from this model dir's weights and tokenizer"
+    )
+    init_checkpoint: str = setting("latest", "init_from's weights: latest, averaged, best, ema or a checkpoint path")
+    vocabulary: str = setting("keep", "fine-tuning: keep or update", choices=VOCABULARIES)
 
     def __post_init__(self):
         _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
@@ -432,11 +439,6 @@ def parse_patience(text: str) -> float | None:
 
 
 DTYPES = ("float32", "bfloat16")
-
-
-def setting(default: Any, help: str, **metadata: Any) -> Any:
-    """A dataclass field with its command-line help (`cli/flags.py` reads `metadata["help"]`)."""
-    return dataclasses.field(default=default, metadata={"help": help, **metadata})
 
 
 @dataclasses.dataclass(frozen=True)

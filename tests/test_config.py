@@ -99,24 +99,6 @@ def test_the_architecture_is_every_field_but_dropout():
     assert TransformerConfig.tiny(start_from_zero_embedding=True).architecture() != unset.architecture()
 
 
-def test_the_new_fields_carry_their_help_in_metadata_as_on_their_line():
-    """cli/flags.py reads a field's help from the comment on its line; the new fields also carry it as
-    `metadata["help"]`, the same text."""
-    source = inspect.getsource(TransformerConfig).splitlines()
-    for field in dataclasses.fields(TransformerConfig):
-        if "help" in field.metadata:
-            (line,) = [line for line in source if line.strip().startswith(f"{field.name}:")]
-            assert line.split("#", 1)[1].strip() == field.metadata["help"], field.name
-    assert {f.name for f in dataclasses.fields(TransformerConfig) if "help" in f.metadata} == {
-        "num_encoder_layers",
-        "num_decoder_layers",
-        "ffn_activation",
-        "sinusoid_layout",
-        "output_bias",
-        "start_from_zero_embedding",
-    }
-
-
 @pytest.mark.parametrize(
     "overrides, message",
     [

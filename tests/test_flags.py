@@ -13,7 +13,7 @@ import pytest
 
 from keras_transformer import config as config_module
 from keras_transformer.cli.flags import add_config_flags, add_train_flags, configs, flag_name, overrides
-from keras_transformer.config import Preset, TrainingConfig, TransformerConfig
+from keras_transformer.config import Preset, TrainingConfig, TransformerConfig, setting
 
 OLD_FLAGS = [
     "--max-steps", "7", "--steps-per-epoch", "5", "--batch-tokens", "512", "--warmup-steps", "10",
@@ -82,9 +82,9 @@ def test_a_presets_value_stands_when_its_flag_is_not_given(monkeypatch):
 def test_a_new_field_gets_its_flag_with_no_edit():
     @dataclasses.dataclass(frozen=True)
     class Extra:
-        valid_data: str | None = None  # validation pairs
-        valid_pairs: int = 3000  # pairs scored, at most
-        wait_s: float = 1.0  # how long to wait
+        valid_data: str | None = setting(None, "validation pairs")
+        valid_pairs: int = setting(3000, "pairs scored, at most")
+        wait_s: float = setting(1.0, "how long to wait")
 
     parser = argparse.ArgumentParser()
     add_config_flags(parser, Extra, "extra")
@@ -107,3 +107,26 @@ def test_the_flags_need_no_tensorflow():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_every_flag_of_every_command_says_what_it_does():
+    """Help text lives in the config fields' metadata (`config.setting`), where no formatter can
+    erase it: no flag of any subcommand has an empty help or one that only repeats its name."""
+    from keras_transformer.cli.main import parser
+
+    subparsers = next(action for action in parser()._actions if isinstance(action, argparse._SubParsersAction))
+    checked = 0
+    for command, subparser in subparsers.choices.items():
+        for action in subparser._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS or action.dest == "help":
+                continue
+            name = action.option_strings[-1].lstrip("-").replace("-", " ")
+            words = (action.help or "").lower().replace("_", " ").strip(" .")
+            assert words and words != name and len(words.split()) >= 3, (
+                f"{command} {action.option_strings}: {action.help!r}"
+            )
+            checked += 1
+    assert checked > 100
+    help_text = subparsers.choices["translate"].format_help()
+    assert "--patience P|exact" in help_text and "round(P x K)" in help_text
+    assert "--suppress-sequence TEXT" in help_text and "--no-repeat-ngram-size" in help_text

@@ -1,12 +1,11 @@
 """Command-line flags generated from the config dataclasses, for every command and bench/.
 
 Every field gets a flag named after it (`--d-model` for `d_model`; or its `metadata["flag"]`),
-whose help is the field's `metadata["help"]` (`config.setting`; else the comment on the field's
-line) and whose default is unset, so that the config's (or the preset's) value stands unless
-the flag is given. A boolean field gives a pair (`--norm-first` /
-`--no-norm-first`); a field in seconds (`time_budget_s`) drops the suffix and takes a duration
-(`--time-budget 30m`); a field's metadata may name its `parse` function (text -> value),
-`choices` and `metavar`. A new field gets its flag with no edit here.
+whose help is the field's `metadata["help"]` (`config.setting`) and whose default is unset, so
+that the config's (or the preset's) value stands unless the flag is given. A boolean field gives
+a pair (`--norm-first` / `--no-norm-first`); a field in seconds (`time_budget_s`) drops the
+suffix and takes a duration (`--time-budget 30m`); a field's metadata may name its `parse`
+function (text -> value), `choices` and `metavar`. A new field gets its flag with no edit here.
 
 No TensorFlow here: the command line's help and argument errors come before TensorFlow starts.
 """
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
 import re
 import typing
@@ -32,7 +30,6 @@ from keras_transformer.config import (
 SECONDS = "_s"  # the suffix of fields in seconds
 METAVARS = {int: "N", float: "X", str: "TEXT"}
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
-_COMMENTED_FIELD = re.compile(r"^\s+(\w+):[^#]*#\s*(.+)$")
 
 
 def parse_duration(text: str) -> float:
@@ -50,12 +47,6 @@ def parse_duration(text: str) -> float:
 def flag_name(field: str) -> str:
     """`d_model` -> `--d-model`; `time_budget_s` -> `--time-budget`."""
     return "--" + field.removesuffix(SECONDS).replace("_", "-")
-
-
-def _comments(config_class) -> dict[str, str]:
-    """The comment on each field's line of the class's source, by field name."""
-    lines = inspect.getsource(config_class).splitlines()
-    return {match[1]: match[2] for match in map(_COMMENTED_FIELD.match, lines) if match}
 
 
 def _checked(parse):
@@ -76,13 +67,11 @@ def add_config_flags(parser: argparse.ArgumentParser, config_class, title: str, 
     group called `title`."""
     group = parser.add_argument_group(title)
     hints = typing.get_type_hints(config_class)
-    comments = _comments(config_class)
     for field in dataclasses.fields(config_class):
         if field.name in exclude:
             continue
         value_type = next(t for t in (*typing.get_args(hints[field.name]), hints[field.name]) if t is not type(None))
-        help_text = field.metadata.get("help") or comments.get(field.name, "")
-        help_text = help_text.replace("%", "%%")
+        help_text = field.metadata["help"].replace("%", "%%")  # config.setting
         options = {"dest": field.name, "default": None}
         if "parse" in field.metadata:
             options.update(

@@ -40,7 +40,11 @@ def _add_train(subparsers):
         help="settings from a YAML or JSON file (keys: these flags' names, e.g. max_steps), or a model dir's "
         "config.json; flags given here override it",
     )
-    p.add_argument("--model-dir", required=True)
+    p.add_argument(
+        "--model-dir",
+        required=True,
+        help="where checkpoints, the tokenizer and config.json go (resumed if it has them)",
+    )
     d = p.add_argument_group("distribution")
     d.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy (default auto)")
     d.add_argument("--cpu-devices", type=int, help="split the CPU into N logical devices (try mirrored without GPUs)")
@@ -145,7 +149,7 @@ def _add_score(subparsers):
     p = subparsers.add_parser(
         "score", help="score translations: SOURCE<TAB>TARGET lines -> SCORE<TAB>LOG_PROB<TAB>TOKENS lines"
     )
-    p.add_argument("--model-dir", required=True)
+    p.add_argument("--model-dir", required=True, help="the trained model directory whose model scores the pairs")
     p.add_argument("--data", metavar="FILE", help="SOURCE<TAB>TARGET lines (default: stdin)")
     _add_target_lang(p, "the language of the targets")
     excluded = tuple(name for name in decoding_names() if name not in SCORING_FIELDS)
@@ -161,7 +165,9 @@ def _add_evaluate(subparsers):
         "(default: the --split of the model's training data)",
     )
     p.add_argument("--reverse", action="store_true", help="swap the columns of --data (default: the model's direction)")
-    p.add_argument("--split", default="test", choices=("validation", "test"))
+    p.add_argument(
+        "--split", default="test", choices=("validation", "test"), help="held-out split to score (default test)"
+    )
     p.add_argument("--tfds-data-dir", help="TFDS data directory (default: the training run's, $TFDS_DATA_DIR)")
     p.add_argument(
         "--tfds-download", action="store_true", help="download and prepare a tfds:NAME that is not prepared (network)"
@@ -176,7 +182,7 @@ def _add_evaluate(subparsers):
 def _add_export(subparsers):
     p = subparsers.add_parser("export", help="SavedModels and TFLite models, or a CTranslate2 model (export/README.md)")
     _add_model_dirs(p, required=False)
-    p.add_argument("--out", help="output directory")
+    p.add_argument("--out", help="output directory of the SavedModels, TFLite models, tokenizer and translator.json")
     p.add_argument(
         "--format",
         default="tensorflow",
@@ -207,7 +213,7 @@ def _add_export(subparsers):
 
 def _add_average(subparsers):
     p = subparsers.add_parser("average", help="average the last N checkpoints into MODEL_DIR/averaged (§6.1)")
-    p.add_argument("--model-dir", required=True)
+    p.add_argument("--model-dir", required=True, help="the model directory whose checkpoints are averaged")
     p.add_argument("--last", type=int, default=5, help="checkpoints to average (default 5, the paper's for base)")
     p.add_argument(
         "--checkpoint",
