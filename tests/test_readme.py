@@ -247,11 +247,22 @@ def check_decoding(values, namespace):
         assert greedy.scores[b, 0].numpy() == pytest.approx(chosen[b, 0, : len(tokens)].sum(), abs=1e-3)
 
 
+def check_control(values, namespace):
+    ids, scores = namespace["ids"], namespace["scores"]
+    assert ids.shape[:2] == scores.shape == (2, 4) and 7 not in ids.numpy()  # BanToken(7)
+    result = values["kt.beam_search(model, source_ids, no_repeat_ngram_size=2, min_decoding_length=5)"]
+    for sentence in hypotheses(result.ids):
+        for tokens in sentence:
+            bigrams = list(zip(tokens, tokens[1:]))
+            assert len(bigrams) == len(set(bigrams)) and len(tokens) >= 6, tokens  # 5 tokens before EOS
+
+
 # {heading: (provide the reader's inputs, check what the comments promise)}; other blocks just run.
 PYTHON_BLOCKS = {
     "Translate from Python": (None, check_translate),
     "The Python API: training": (provide_training_inputs, check_training),
     "Decoding": (None, check_decoding),
+    "The search, and a control of your own": (None, check_control),
 }
 
 
@@ -303,6 +314,12 @@ def check_nbest(result, workspace):
     assert scores == sorted(scores, reverse=True)
 
 
+def check_alternatives(result, workspace):
+    lines = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [index for index, _, _ in lines] == ["0"] * 3  # 3 lines: INDEX<TAB>SCORE<TAB>TEXT
+    assert len({text for _, _, text in lines}) == 3 and all(text.startswith("Da") for _, _, text in lines)
+
+
 def check_evaluate(result, workspace):
     scores = json.loads(result.stdout.splitlines()[-1])  # ends with one JSON line
     assert {"bleu", "chrf", "bleu_signature", "chrf_signature", "sentences", "beam_size", "alpha"} <= set(scores)
@@ -323,6 +340,8 @@ SH_CHECKS = {
     r'translate --model-dir (runs/small|DIR) "Jesus wept\."': check_one_line,
     r"--beam-size 1 --alpha 0": check_one_line,
     r"--nbest 4": check_nbest,
+    r"--alternatives 3": check_alternatives,
+    r"--no-repeat-ngram-size 3": check_one_line,
     r"^keras-transformer evaluate": check_evaluate,
     r"average --model-dir DIR --last 5": check_averaged,
     r"--format ctranslate2": check_ctranslate2,
