@@ -1,4 +1,5 @@
-"""Training metrics: the accuracy of the next-token predictions on non-pad target tokens."""
+"""Training metrics: the accuracy of the next-token predictions on non-pad target tokens, and the
+mean loss per step."""
 
 from __future__ import annotations
 
@@ -45,3 +46,16 @@ class MaskedAccuracy(keras.metrics.Metric):
 
     def get_config(self):
         return {**super().get_config(), "pad_id": self.pad_id}
+
+
+class StepMean(keras.metrics.Mean):
+    """The mean loss per step, each step counting once whatever its number of sequences.
+
+    Keras' own loss tracker weights a step by its number of sequences, which suits a loss that is
+    a mean over sequences; the label-smoothed loss is already a mean over the batch's non-pad
+    tokens (`losses.LabelSmoothedCrossEntropy`), so the logged loss is the mean of the steps'
+    losses, as TensorFlow's tracker (`keras_compat.ReplicaShareMean`) logs it on one device.
+    """
+
+    def update_state(self, values, sample_weight=None):
+        super().update_state(values)

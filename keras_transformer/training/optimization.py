@@ -5,11 +5,12 @@ cross-entropy, masked accuracy; `compile_model` puts them on a model, on any Ker
 from __future__ import annotations
 
 import keras
+from keras.src.utils import tracking
 
 from keras_transformer.config import TrainingConfig
 from keras_transformer.model import Transformer
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
-from keras_transformer.training.metrics import MaskedAccuracy
+from keras_transformer.training.metrics import MaskedAccuracy, StepMean
 from keras_transformer.training.schedules import StepBudgetSchedule, TransformerSchedule
 
 
@@ -44,8 +45,8 @@ def compile_model(model: Transformer, training: TrainingConfig, schedule=None) -
     With `training.grad_accumulation` N > 1 each update uses the mean gradient of N micro-batches
     (Keras' `gradient_accumulation_steps`), so `optimizer.iterations` and the schedule count
     updates, as the paper's steps. A mixed_float16 model gets dynamic loss scaling from Keras.
-    On TensorFlow the model also gets the fixes of `keras_compat` for `model.fit` under
-    `tf.distribute`; other backends train it as Keras compiles it, JAX always with `jax.jit`.
+    The logged loss is the mean of the steps' losses (`metrics.StepMean`); on TensorFlow with the
+    fixes of `keras_compat` for `model.fit` under `tf.distribute`. JAX steps are always jitted.
     """
     config = model.config
     accumulation = training.grad_accumulation
@@ -77,4 +78,7 @@ def compile_model(model: Transformer, training: TrainingConfig, schedule=None) -
         from keras_transformer.training.keras_compat import fit_under_tf_distribute
 
         fit_under_tf_distribute(model)
+    else:
+        with tracking.DotNotTrackScope():  # as Keras' own `compile` sets it: a built model may be compiled
+            model._loss_tracker = StepMean(name="loss")
     return model
