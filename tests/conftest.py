@@ -39,7 +39,7 @@ ARCHITECTURE_OPTIONS = dict(
 # 2-core machine, 2026-12-01), heaviest first.
 HEAVY_FILES = ("test_bench", "test_export", "test_readme", "test_notebooks", "test_constraints", "test_faults")
 HEAVY_FILES += ("test_distribute", "test_ensemble", "test_resume", "test_workflows", "test_beam_search", "test_cli")
-HEAVY_FILES += ("test_serving", "test_multilingual", "test_ctranslate2", "test_alignment")
+HEAVY_FILES += ("test_serving", "test_multilingual", "test_ctranslate2", "test_alignment", "test_backends")
 
 
 def pytest_collection_modifyitems(items):

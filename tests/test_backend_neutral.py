@@ -1,7 +1,10 @@
-"""The model and its layers are backend-neutral (`keras.ops` only): nothing they import, inside
-the package or out, is TensorFlow, so `kt.Transformer` runs on Keras' JAX backend too. The one
-exception is a kernel chosen under `if keras.backend.backend() == "tensorflow":`, which other
-backends never reach (`attention.batch_matmul`)."""
+"""The model, its layers and its training step (the loss, the metrics, the schedules, `compile_model`)
+are backend-neutral (`keras.ops` only): nothing they import, inside the package or out, is
+TensorFlow, so `kt.Transformer` runs and trains on Keras' JAX and PyTorch backends too
+(tests/test_backends.py compares the numbers). The one exception is what is chosen under
+`if keras.backend.backend() == "tensorflow":`, which other backends never reach: a TensorFlow kernel
+for what `keras.ops` computes on every backend (`attention.batch_matmul`, the fused cross-entropy of
+`losses`, the argmax of `metrics`) and the `tf.distribute` fixes that `compile_model` applies."""
 
 import ast
 import pathlib
@@ -45,12 +48,13 @@ def source_of(module: str) -> pathlib.Path | None:
     return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
 
 
-def test_the_model_and_its_layers_import_no_tensorflow():
-    todo = [
-        "keras_transformer.model",
-        *(f"keras_transformer.layers.{p.stem}" for p in (PACKAGE / "layers").glob("*.py")),
-    ]
-    seen, outside = set(), set()
+ALLOWED = {"__future__", "keras", "numpy", "ml_dtypes", "dataclasses", "typing", "importlib", "os", "re"}
+
+
+def reachable(modules: list[str]) -> tuple[set[pathlib.Path], set[str]]:
+    """The package's files that `modules` import, transitively, and the top-level names of the
+    modules from outside the package that those files import."""
+    todo, seen, outside = list(modules), set(), set()
     while todo:
         module = todo.pop()
         path = source_of(module)
@@ -62,11 +66,27 @@ def test_the_model_and_its_layers_import_no_tensorflow():
                 todo.append(name)
             elif name.split(".")[0] != "keras_transformer":  # else a name defined in a package module
                 outside.add(name.split(".")[0])
+    return seen, outside
+
+
+def test_the_model_and_its_layers_import_no_tensorflow():
+    seen, outside = reachable(
+        ["keras_transformer.model", *(f"keras_transformer.layers.{p.stem}" for p in (PACKAGE / "layers").glob("*.py"))]
+    )
     assert PACKAGE / "model.py" in seen and PACKAGE / "layers" / "attention.py" in seen
     assert "tensorflow" not in outside, sorted(outside)
-    assert outside <= {"__future__", "keras", "numpy", "ml_dtypes", "dataclasses", "typing", "importlib", "os", "re"}, (
-        outside
-    )
+    assert outside <= ALLOWED, outside
+
+
+def test_the_training_step_imports_no_tensorflow():
+    """What `compile_model` puts on the model: on a machine without TensorFlow (the GPU machine
+    that JAX trains on) `compile_model` imports and `model.fit` runs on tensors and arrays."""
+    modules = ["losses", "metrics", "schedules", "optimization"]
+    seen, outside = reachable([f"keras_transformer.training.{name}" for name in modules])
+    assert {PACKAGE / "training" / f"{name}.py" for name in modules} <= seen
+    assert PACKAGE / "model.py" in seen and PACKAGE / "training" / "keras_compat.py" not in seen
+    assert "tensorflow" not in outside, sorted(outside)
+    assert outside <= ALLOWED, outside
 
 
 def test_only_a_tensorflow_branch_imports_tensorflow_unseen(tmp_path):

@@ -4,30 +4,50 @@ Label smoothing (Szegedy et al., 2016) trains against q = (1 - eps) * onehot(y) 
 Its cross-entropy with p = softmax(z) needs one log-sum-exp over the vocabulary:
 
     -sum_v q_v log p_v = logsumexp(z) - sum_v q_v z_v
+                       = logsumexp(z) - (1 - eps) z_y - (eps / V) sum_v z_v
 
-TensorFlow's fused `softmax_cross_entropy_with_logits` computes exactly this, and its gradient
-softmax(z) - q, in one kernel. Composing it from `logsumexp`, `take_along_axis` and a sum cost
-~12% of a training step at the medium workload: the gradient of `take_along_axis` scatters
-through an UnsortedSegmentSum over all B x T x V logits, and that of `logsumexp` tiles them
+Other backends compute the second line with `keras.ops`. On TensorFlow the fused
+`softmax_cross_entropy_with_logits` computes the first, and its gradient softmax(z) - q, in one
+kernel: composing it from `logsumexp`, `take_along_axis` and a sum cost TensorFlow ~12% of a
+training step at the medium workload: the gradient of `take_along_axis` scatters through an
+UnsortedSegmentSum over all B x T x V logits, and that of `logsumexp` tiles them
 (bench/profile_step.py; the measured step time is in bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_transformer.special_tokens import PAD_ID
 
 
 def global_token_count(mask):
-    """Non-pad tokens in the whole global batch: summed over replicas under tf.distribute."""
+    """Non-pad tokens in the whole global batch. Under tf.distribute each replica sees its own
+    part, so the count is summed over replicas; Keras' JAX distribution (and one device anywhere)
+    computes on the global batch already."""
     count = ops.sum(ops.cast(mask, "float32"))
-    replica = tf.distribute.get_replica_context()
-    if replica is not None and replica.num_replicas_in_sync > 1:
-        count = replica.all_reduce(tf.distribute.ReduceOp.SUM, count)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        replica = tf.distribute.get_replica_context()
+        if replica is not None and replica.num_replicas_in_sync > 1:
+            count = replica.all_reduce(tf.distribute.ReduceOp.SUM, count)
     return count
+
+
+def smoothed_cross_entropy(labels, logits, eps: float):
+    """-sum_v q_v log softmax(z)_v for labels [B, T] int32 and logits [B, T, V] float32 -> [B, T]."""
+    vocab = ops.shape(logits)[-1]
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        off_value = eps / ops.cast(vocab, "float32")  # eps / V
+        smoothed = tf.one_hot(labels, vocab, on_value=1.0 - eps + off_value, off_value=off_value)  # q, [B, T, V]
+        return tf.nn.softmax_cross_entropy_with_logits(labels=smoothed, logits=logits)  # [B, T]
+    true_logits = ops.squeeze(ops.take_along_axis(logits, ops.expand_dims(labels, -1), axis=-1), -1)  # z_y, [B, T]
+    mean_logits = ops.mean(logits, axis=-1)  # (1 / V) sum_v z_v, [B, T]
+    return ops.logsumexp(logits, axis=-1) - (1.0 - eps) * true_logits - eps * mean_logits  # [B, T]
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -49,12 +69,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         logits = ops.cast(y_pred, "float32")  # [B, T, V]
         labels = ops.cast(y_true, "int32")  # [B, T]
-        eps = self.label_smoothing
-        off_value = eps / ops.cast(ops.shape(logits)[-1], "float32")  # eps / V
-        smoothed = tf.one_hot(
-            labels, ops.shape(logits)[-1], on_value=1.0 - eps + off_value, off_value=off_value
-        )  # q, [B, T, V]
-        losses = tf.nn.softmax_cross_entropy_with_logits(labels=smoothed, logits=logits)  # [B, T]
+        losses = smoothed_cross_entropy(labels, logits, self.label_smoothing)  # [B, T]
         mask = ops.not_equal(labels, self.pad_id)  # [B, T]
         total = ops.sum(ops.where(mask, losses, 0.0))
         return total / ops.maximum(global_token_count(mask), 1.0)  # a scalar: Keras reduces no further

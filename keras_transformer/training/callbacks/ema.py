@@ -5,7 +5,8 @@ kept by Keras' optimizer (`use_ema=True`, `ema_momentum` = the decay D):
 
 The average is an optimizer variable, so training checkpoints carry it and a resumed run goes on
 averaging. `EmaCheckpoint` writes it as a weights-only checkpoint in the model dir's ema/ at every
-epoch end (`--checkpoint ema` reads it); the model itself keeps its raw weights.
+epoch end (`--checkpoint ema` reads it); the model itself keeps its raw weights
+(`optimization.keep_raw_weights`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,6 @@ import keras
 
 from keras_transformer.model_dir import save_weights
 from keras_transformer.training.schedules import trained_steps
-
-
-def keep_raw_weights(optimizer: keras.optimizers.Optimizer) -> None:
-    """Keras' `fit` ends by overwriting the model's weights with the average
-    (`finalize_variable_values`); keep the raw ones, as the last training checkpoint has them."""
-    optimizer.finalize_variable_values = lambda var_list: None
 
 
 class EmaCheckpoint(keras.callbacks.Callback):
