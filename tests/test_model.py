@@ -87,7 +87,8 @@ def test_hypotheses_of_one_sentence_share_its_context(model):
     to a copy: each row's logits equal the full forward pass of its own prefix."""
     logits = np.asarray(model((np.repeat(SOURCE, 3, axis=0), np.repeat(TARGET_IN, 3, axis=0))))
     context, cache = model.start_decoding(SOURCE, hypotheses=3)
-    assert cache[0]["key"].shape[0] == 6 and context["memory"][0][0].shape[0] == 2
+    memory, _ = context.rows  # per decoder layer: its cross-attention keys and values
+    assert cache[0]["key"].shape[0] == 6 and memory[0][0].shape[0] == 2
     for position in range(TARGET_IN.shape[1]):
         tokens = np.repeat(TARGET_IN[:, position], 3)
         step_logits, cache = model.decode_step(tokens, position, cache, context)
