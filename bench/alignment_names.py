@@ -52,7 +52,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-dir", action="append", required=True, help="repeat for an ensemble")
     p.add_argument("--checkpoint", default="latest")
-    p.add_argument("--alignment-layer", type=int, nargs="+", default=[DecodingConfig.alignment_layer])
+    p.add_argument("--alignment-layer", type=int, nargs="+", default=[DecodingConfig().alignment_layer])
     p.add_argument("--limit", type=int, help="only the first N verses")
     return p.parse_args(argv)
 

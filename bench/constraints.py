@@ -21,7 +21,7 @@ import time
 
 from common import emit, record
 
-from keras_transformer.config import DecodingConfig
+from keras_transformer.config import SearchSettings
 from keras_transformer.data.sources import read_pairs
 from keras_transformer.inference.constraints import phrase_rows
 from keras_transformer.inference.evaluation import corpus_scores
@@ -59,7 +59,7 @@ def parse_args(argv=None):
     p.add_argument("--model-dir", required=True)
     p.add_argument("--checkpoint", default="latest")
     p.add_argument("--limit", type=int, help="only the first N verses")
-    p.add_argument("--beam-size", type=int, default=DecodingConfig.beam_size)
+    p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
     p.add_argument("--seed", type=int, default=0, help="draws the phrases")
     return p.parse_args(argv)
 

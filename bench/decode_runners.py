@@ -63,7 +63,7 @@ from common import FIRST_TOKEN, WORKLOADS
 from peers import keras_hub_generate
 
 from keras_transformer import Transformer, beam_search
-from keras_transformer.config import DecodingConfig
+from keras_transformer.config import DecodingConfig, SearchSettings
 from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule
 from keras_transformer.exporters.tensorflow import ids_saved_model_dir, tflite_models
 from keras_transformer.inference.decoding import decode_limits, search_beams
@@ -206,13 +206,13 @@ def padded_limits(rows: list[np.ndarray], max_length: int) -> list[int]:
 
 # name: (through the SavedModel, XLA, patience, dtype)
 VERSES_SYSTEMS = {
-    "python": (False, False, DecodingConfig.patience, None),
-    "cli": (False, False, DecodingConfig.patience, None),  # in a process set up as `keras-transformer translate`'s
-    "xla": (False, True, DecodingConfig.patience, None),
-    "savedmodel": (True, False, DecodingConfig.patience, None),
-    "savedmodel_xla": (True, True, DecodingConfig.patience, None),
-    "python_bfloat16": (False, False, DecodingConfig.patience, "bfloat16"),
-    "savedmodel_bfloat16": (True, False, DecodingConfig.patience, "bfloat16"),
+    "python": (False, False, SearchSettings.patience, None),
+    "cli": (False, False, SearchSettings.patience, None),  # in a process set up as `keras-transformer translate`'s
+    "xla": (False, True, SearchSettings.patience, None),
+    "savedmodel": (True, False, SearchSettings.patience, None),
+    "savedmodel_xla": (True, True, SearchSettings.patience, None),
+    "python_bfloat16": (False, False, SearchSettings.patience, "bfloat16"),
+    "savedmodel_bfloat16": (True, False, SearchSettings.patience, "bfloat16"),
     "python_exact": (False, False, None, None),
     "savedmodel_exact": (True, False, None, None),
 }

@@ -1,9 +1,9 @@
-"""What a beam step's choice of tokens costs (§6.1's beam search, `decoding.best_tokens`): the
+"""What a beam step's choice of tokens costs (§6.1's beam search, `log_probs.best_tokens`): the
 log-probabilities and the best 2K + 2 tokens of N rows of V logits, the plain way
-(`tf.nn.log_softmax`, then `tf.math.top_k`) against the search's (`decoding.LogProbs.of`: one
-softmax; then `decoding.best_tokens`: the blocked top-k on the logits, and the normalizer from
+(`tf.nn.log_softmax`, then `tf.math.top_k`) against the search's (`log_probs.LogProbs.of`: one
+softmax; then `log_probs.best_tokens`: the blocked top-k on the logits, and the normalizer from
 the best token's probability), and their pieces: log_softmax, softmax, top_k over whole rows,
-and the blocked top-k at several block widths (`decoding.top_k_block` picks the default).
+and the blocked top-k at several block widths (`log_probs.top_k_block` picks the default).
 Every figure is microseconds per call inside a `tf.while_loop`, as the search runs them, less
 the loop's own cost; prints one JSON line:
 

@@ -149,8 +149,8 @@ def test_export_writes_every_artifact(exported):
 @pytest.mark.slow
 def test_the_tflite_models_hold_the_embedding_once_and_the_int8_one_in_int8(exported):
     """The decoding steps' output projection reads E^T made once per search (a loop-invariant
-    input, `decoding._shared_apart`), which TFLite's converter folds into the FULLY_CONNECTED op's
-    weights: no float32 copy of the [vocab, d_model] matrix, or of its transpose, beside them
+    input: `search.search` captures `DecodingContext.shared`), which TFLite's converter folds into
+    the FULLY_CONNECTED op's weights: no float32 copy of the [vocab, d_model] matrix, or of its transpose, beside them
     (carried in the loop's state it became a BATCH_MATMUL against one, in the int8 model too)."""
     config = exported.model.config
     shapes = {f"shape:[{config.vocab_size}, {config.d_model}]", f"shape:[{config.d_model}, {config.vocab_size}]"}

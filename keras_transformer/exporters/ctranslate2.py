@@ -20,7 +20,7 @@ as our `Translator` does. A bias of -inf at pad and start on the output projecti
 CTranslate2 from generating them, as our search never does (`never_generated_bias`).
 
 Not exported: the search. CTranslate2's `length_penalty` divides a hypothesis's log-probability
-by |y|^alpha; ours is GNMT's ((5 + |y|) / 6)^alpha (`decoding.length_penalty`), so beam search
+by |y|^alpha; ours is GNMT's ((5 + |y|) / 6)^alpha (`search.length_penalty`), so beam search
 can rank hypotheses differently; greedy decoding has no length penalty and agrees.
 """
 

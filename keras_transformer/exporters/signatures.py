@@ -37,7 +37,7 @@ no tokens (empty or only spaces) translates to "" with score 0. Invalid UTF-8 by
 replaced by U+FFFD (the unknown token) instead of failing the batch.
 
 The search is any `decode(model, source_ids, nbest=None) -> DecodeResult` (`beam_search`
-by default, or `greedy_search`); its output length follows `decoding.decode_limits`.
+by default, or `greedy_search`); its output length follows `search.decode_limits`.
 """
 
 from __future__ import annotations

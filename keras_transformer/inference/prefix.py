@@ -3,7 +3,7 @@
 While a sentence's search is within its prefix, every token but the prefix's next one gets
 log-probability -inf, so every hypothesis starts with the prefix; the forced tokens' own
 log-probabilities count in the score, as those of any generated token. A prefix counts toward
-the sentence's length limit (`decoding.decode_limits`): one that reaches it ends the
+the sentence's length limit (`search.decode_limits`): one that reaches it ends the
 hypothesis there, cut.
 """
 
