@@ -43,8 +43,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.inference.log_probs import NEG_INF, gather_beams
-from keras_transformer.inference.search import Modifier, ModifierState, Step
-from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
+from keras_transformer.inference.search import Modifier, ModifierState, Step, refuse_reserved
+from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 CONSTRAINTS_SPEC = tf.TensorSpec([None, None, None], tf.int32, name="constraints")
 
@@ -160,9 +160,7 @@ def check_constraints(constraints, batch: int) -> tf.Tensor:
     constraints = tf.convert_to_tensor(constraints, tf.int32)
     if constraints.shape.rank != 3 or constraints.shape[0] != batch:
         raise ValueError(f"constraints must be [batch {batch}, phrases, length], got shape {constraints.shape}")
-    reserved = np.isin(constraints.numpy(), [START_ID, EOS_ID])
-    if reserved.any():
-        raise ValueError(f"constraints hold the start or EOS id (row {int(np.argwhere(reserved)[0][0])})")
+    refuse_reserved(constraints, "constraints", "hold")
     ids = constraints.numpy() != PAD_ID  # [B, C, T]
     gaps = ids[..., 1:] & ~np.logical_and.accumulate(ids, axis=-1)[..., :-1]  # an id after a pad
     if gaps.any():

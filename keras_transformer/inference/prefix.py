@@ -9,11 +9,10 @@ hypothesis there, cut.
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
-from keras_transformer.inference.search import Modifier, ModifierState, Step
-from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
+from keras_transformer.inference.search import Modifier, ModifierState, Step, refuse_reserved
+from keras_transformer.special_tokens import PAD_ID
 
 PREFIX_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_prefix")
 
@@ -52,7 +51,5 @@ def check_prefix(target_prefix, batch: int) -> tf.Tensor:
     target_prefix = tf.convert_to_tensor(target_prefix, tf.int32)
     if target_prefix.shape.rank != 2 or target_prefix.shape[0] != batch:
         raise ValueError(f"target_prefix must be [batch {batch}, length], got shape {target_prefix.shape}")
-    reserved = np.isin(target_prefix.numpy(), [START_ID, EOS_ID])
-    if reserved.any():
-        raise ValueError(f"target_prefix holds the start or EOS id (row {int(np.argwhere(reserved)[0][0])})")
+    refuse_reserved(target_prefix, "target_prefix")
     return target_prefix

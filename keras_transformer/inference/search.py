@@ -31,11 +31,12 @@ import threading
 import weakref
 from typing import Any, NamedTuple, Protocol
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig, RuntimeSettings
 from keras_transformer.inference.log_probs import LogProbs, gather_beams
-from keras_transformer.special_tokens import PAD_ID
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +95,14 @@ def check_source_ids(source_ids, max_length: int) -> tf.Tensor:
     if source_ids.shape[1] is not None and source_ids.shape[1] > max_length:
         raise ValueError(f"source of {source_ids.shape[1]} tokens is longer than the model's max_length {max_length}")
     return source_ids
+
+
+def refuse_reserved(ids, name: str, verb: str = "holds") -> None:
+    """A ValueError naming the first row of `ids` (a NumPy-convertible tensor of token ids) that
+    holds the start or EOS id: a target prefix or a phrase is generated tokens, which pad ends."""
+    reserved = np.isin(np.asarray(ids), [START_ID, EOS_ID])
+    if reserved.any():
+        raise ValueError(f"{name} {verb} the start or EOS id (row {int(np.argwhere(reserved)[0][0])})")
 
 
 class ModifierState(NamedTuple):
