@@ -83,11 +83,35 @@ def test_translate_with_options_equals_the_python_translator_with_those_settings
     texts = ["And God said,", "", "Jesus wept.", "In the beginning God created the heaven"]
     settings = {"max_decoding_length": 1000, "min_decoding_length": 0, "repetition_penalty": 1.0,
                 "no_repeat_ngram_size": 0, **options}  # fmt: skip
-    out = module.translate_with_options(tf.constant(texts), **{k: tf.constant(v) for k, v in settings.items()})
+    per_text = {key: tf.constant([value] * len(texts)) for key, value in settings.items()}
+    out = module.translate_with_options(tf.constant(texts), **per_text)
     want = Translator(python.model, python.tokenizer, **options).translate(texts)
-    assert [t.decode() for t in out["translation"].numpy()] == want
+    assert [t.decode() for t in out["translation"].numpy()] == want and set(out["error"].numpy()) == {b""}
     scores = Translator(python.model, python.tokenizer, **options).translate_nbest(texts, n=1)
     np.testing.assert_allclose(out["score"].numpy(), [row[0][1] for row in scores], atol=1e-4)
+
+
+def test_translate_with_options_refuses_a_texts_settings_out_of_range_and_serves_the_others(served):
+    module, python = served
+    texts = ["Jesus wept.", "Jesus wept.", "Jesus wept.", "Jesus wept."]
+    settings = {
+        "beam_size": [4, 0, 4, 1000],
+        "alpha": [0.6, 0.6, float("nan"), 0.6],
+        "max_decoding_length": [1000, 1000, 1000, 1000],
+        "min_decoding_length": [0, 0, 0, 0],
+        "repetition_penalty": [1.0, 1.0, 1.0, 1.0],
+        "no_repeat_ngram_size": [0, 0, 0, 0],
+    }
+    out = module.translate_with_options(tf.constant(texts), **{k: tf.constant(v) for k, v in settings.items()})
+    errors = [e.decode() for e in out["error"].numpy()]
+    assert errors == [
+        "",
+        "beam_size must be between 1 and 64",
+        "alpha must be >= 0",
+        "beam_size must be between 1 and 64",
+    ]
+    translations = [t.decode() for t in out["translation"].numpy()]
+    assert translations == [python.translate("Jesus wept."), "", "", ""] and out["score"].numpy()[1] == 0.0
 
 
 def test_translate_constrained_equals_the_python_translator(served):

@@ -64,16 +64,26 @@ HOSTILE = (
 HOSTILE_IDS = ([EOS_ID], [4, 5, 6, EOS_ID], [], [4] * 1000 + [EOS_ID])  # empty, short, all pad, too long
 # A target language per sentence: common known ones, unknown ones, empty, a token, junk, invalid UTF-8.
 HOSTILE_LANGS = ("de", "fr", "xx", "", "<2de>", "de " * 3000, "\x00fr", b"\xff\xfe fr")
+# Per-text settings (translate_with_options): in range, at their edges and far out of them.
+HOSTILE_NUMBERS = {
+    tf.int32: (4, 1, 0, -1, 2**31 - 1, 64, 65),
+    tf.float32: (0.6, 0.0, -1.0, float("nan"), float("inf"), 1e30, 1.0),
+}
 BATCHES = (0, 1, 64)
 SIGNATURE_BATCHES = {"translate_to": (0, 1, 256)}  # one request mixing every language and failure
 
 
 def hostile_input(info, size: int, shift: int, key: str = "") -> np.ndarray:
-    """A batch of `size` hostile values for a signature input `key` (string [B], or int32 ids
-    [B, S]), the list's order rotated by `shift`, so that two inputs of a signature pair different
+    """A batch of `size` hostile values for a signature input `key` (string [B], int32 ids [B, S],
+    or a number per text [B]), the list's order rotated by `shift`, so that two inputs of a signature pair different
     values; a batch of one is the huge string (the longest ids; for a target language, "fr"). A
     string input of rank 2 ([B, C]: phrases per text) gets three values per row, each row's
     rotated by one more."""
+    dtype = tf.dtypes.as_dtype(info.dtype)
+    if dtype != tf.string and len(info.tensor_shape.dim) == 1:  # [B] numbers: a setting per text
+        numbers = HOSTILE_NUMBERS[dtype]
+        return np.array(list(itertools.islice(itertools.cycle(numbers[shift % len(numbers) :] + numbers), size)),
+                        dtype.as_numpy_dtype)  # fmt: skip
     values = (HOSTILE[2:3], HOSTILE_IDS[3:]) if size == 1 else (HOSTILE, HOSTILE_IDS)
     values = values[0] if info.dtype == types_pb2.DT_STRING else values[1]
     if key == "target_lang":

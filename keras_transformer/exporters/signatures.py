@@ -17,10 +17,12 @@ all in the graph.
 - `score(source [B], target [B]) -> {score [B] float32, log_prob [B] float32, tokens [B] int32}`:
   the given translations' log-probabilities (`inference/scoring.py`; a target is cut to its first
   `max_length - 1` tokens).
-- `translate_with_options(text [B], beam_size [], alpha [], max_decoding_length [],
-  min_decoding_length [], repetition_penalty [], no_repeat_ngram_size []) -> {translation [B],
-  score [B]}`: the search's settings per request (`config.SearchSettings`: CTranslate2's names),
-  so that one export serves every setting; slower than `translate`, whose settings are fixed.
+- `translate_with_options(text [B], beam_size [B], alpha [B], max_decoding_length [B],
+  min_decoding_length [B], repetition_penalty [B], no_repeat_ngram_size [B]) -> {translation [B],
+  score [B], error [B] string}`: the search's settings per text (`config.SearchSettings`:
+  CTranslate2's names), so that one export serves every setting; the batch's largest beam size
+  and alpha; settings out of range give "" and a one-line `error` for that text. Slower than
+  `translate`, whose settings are fixed.
 - `translate_to(text [B], target_lang [B]) -> {translation [B], score [B], error [B] string}`: a
   multilingual model's signature (Johnson et al., 2017), each text into its language ("fr"); a
   language the model does not know translates to "" with score 0 and a one-line `error` ("" when
@@ -63,17 +65,39 @@ SOURCE_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="source")
 TARGET_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="target")
 TARGET_LANG_SPEC = tf.TensorSpec([None], tf.string, name="target_lang")
 IDS_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
-# translate_with_options' settings, one value per request (CTranslate2's names; `config.SearchSettings`).
+# translate_with_options' settings, one value per text (CTranslate2's names; `config.SearchSettings`).
 OPTIONS_SPECS = (
-    tf.TensorSpec([], tf.int32, name="beam_size"),
-    tf.TensorSpec([], tf.float32, name="alpha"),
-    tf.TensorSpec([], tf.int32, name="max_decoding_length"),
-    tf.TensorSpec([], tf.int32, name="min_decoding_length"),
-    tf.TensorSpec([], tf.float32, name="repetition_penalty"),
-    tf.TensorSpec([], tf.int32, name="no_repeat_ngram_size"),
+    tf.TensorSpec([None], tf.int32, name="beam_size"),
+    tf.TensorSpec([None], tf.float32, name="alpha"),
+    tf.TensorSpec([None], tf.int32, name="max_decoding_length"),
+    tf.TensorSpec([None], tf.int32, name="min_decoding_length"),
+    tf.TensorSpec([None], tf.float32, name="repetition_penalty"),
+    tf.TensorSpec([None], tf.int32, name="no_repeat_ngram_size"),
 )
 
 Decode = Callable[..., DecodeResult]
+
+
+MAX_BEAM_SIZE = 64  # translate_with_options' largest beam: a request cannot make one search unbounded
+
+
+def options_errors(beam_size, alpha, max_decoding_length, min_decoding_length, repetition_penalty, ngram_size):
+    """[B] string: "" where a text's `translate_with_options` settings ([B] each) are in range,
+    else one line naming the first that is not (`config.SearchSettings` checks the same)."""
+    finite = lambda x: tf.math.is_finite(x)
+    checks = (
+        ((beam_size >= 1) & (beam_size <= MAX_BEAM_SIZE), f"beam_size must be between 1 and {MAX_BEAM_SIZE}"),
+        (finite(alpha) & (alpha >= 0), "alpha must be >= 0"),
+        (max_decoding_length >= 1, "max_decoding_length must be >= 1"),
+        (min_decoding_length >= 0, "min_decoding_length must be >= 0"),
+        (min_decoding_length < max_decoding_length, "min_decoding_length must be below max_decoding_length"),
+        (finite(repetition_penalty) & (repetition_penalty > 0), "repetition_penalty must be > 0"),
+        (ngram_size >= 0, "no_repeat_ngram_size must be >= 0"),
+    )
+    errors = tf.fill(tf.shape(beam_size), "")
+    for fine, message in reversed(checks):  # the first failing check's message wins
+        errors = tf.where(fine, errors, message)
+    return errors
 
 
 def truncate_source_ids(source_ids, max_length: int):
@@ -244,26 +268,38 @@ class TranslationModule(tf.Module):
     def _translate_with_options(
         self, text, beam_size, alpha, max_decoding_length, min_decoding_length, repetition_penalty, no_repeat_ngram_size
     ):
-        """`translate` with these search settings given per request ([] tensors each; see
-        `OPTIONS_SPECS`), the export's own for the rest: one served model for every setting."""
+        """`translate` with these search settings given per text ([B] each: TF Serving's batching
+        may merge requests; `OPTIONS_SPECS`), the export's own for the rest. The lengths, the
+        repetition penalty and the n-gram size apply per text; one search has one beam size and
+        one length penalty, the batch's largest. A text whose settings are out of range
+        (`options_errors`) translates to "" with score 0 and a one-line `error`, the batch's
+        other texts unharmed."""
+        errors = options_errors(
+            beam_size, alpha, max_decoding_length, min_decoding_length, repetition_penalty, no_repeat_ngram_size
+        )  # [B]
+        fine = errors == ""  # [B]
+        text = tf.where(fine, text, "")  # nothing to translate
+        default = SearchSettings()
+        beam_size, alpha = tf.where(fine, beam_size, 1), tf.where(fine, alpha, 0.0)  # out of the batch's maxima
+        largest = lambda values, least: tf.reduce_max(tf.concat([values, [least]], axis=0))  # an empty batch: least
         settings = self._decoding.search
-        strategy = BeamSearch(beam_size, alpha, settings.patience, 1, self._banned)
+        strategy = BeamSearch(largest(beam_size, 1), largest(alpha, 0.0), settings.patience, 1, self._banned)
         modifiers = (
-            MinLength(min_decoding_length),
-            RepetitionPenalty(repetition_penalty),
-            NoRepeatNgram(no_repeat_ngram_size),
-            *controls(SearchSettings(), self._suppress_ids),  # the export's suppressed sequences
+            MinLength(tf.where(fine, min_decoding_length, 0)),
+            RepetitionPenalty(tf.where(fine, repetition_penalty, default.repetition_penalty)),
+            NoRepeatNgram(tf.where(fine, no_repeat_ngram_size, 0)),
+            *controls(default, self._suppress_ids),  # the export's suppressed sequences
         )
+        most = tf.where(fine, max_decoding_length, 1)
 
         def options_search(source_ids):
             lengths = {"length_a": settings.length_a, "length_b": settings.length_b}
-            found = search(
-                self.model, source_ids, strategy, modifiers, max_decoding_length=max_decoding_length, **lengths
-            )
+            found = search(self.model, source_ids, strategy, modifiers, max_decoding_length=most, **lengths)
             return DecodeResult(*found)
 
         ids, scores = self._search_text(text, search=options_search)
-        return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
+        translation = {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
+        return {**translation, "error": errors}
 
     def _translate_with_alignments(self, text):
         ids, scores = self._search_text(text, nbest=1)  # [B, 1, L], [B, 1]

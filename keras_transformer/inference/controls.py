@@ -40,31 +40,43 @@ def disable(logits, token_ids, where):
     return tf.where(marked(logits, token_ids, where), NEG_INF, logits)
 
 
-class MinLength(Modifier):
-    """`min_decoding_length`: no EOS before `length` tokens have been generated."""
+class PerSentence(Modifier):
+    """A control whose setting is one value for the batch or one per sentence ([B]: a served
+    batch of requests with settings of their own), kept in the slot's sentence part so that it
+    leaves the batch with its sentence."""
 
-    def __init__(self, length):
-        self.length = length
+    def __init__(self, value):
+        self.value = value
+
+    def start(self, batch, hypotheses, length) -> ModifierState:
+        return ModifierState(sentence=tf.broadcast_to(self.value, [batch]))  # [B]
+
+    @staticmethod
+    def per_row(state: ModifierState, step: Step):
+        """The setting of every hypothesis, [N, 1] (N = B * K, sentence-major)."""
+        return tf.repeat(state.sentence, step.hypotheses)[:, None]
+
+
+class MinLength(PerSentence):
+    """`min_decoding_length`: no EOS before that many tokens have been generated."""
 
     def logits(self, state: ModifierState, logits, step: Step):
-        early = step.position < self.length  # []
+        early = step.position < self.per_row(state, step)  # [N, 1]
         return tf.where(early & (tf.range(logits.shape[-1]) == EOS_ID), NEG_INF, logits)  # [N, V]
 
 
-class RepetitionPenalty(Modifier):
+class RepetitionPenalty(PerSentence):
     """`repetition_penalty` p (Keskar et al., 2019, CTRL, §4.1): the logit x of every token already
     generated becomes x / p if x > 0, else x * p (p > 1 discourages repeats; 1 changes nothing)."""
 
-    def __init__(self, penalty):
-        self.penalty = penalty
-
     def logits(self, state: ModifierState, logits, step: Step):
         ids, done = generated(step)  # [N, L]
-        penalized = tf.where(logits > 0, logits / self.penalty, logits * self.penalty)  # [N, V]
+        penalty = self.per_row(state, step)  # [N, 1]
+        penalized = tf.where(logits > 0, logits / penalty, logits * penalty)  # [N, V]
         return tf.where(marked(logits, ids, done), penalized, logits)
 
 
-class NoRepeatNgram(Modifier):
+class NoRepeatNgram(PerSentence):
     """`no_repeat_ngram_size` n: no n-gram twice in a hypothesis (n = 0: off). A token is disabled
     where it would end an n-gram that the hypothesis holds already: it followed an earlier
     occurrence of the hypothesis' last n - 1 tokens.
@@ -74,15 +86,14 @@ class NoRepeatNgram(Modifier):
     shift-and matching, as the constraints' partial matches), updated by one compare a token:
     token q is disabled when run[q] >= n - 1."""
 
-    def __init__(self, size):
-        self.size = size
-
     def start(self, batch, hypotheses, length) -> ModifierState:
-        return ModifierState(alive=tf.zeros([batch, hypotheses, length], tf.int32))  # [B, K, L]
+        run = tf.zeros([batch, hypotheses, length], tf.int32)  # [B, K, L]
+        return super().start(batch, hypotheses, length)._replace(alive=run)
 
     def logits(self, state: ModifierState, logits, step: Step):
         ids, done = generated(step)  # [N, L]
-        repeats = done & (tf.reshape(state.alive, tf.shape(ids)) >= self.size - 1) & (self.size > 0)  # [N, L]
+        size = self.per_row(state, step)  # [N, 1]
+        repeats = done & (tf.reshape(state.alive, tf.shape(ids)) >= size - 1) & (size > 0)  # [N, L]
         return disable(logits, ids, repeats)
 
     def advance(self, state: ModifierState, parent, tokens, step: Step):
