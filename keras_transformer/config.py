@@ -518,7 +518,8 @@ class SearchSettings:
 
 @dataclasses.dataclass(frozen=True)
 class SamplingSettings:
-    """Random sampling instead of beam search (`inference/sampling.py`; CTranslate2's names): the
+    """Random sampling instead of beam search (`inference/sampling.py`; CTranslate2's names; on in
+    a `DecodingConfig` when `sampling_topk` is not 1, and top-1 sampling is greedy): the
     log-probabilities divided by the temperature, cut to the top K, then to the nucleus of
     probability P (Holtzman et al., 2020), renormalised; a sample's score is a hypothesis's (the
     model's own log-probabilities, over lp)."""
@@ -537,7 +538,6 @@ class SamplingSettings:
 
     def __post_init__(self):
         _check(self.sampling_topk >= 0, f"sampling_topk must be >= 0, got {self.sampling_topk}")
-        _check(self.sampling_topk != 1, "sampling needs sampling_topk 0 (the whole vocabulary) or K > 1")
         _check(0 < self.sampling_topp <= 1, f"sampling_topp must be in (0, 1], got {self.sampling_topp}")
         _check(self.sampling_temperature > 0, f"sampling_temperature must be > 0, got {self.sampling_temperature}")
         _check(self.num_samples >= 1, f"num_samples must be >= 1, got {self.num_samples}")
@@ -611,11 +611,12 @@ class DecodingConfig:
                 current = dataclasses.asdict(parts["sampling"]) if parts["sampling"] else {}
                 values = {**current, **given}
                 if values.get("sampling_topk", 1) == 1:  # no sampling: any other sampling setting is an error
-                    extra = sorted(
+                    extra = [
                         field
-                        for field, value in values.items()
-                        if field != "sampling_topk" and value != _default(SamplingSettings, field)
-                    )
+                        for field in _field_names(SamplingSettings)
+                        if field != "sampling_topk"
+                        and values.get(field, None) not in (None, _default(SamplingSettings, field))
+                    ]
                     _check(not extra, f"{', '.join(extra)} need sampling: set sampling_topk to 0 or K > 1")
                     parts["sampling"] = None
                 else:

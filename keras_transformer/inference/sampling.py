@@ -25,7 +25,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_transformer.config import DecodingConfig
+from keras_transformer.config import DecodingConfig, SamplingSettings
 from keras_transformer.inference.controls import controls
 from keras_transformer.inference.log_probs import NEG_INF, LogProbs, gather_beams
 from keras_transformer.inference.search import (
@@ -134,7 +134,8 @@ def sample_search(model, source_ids, seed, *, decoding: DecodingConfig, suppress
     """The traceable sampling: source_ids [B, S] int32, seed [2] int64 -> (ids [B, n, L] int32,
     scores [B, n] float32), n = `num_samples` samples per sentence, best first."""
     settings = decoding.search
-    strategy = Sampling(decoding.sampling, seed, settings.alpha, never_generated(settings.disable_unk))
+    drawn = decoding.sampling or SamplingSettings()  # sampling off: top-1 draws, greedy decoding
+    strategy = Sampling(drawn, seed, settings.alpha, never_generated(settings.disable_unk))
     return search(
         model,
         source_ids,
