@@ -128,10 +128,9 @@ class ModelDir:
                 with contextlib.suppress(OSError):  # not empty: the run wrote into it
                     os.rmdir(self.path)
 
-    def checkpoints(self) -> list[str]:
-        """The training checkpoints that checkpoints/checkpoint lists, newest first."""
-        state = tf.train.get_checkpoint_state(self.checkpoint_dir)
-        return list(reversed(state.all_model_checkpoint_paths)) if state else []
+    def checkpoints(self, warn=None) -> list[str]:
+        """The training checkpoints, newest first (`checkpoint_paths`)."""
+        return checkpoint_paths(self.checkpoint_dir, warn)
 
     def resolve_checkpoint(self, name: str | None) -> str | None:
         """None or "latest": the last training checkpoint; "averaged", "best" or "ema": that
@@ -139,10 +138,10 @@ class ModelDir:
         if name in (None, "latest"):
             return self.latest_checkpoint()
         if name in WEIGHTS_CHECKPOINTS:
-            path = tf.train.latest_checkpoint(self.weights_dir(name))
-            if path is None:
+            paths = checkpoint_paths(self.weights_dir(name))
+            if not paths:
                 raise ModelDirError(f"{self.path} has no {name} checkpoint yet")
-            return path
+            return paths[0]
         return name
 
     def exists(self) -> bool:
@@ -209,15 +208,86 @@ class ModelDir:
         return SubwordTokenizer.load(self.tokenizer_path)
 
     def checkpoint_manager(
-        self, checkpoint: tf.train.Checkpoint, keep: int = 5, worker: int = 0
+        self, checkpoint: tf.train.Checkpoint, keep: int = 5, worker: int = 0, warn=None
     ) -> tf.train.CheckpointManager:
         """The chief (worker 0) saves to checkpoints/; in multi-worker training every other worker
-        saves too (all must), to checkpoints/worker-N/, which nothing reads but that worker."""
+        saves too (all must), to checkpoints/worker-N/, which nothing reads but that worker. An
+        unreadable state file is rewritten first from the checkpoint files (`checkpoint_paths`,
+        which says so through `warn`), so that the manager resumes and prunes them."""
         directory = self.checkpoint_dir if worker == 0 else os.path.join(self.checkpoint_dir, f"worker-{worker}")
+        _repair_state(directory, warn)
         return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep, checkpoint_name="ckpt")
 
     def latest_checkpoint(self) -> str | None:
-        return tf.train.latest_checkpoint(self.checkpoint_dir)
+        paths = self.checkpoints()
+        return paths[0] if paths else None
+
+
+STATE_FILE = "checkpoint"  # TensorFlow's CheckpointState, in text format, in every checkpoint directory
+
+
+def _read_state(directory: str) -> tuple[list[str] | None, str]:
+    """(the checkpoint paths the state file lists, newest first, or None when it cannot be read;
+    why not). TensorFlow's `get_checkpoint_state` raises on an empty file and returns None (with a
+    warning through its logger, which the CLI silences) on one that does not parse."""
+    if not os.path.exists(os.path.join(directory, STATE_FILE)):
+        return None, "missing"
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except ValueError as error:  # empty ("Invalid checkpoint state"), or not UTF-8 (UnicodeDecodeError)
+        return None, f"unreadable: {_first_line(error)}"
+    if state is None:
+        return None, "unreadable: it does not parse"
+    return list(reversed(state.all_model_checkpoint_paths)), ""
+
+
+def _found_checkpoints(directory: str) -> list[str]:
+    """The checkpoints `directory` holds, from their index files (`ckpt-N.index`), newest first."""
+    paths = [path.removesuffix(".index") for path in glob.glob(os.path.join(glob.escape(directory), "ckpt-*.index"))]
+    numbered = [path for path in paths if checkpoint_step(path) is not None]
+    return sorted(numbered, key=checkpoint_step, reverse=True)
+
+
+def checkpoint_paths(directory: str, warn=None) -> list[str]:
+    """The checkpoints in `directory` (checkpoints/, averaged/, best/, ema/), newest first: those its
+    state file lists, or, when that file is missing, empty or corrupt (a copy fault, a crash while
+    TensorFlow rewrites it) but checkpoint files are there, those the files hold, said through
+    `warn` (default: stderr) in one line naming the newest."""
+    paths, why = _read_state(directory)
+    if paths is not None:
+        return paths
+    found = _found_checkpoints(directory)
+    if found:
+        (warn or _warn)(
+            f"{os.path.join(directory, STATE_FILE)} is {why}; found {len(found)} checkpoint(s) from their files, "
+            f"the newest {found[0]}"
+        )
+    return found
+
+
+def _repair_state(directory: str, warn=None) -> None:
+    """Rewrite `directory`'s unreadable state file from the checkpoint files (oldest first, their
+    modification times as save times, so that `CheckpointManager` prunes them as it would have), or
+    remove it when no checkpoint is there (`CheckpointManager` refuses an empty one)."""
+    if _read_state(directory)[0] is not None or not os.path.isdir(directory):
+        return
+    found = list(reversed(checkpoint_paths(directory, warn)))
+    if not found:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(directory, STATE_FILE))
+        return
+    times = [os.path.getmtime(path + ".index") for path in found]
+    tf.compat.v1.train.update_checkpoint_state(
+        directory,
+        found[-1],
+        all_model_checkpoint_paths=found,
+        all_model_checkpoint_timestamps=times,
+        last_preserved_timestamp=min(times) - 1,
+    )
+
+
+def _warn(line: str) -> None:
+    print(f"warning: {line}", file=sys.stderr)
 
 
 def checkpoint_step(path: str) -> int | None:
@@ -285,9 +355,7 @@ def restore_newest(checkpoint: tf.train.Checkpoint, paths: list[str], *, weights
             continue
         if errors:
             reasons = "; ".join(str(error) for error in errors)
-            (warn or (lambda line: print(f"warning: {line}", file=sys.stderr)))(
-                f"using {path}, the newest checkpoint that restores ({reasons})"
-            )
+            (warn or _warn)(f"using {path}, the newest checkpoint that restores ({reasons})")
         return path
     raise errors[0]
 
@@ -321,15 +389,15 @@ def load_model(path: str, checkpoint: str | None = None, dtype: str | None = Non
             f"but the config says vocab_size={config.vocab_size}"
         )
     latest = checkpoint in (None, "latest")
-    checkpoint = model_dir.resolve_checkpoint(checkpoint)
-    if checkpoint is None:
+    paths = model_dir.checkpoints() if latest else [model_dir.resolve_checkpoint(checkpoint)]
+    if not paths:
         raise ModelDirError(f"{path} holds no checkpoint yet (train first)")
     model = Transformer(config)
     model.build()
     if latest:
-        restore_newest(weights_checkpoint(model), model_dir.checkpoints() or [checkpoint], weights_only=True)
+        restore_newest(weights_checkpoint(model), paths, weights_only=True)
     else:
-        restore(weights_checkpoint(model), checkpoint, weights_only=True)
+        restore(weights_checkpoint(model), paths[0], weights_only=True)
     if dtype is not None:
         model = model.with_dtype(dtype)
     return model, tokenizer, values

@@ -446,3 +446,51 @@ def test_a_nan_loss_is_one_line_in_a_terminal(tmp_path):
     assert len(errors) == 1 and stderr.splitlines()[-1] == errors[0], stderr[-2000:]
     assert errors[0].startswith("keras-transformer: error: the training loss became NaN or infinite at step ")
     assert errors[0].endswith("try a lower --learning-rate-scale")
+
+
+# --- an unreadable checkpoints/checkpoint state file ------------------------------------------------
+
+# What a crash while TensorFlow rewrites the state file, or a copy fault, leaves: nothing, half of
+# it, or bytes that are not text.
+BROKEN_STATES = {
+    "empty": b"",
+    "half": b'model_checkpoint_path: "ckpt-20"\nall_model_checkpoint_paths: "ckpt-16"\nall_model_checkpoint_pa',
+    "garbled": b"\x00\xff\xfe\x00garbage",
+}
+
+
+@pytest.mark.parametrize("state", BROKEN_STATES)
+def test_translate_finds_the_newest_checkpoint_from_the_files_when_the_state_file_is_broken(copy_of, capsys, state):
+    model_dir = copy_of()
+    (model_dir / "checkpoints" / "checkpoint").write_bytes(BROKEN_STATES[state])
+    model, _, _ = load_model(str(model_dir))
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith(f"warning: {model_dir}/checkpoints/checkpoint is unreadable")
+    assert warning.endswith(f"found 3 checkpoint(s) from their files, the newest {model_dir}/checkpoints/ckpt-20")
+    expected, _, _ = load_model(str(model_dir), f"{model_dir}/checkpoints/ckpt-20")
+    for ours, theirs in zip(model.weights, expected.weights):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_translate_in_a_terminal_says_which_checkpoint_it_found_when_the_state_file_is_empty(copy_of):
+    model_dir = copy_of()
+    (model_dir / "checkpoints" / "checkpoint").write_bytes(b"")
+    result = cli("translate", "--model-dir", str(model_dir), "--beam-size", "1", "Jesus wept.")
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert result.stdout.decode().count("\n") == 1
+    assert result.stderr.decode() == (
+        f"warning: {model_dir}/checkpoints/checkpoint is unreadable: Invalid checkpoint state loaded from "
+        f"{model_dir}/checkpoints; found 3 checkpoint(s) from their files, the newest {model_dir}/checkpoints/ckpt-20\n"
+    )
+
+
+@pytest.mark.parametrize("state", ["empty", "half"])
+def test_a_resume_with_a_broken_state_file_goes_on_from_the_newest_checkpoint_never_from_step_0(copy_of, state):
+    model_dir = copy_of()
+    (model_dir / "checkpoints" / "checkpoint").write_bytes(BROKEN_STATES[state])
+    lines = train_tiny(model_dir, 22)
+    assert lines[0].startswith(f"{model_dir}/checkpoints/checkpoint is unreadable")
+    assert lines[0].endswith(f"the newest {model_dir}/checkpoints/ckpt-20")
+    assert lines[1] == "resumed from step 20"
+    assert checkpoint_steps(model_dir) == [18, 20, 22]  # the state rewritten: the oldest pruned as before
+    assert ModelDir(str(model_dir)).checkpoints()[0] == f"{model_dir}/checkpoints/ckpt-22"

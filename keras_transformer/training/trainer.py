@@ -117,10 +117,11 @@ def _build(config: TransformerConfig, training: TrainingConfig, strategy: tf.dis
 
 def _resume(directory: ModelDir, model, fitted, training: TrainingConfig, strategy, log) -> tf.train.CheckpointManager:
     """The run's checkpoint manager, after restoring the newest checkpoint that restores (a
-    resume), or, in a new fine-tuning dir, the parent's weights with a fresh optimizer."""
+    resume; found from the files themselves when the state file is unreadable), or, in a new
+    fine-tuning dir, the parent's weights with a fresh optimizer."""
     budget_state = {"step_budget": fitted.total_steps} if fitted else {}  # resumes keep the fitted budget
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **budget_state)
-    manager = directory.checkpoint_manager(checkpoint, training.keep_checkpoints, worker=worker_id(strategy))
+    manager = directory.checkpoint_manager(checkpoint, training.keep_checkpoints, worker_id(strategy), warn=log)
     newest_first = list(reversed(manager.checkpoints)) or directory.checkpoints()  # a worker > 0 resumes as the chief
     if newest_first:
         restore_newest(checkpoint, newest_first, warn=log)
