@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import fcntl
 import glob
 import json
 import os
@@ -40,14 +41,48 @@ class CheckpointWriteError(ModelDirError):
     """A checkpoint could not be written (a full disk, most often); its partial files are gone."""
 
 
-def _pid_alive(pid: int) -> bool:
+def _take_lock(directory: str, path: str) -> int:
+    """The descriptor of the lock file `path`, exclusively `flock`ed, holding "host pid" of this
+    process (`ModelDir.lock`)."""
+    while True:
+        descriptor = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            host, pid = _lock_holder(path)
+            raise ModelDirLocked(
+                f"{directory} is in use by another train (host {host or '?'}, PID {pid or '?'}; "
+                f"lock file {path}): wait for it to end, or use another --model-dir"
+            ) from None
+        try:
+            if os.stat(path).st_ino != os.fstat(descriptor).st_ino:
+                raise FileNotFoundError(path)  # replaced since it was opened
+        except FileNotFoundError:  # its holder released it after we opened it: lock the new one
+            os.close(descriptor)
+            continue
+        host, pid = _lock_holder(path)
+        if host and host != socket.gethostname():
+            os.close(descriptor)
+            raise ModelDirLocked(
+                f"{directory} is in use by a train on host {host} (PID {pid or '?'}; lock file {path}), or was: "
+                "a lock of another host is not taken over; remove the lock file if that train has ended"
+            )
+        if pid:
+            print(f"warning: took over the stale lock of PID {pid} (no such process) in {path}", file=sys.stderr)
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, f"{socket.gethostname()} {os.getpid()}\n".encode())
+        return descriptor
+
+
+def _lock_holder(path: str) -> tuple[str, str]:
+    """(host, PID) that the lock file `path` names; empty strings for what it does not say."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
+        with open(path, encoding="utf-8", errors="replace") as f:
+            host, _, pid = f.read().strip().partition(" ")
+    except FileNotFoundError:
+        return "", ""
+    return host, pid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,46 +119,23 @@ class ModelDir:
     @contextlib.contextmanager
     def lock(self, worker: int = 0):
         """Hold the directory for one training process (worker `worker` of a multi-worker run) and
-        release it on exit. The lock file, created with O_EXCL, holds "host pid"; a lock whose
-        process is gone (same host, PID not alive: a `kill -9`, a crash) is stale and taken over.
+        release it on exit. The holder keeps an exclusive `flock` on the lock file, which holds
+        "host pid" for the messages: the kernel releases it when the holder dies (a `kill -9`, a
+        crash), so a lock file that can be locked is stale and taken over, and however many take it
+        over at once, one wins (a lock file removed meanwhile by its holder is locked anew). A lock
+        file of another host is never taken over (a network file system may not share locks).
         Raises `ModelDirLocked` naming the live holder. A directory that the lock made and that is
         empty again when it is released (a run that failed before writing anything) is removed."""
         made = not os.path.isdir(self.path)
         os.makedirs(self.path, exist_ok=True)
         path = self.lock_path(worker)
-        mine = f"{socket.gethostname()} {os.getpid()}\n"
-        while True:
-            try:
-                descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                try:
-                    with open(path, encoding="utf-8") as f:
-                        host, _, pid = f.read().strip().partition(" ")
-                except FileNotFoundError:  # released meanwhile
-                    continue
-                if host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid)):
-                    stale = f"{path}.stale-{os.getpid()}"
-                    with contextlib.suppress(FileNotFoundError):  # another process took it over first
-                        os.rename(path, stale)  # atomic: one taker wins
-                        os.remove(stale)
-                        print(
-                            f"warning: took over the stale lock of PID {pid} (no such process) in {path}",
-                            file=sys.stderr,
-                        )
-                    continue
-                raise ModelDirLocked(
-                    f"{self.path} is in use by another train (host {host or '?'}, PID {pid or '?'}; "
-                    f"lock file {path}): wait for it to end, or use another --model-dir"
-                ) from None
-            with os.fdopen(descriptor, "w", encoding="utf-8") as f:
-                f.write(mine)
-            break
+        descriptor = _take_lock(self.path, path)
         try:
             yield
         finally:
-            with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as f:
-                if f.read() == mine:
-                    os.remove(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)  # while still holding it: a taker that opened it sees it gone and retries
+            os.close(descriptor)
             if made:
                 with contextlib.suppress(OSError):  # not empty: the run wrote into it
                     os.rmdir(self.path)

@@ -25,7 +25,14 @@ from conftest import FIXTURE, ONE_PAIR_FLAGS, TINY_TRAINING
 
 from keras_transformer.cli.main import main
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
-from keras_transformer.model_dir import CheckpointWriteError, ModelDir, ModelDirError, load_model, save_checkpoint
+from keras_transformer.model_dir import (
+    CheckpointWriteError,
+    ModelDir,
+    ModelDirError,
+    ModelDirLocked,
+    load_model,
+    save_checkpoint,
+)
 
 EPOCHS, STEPS_PER_EPOCH, KEEP = 10, 2, 3
 TRAINING = dict(batch_tokens=512, warmup_steps=10, steps_per_epoch=STEPS_PER_EPOCH, keep_checkpoints=KEEP)
@@ -142,6 +149,83 @@ def test_a_second_train_on_a_model_dir_in_use_refuses_naming_the_first_and_a_kil
         assert open(lock).read() == f"{socket.gethostname()} {os.getpid()}\n"
     assert not os.path.exists(lock)
     assert f"took over the stale lock of PID {holder.pid} (no such process)" in capsys.readouterr().err
+
+
+RACE = """import os, socket, sys, time
+from keras_transformer.model_dir import ModelDir, ModelDirLocked
+gethostname = socket.gethostname
+socket.gethostname = lambda: time.sleep(0.02) or gethostname()  # a wider window between read and act
+print("ready", flush=True)
+while not os.path.exists(sys.argv[2]):  # every taker starts at once
+    time.sleep(0.001)
+try:
+    with ModelDir(sys.argv[1]).lock():
+        print("won", flush=True)
+        time.sleep(2)  # hold it until every other taker has tried
+except ModelDirLocked:
+    print("refused", flush=True)
+"""
+
+
+def stale_lock(model_dir) -> int:
+    """Leave in `model_dir` the lock of a process that is gone, as a `kill -9` does; return its PID."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    os.makedirs(model_dir, exist_ok=True)
+    with open(ModelDir(str(model_dir)).lock_path(), "w") as f:
+        f.write(f"{socket.gethostname()} {dead.pid}\n")
+    return dead.pid
+
+
+def race_for_the_lock(model_dir, takers: int) -> list[str]:
+    """`takers` threads take the lock of `model_dir` at once; each says "won" or "refused"; a winner
+    holds the lock until every other taker has tried."""
+    start, tried, outcomes = threading.Barrier(takers), threading.Barrier(takers, timeout=60), []
+
+    def take():
+        start.wait()
+        try:
+            with ModelDir(str(model_dir)).lock():
+                outcomes.append("won")
+                tried.wait()
+        except ModelDirLocked:
+            outcomes.append("refused")
+            tried.wait()
+
+    threads = [threading.Thread(target=take) for _ in range(takers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+def test_many_threads_taking_over_one_stale_lock_at_once_leave_exactly_one_holder(tmp_path, monkeypatch):
+    """8 threads take over a stale lock at once, 10 times over; the window between reading the lock
+    and acting on it widened (a slow `socket.gethostname`, which every taker calls): one wins each time."""
+    gethostname = socket.gethostname
+    monkeypatch.setattr(socket, "gethostname", lambda: time.sleep(0.02) or gethostname())
+    for attempt in range(10):
+        model_dir = tmp_path / f"model-{attempt}"
+        stale_lock(model_dir)
+        outcomes = race_for_the_lock(model_dir, 8)
+        assert sorted(outcomes) == ["refused"] * 7 + ["won"], (attempt, outcomes)
+        assert not os.path.exists(ModelDir(str(model_dir)).lock_path())  # released by the one winner
+
+
+@pytest.mark.slow  # 6 processes importing TensorFlow: the threads above race in `make test`
+def test_many_processes_taking_over_one_stale_lock_at_once_leave_exactly_one_trainer(tmp_path):
+    model_dir, go = tmp_path / "model", tmp_path / "go"
+    dead = stale_lock(model_dir)
+    command = [sys.executable, "-c", RACE, str(model_dir), str(go)]
+    takers = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    for taker in takers:
+        assert taker.stdout.readline() == "ready\n"
+    go.touch()
+    results = [taker.communicate(timeout=60) for taker in takers]
+    assert sorted(out for out, _ in results) == ["refused\n"] * 5 + ["won\n"], results
+    warnings = [err for _, err in results if "took over" in err]
+    assert len(warnings) == 1 and f"took over the stale lock of PID {dead} (no such process)" in warnings[0]
 
 
 # --- a truncated checkpoint ---------------------------------------------------------------------
