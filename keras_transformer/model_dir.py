@@ -388,7 +388,8 @@ def load_model(path: str, checkpoint: str | None = None, dtype: str | None = Non
     """(Transformer, SubwordTokenizer, stored config dict) from a model directory, weights from
     `checkpoint` ("latest", the default: the newest training checkpoint that restores, with a
     warning on stderr when it is not the newest; "averaged"; "best"; "ema"; or a path, strictly),
-    as trained (float32) or cast to `dtype` for decoding (`Transformer.with_dtype`)."""
+    as trained (float32) or cast to `dtype` for decoding (`Transformer.with_dtype`). The dict's
+    "checkpoint_path" is the checkpoint the weights came from."""
     from keras_transformer.model import Transformer
 
     model_dir = ModelDir(path)
@@ -407,9 +408,10 @@ def load_model(path: str, checkpoint: str | None = None, dtype: str | None = Non
     model = Transformer(config)
     model.build()
     if latest:
-        restore_newest(weights_checkpoint(model), paths, weights_only=True)
+        values["checkpoint_path"] = restore_newest(weights_checkpoint(model), paths, weights_only=True)
     else:
         restore(weights_checkpoint(model), paths[0], weights_only=True)
+        values["checkpoint_path"] = paths[0]
     if dtype is not None:
         model = model.with_dtype(dtype)
     return model, tokenizer, values

@@ -8,6 +8,7 @@ halves every trace."""
 
 import errno
 import glob
+import json
 import os
 import shutil
 import signal
@@ -578,3 +579,30 @@ def test_a_resume_with_a_broken_state_file_goes_on_from_the_newest_checkpoint_ne
     assert lines[1] == "resumed from step 20"
     assert checkpoint_steps(model_dir) == [18, 20, 22]  # the state rewritten: the oldest pruned as before
     assert ModelDir(str(model_dir)).checkpoints()[0] == f"{model_dir}/checkpoints/ckpt-22"
+
+
+# --- export --checkpoint averaged, then export --check ----------------------------------------------
+
+
+@pytest.mark.slow  # two SavedModels written and checked
+def test_an_export_of_averaged_weights_records_them_and_its_check_compares_with_them(untrained, tmp_path, capsys):
+    """averaged/ holds other weights than the latest checkpoint (another random model): an export of
+    them names them in translator.json, and `export --check` holds its artifacts to their
+    translations (checked against the latest, every artifact failed)."""
+    from keras_transformer.model import Transformer
+    from keras_transformer.model_dir import save_weights
+
+    model_dir = shutil.copytree(untrained, tmp_path / "model")
+    keras.utils.set_random_seed(4)
+    other = Transformer(ModelDir(str(model_dir)).read()["model"])
+    other.build()
+    averaged = save_weights(other, ModelDir(str(model_dir)).weights_dir("averaged"), 7)
+    out = str(tmp_path / "export")
+    export = ["export", "--model-dir", str(model_dir), "--checkpoint", "averaged", "--out", out, "--no-tflite"]
+    assert main([*export, "--beam-size", "1"]) == 0, capsys.readouterr().err[-2000:]
+    with open(os.path.join(out, "translator.json"), encoding="utf-8") as f:
+        assert json.load(f)["checkpoint"] == {"name": "averaged", "paths": [os.path.abspath(averaged)]}
+    capsys.readouterr()
+    assert main(["export", "--check", out, "--sample", "20"]) == 0, capsys.readouterr().err
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all("100% identical" in line for line in lines[1:]), lines

@@ -460,14 +460,16 @@ def _export(args):
     if args.quantization and args.format != "ctranslate2":
         raise ValueError("--quantization applies to --format ctranslate2 only")
     from keras_transformer.inference.ensemble import Ensemble
-    from keras_transformer.model_dir import load_model
+    from keras_transformer.model_dir import ModelDir, load_model
 
     if len(args.model_dir) > 1:
         if args.format == "ctranslate2":
             raise ValueError("--format ctranslate2 exports one model: pass one --model-dir")
         model, tokenizer = Ensemble.from_model_dirs(args.model_dir, args.checkpoint)
+        exported = [ModelDir(path).resolve_checkpoint(args.checkpoint) for path in args.model_dir]
     else:
-        model, tokenizer, _ = load_model(args.model_dir[0], args.checkpoint)
+        model, tokenizer, values = load_model(args.model_dir[0], args.checkpoint)
+        exported = [values["checkpoint_path"]]
     if args.format == "ctranslate2":
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
@@ -484,6 +486,7 @@ def _export(args):
             log=_log,
             model_dirs=args.model_dir,
             tflite=args.tflite,
+            checkpoint={"name": args.checkpoint, "paths": [os.path.abspath(path) for path in exported]},
         )
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")

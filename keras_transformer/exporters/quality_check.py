@@ -5,7 +5,8 @@ A servable artifact can still be wrong (an export whose outputs were wrong and r
 to users of another toolkit: OpenNMT-tf#1005). `check_quality(out, model_dir)` translates up to
 `sample` held-out pairs of the model dir's data (its test split, else its validation split) with
 the checkpoint (`Translator`, the export's own decoding settings from `translator.json`) and with
-every artifact it finds in `out`:
+every artifact it finds in `out`, the checkpoint being the one exported (translator.json's
+"checkpoint": `export --checkpoint averaged`, `best`, `ema` or a path):
 
 | artifact | runs on | precision |
 | --- | --- | --- |
@@ -164,6 +165,17 @@ def _ctranslate2_runner(engine, translator: Translator):
     return translate
 
 
+def _exported_checkpoint(metadata: dict, model_dirs: Sequence[str]) -> str:
+    """The checkpoint whose translations the artifacts must give: the one exported, as translator.json
+    records it: its path for the model dir exported, its name ("averaged", ...) for other model dirs
+    (an ensemble's: one name for all); "latest" for an export that does not say (an older one)."""
+    exported = metadata.get("checkpoint", {})
+    same_dirs = [os.path.abspath(path) for path in model_dirs] == metadata.get("model_dirs")
+    if same_dirs and len(exported.get("paths", ())) == 1:
+        return exported["paths"][0]
+    return exported.get("name", "latest")
+
+
 def check_quality(
     out: str,
     model_dirs: Sequence[str],
@@ -172,7 +184,8 @@ def check_quality(
     max_bleu_drop: float = MAX_BLEU_DROP,
 ) -> tuple[list[ArtifactQuality], list[str]]:
     """(a report per artifact, the one-line problems of those past the tolerance), against the
-    checkpoint of `model_dirs` (several: their ensemble), on the first one's held-out pairs."""
+    checkpoint exported (`_exported_checkpoint`) of `model_dirs` (several: their ensemble), on the
+    first one's held-out pairs."""
     from keras_transformer.data.sources import read_pairs
     from keras_transformer.data.splits import split_source
     from keras_transformer.data.tokenizer import tag
@@ -191,7 +204,7 @@ def check_quality(
     sources, references = read_pairs(*source, data.reverse, sample, tfds_data_dir=data.tfds_data_dir)
     if trained_on.multilingual:  # into the first source's language, its piece at each text's start
         sources = [tag(text, trained_on.languages()[0]) for text in sources]
-    translator = Translator.from_model_dir(list(model_dirs), "latest", decoding)
+    translator = Translator.from_model_dir(list(model_dirs), _exported_checkpoint(metadata, model_dirs), decoding)
     expected = translator.translate(sources)
     reference_bleu = corpus_scores(expected, references)["bleu"]
     reports, problems = [], []
