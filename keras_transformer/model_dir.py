@@ -289,10 +289,11 @@ def _repair_state(directory: str, warn=None) -> None:
             os.remove(os.path.join(directory, STATE_FILE))
         return
     times = [os.path.getmtime(path + ".index") for path in found]
+    names = [os.path.basename(path) for path in found]  # relative, as CheckpointManager writes them
     tf.compat.v1.train.update_checkpoint_state(
         directory,
-        found[-1],
-        all_model_checkpoint_paths=found,
+        names[-1],
+        all_model_checkpoint_paths=names,
         all_model_checkpoint_timestamps=times,
         last_preserved_timestamp=min(times) - 1,
     )
@@ -315,9 +316,31 @@ def weights_checkpoint(model) -> tf.train.Checkpoint:
 
 def save_weights(model, directory: str, step: int, keep: int = 1) -> str:
     """Write `model`'s weights (no optimizer) as a checkpoint in `directory` (averaged/, best/,
-    ema/), numbered `step`, keeping the `keep` newest; return its path."""
-    manager = tf.train.CheckpointManager(weights_checkpoint(model), directory, max_to_keep=keep, checkpoint_name="ckpt")
-    return manager.save(checkpoint_number=step)
+    ema/), numbered `step`, keeping the `keep` newest; return its path.
+
+    The write goes to a temporary sibling (`directory`.tmp) that holds the kept checkpoints too (hard
+    links: no copy), renamed into place once complete: a failed write (a full disk, most often)
+    leaves the previous copy intact, removes its own files and raises `CheckpointWriteError`."""
+    directory = os.path.normpath(directory)
+    temporary, previous = directory + ".tmp", directory + ".old"
+    for leftover in (temporary, previous):  # of a write that crashed
+        shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        if os.path.isdir(directory):
+            shutil.copytree(directory, temporary, copy_function=os.link)
+        manager = tf.train.CheckpointManager(
+            weights_checkpoint(model), temporary, max_to_keep=keep, checkpoint_name="ckpt"
+        )
+        manager.save(checkpoint_number=step)
+    except (tf.errors.OpError, OSError) as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        last_good = checkpoint_paths(directory)
+        raise _write_error(error, os.path.join(directory, f"ckpt-{step}"), (last_good or [None])[0]) from None
+    if os.path.isdir(directory):
+        os.rename(directory, previous)
+    os.rename(temporary, directory)
+    shutil.rmtree(previous, ignore_errors=True)
+    return os.path.join(directory, f"ckpt-{step}")
 
 
 def remove_checkpoint_files(prefix: str) -> None:
@@ -340,13 +363,16 @@ def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
         return manager.save(checkpoint_number=step)
     except (tf.errors.OpError, OSError) as error:
         remove_checkpoint_files(prefix)
-        message = getattr(error, "message", None) or str(error)
-        full = isinstance(error, tf.errors.ResourceExhaustedError) or getattr(error, "errno", None) == errno.ENOSPC
-        full = full or "No space left on device" in message
-        what = "no space left on device" if full else f"cannot write ({_first_line(error)})"
-        raise CheckpointWriteError(
-            f"{what} writing checkpoint {prefix}; the last good one is {last_good or 'none'}"
-        ) from None
+        raise _write_error(error, prefix, last_good) from None
+
+
+def _write_error(error: Exception, prefix: str, last_good: str | None) -> CheckpointWriteError:
+    """The one-line error of a failed write of the checkpoint `prefix`."""
+    message = getattr(error, "message", None) or str(error)
+    full = isinstance(error, tf.errors.ResourceExhaustedError) or getattr(error, "errno", None) == errno.ENOSPC
+    full = full or "No space left on device" in message
+    what = "no space left on device" if full else f"cannot write ({_first_line(error)})"
+    return CheckpointWriteError(f"{what} writing checkpoint {prefix}; the last good one is {last_good or 'none'}")
 
 
 def _first_line(error: BaseException) -> str:

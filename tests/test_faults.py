@@ -326,6 +326,67 @@ def test_a_failed_checkpoint_write_removes_its_files_and_names_the_last_good_one
         save_checkpoint(manager, 6)
 
 
+def fail_writes_under(monkeypatch, part: str) -> None:
+    """Checkpoint writes under a directory whose path holds `part` fail half-way through their shard
+    with ENOSPC, as on a full disk; the others write."""
+    write = tf.train.Checkpoint._write
+
+    def disk_full(self, prefix, **options):
+        if part not in prefix:
+            return write(self, prefix, **options)
+        os.makedirs(prefix + "_temp")
+        with open(f"{prefix}_temp/part-00000-of-00001.data-00000-of-00001", "wb") as f:
+            f.write(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device", f"{prefix}_temp/part-00000-of-00001.data-00000-of-00001")
+
+    monkeypatch.setattr(tf.train.Checkpoint, "_write", disk_full)  # what CheckpointManager.save calls
+
+
+def weights_files(directory) -> dict:
+    """{file name: its bytes} of a weights-only checkpoint directory."""
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+def test_a_full_disk_while_averaging_is_one_line_and_keeps_the_previous_average(copy_of, capsys, monkeypatch):
+    model_dir = copy_of()
+    assert main(["average", "--model-dir", str(model_dir), "--last", "2"]) == 0
+    averaged = model_dir / "averaged"
+    before = weights_files(averaged)
+    capsys.readouterr()
+    fail_writes_under(monkeypatch, "averaged")
+    assert main(["average", "--model-dir", str(model_dir), "--last", "3"]) == 2
+    assert capsys.readouterr().err == (
+        f"keras-transformer: error: no space left on device writing checkpoint {averaged}/ckpt-20; "
+        f"the last good one is {averaged}/ckpt-20\n"
+    )
+    assert weights_files(averaged) == before  # the previous copy, intact
+    assert not glob.glob(f"{model_dir}/averaged.*")  # no temporary sibling left
+    load_model(str(model_dir), "averaged")
+
+
+def test_a_full_disk_while_writing_ema_ends_train_in_one_line_and_keeps_the_previous_ema(tmp_path, capsys, monkeypatch):
+    model_dir = tmp_path / "model"
+    flags = [*TRAIN_FLAGS, "--model-dir", str(model_dir), "--ema-decay", "0.9", "--keep-checkpoints", "2"]
+    assert main([*flags, "--max-steps", "4"]) == 0, capsys.readouterr().err[-2000:]
+    ema = model_dir / "ema"
+    before = weights_files(ema)
+    assert sorted(before) == [
+        "checkpoint",
+        *(f"ckpt-{n}.{kind}" for n in (2, 4) for kind in ("data-00000-of-00001", "index")),
+    ]
+    capsys.readouterr()
+    fail_writes_under(monkeypatch, "ema")
+    assert main([*flags, "--max-steps", "6"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line or "Traceback" in line]
+    assert errors == [
+        f"keras-transformer: error: no space left on device writing checkpoint {ema}/ckpt-6; "
+        f"the last good one is {ema}/ckpt-4"
+    ]
+    assert weights_files(ema) == before
+    assert not glob.glob(f"{model_dir}/ema.*")
+    load_model(str(model_dir), "ema")
+
+
 # --- stdin that is not UTF-8, streamed ------------------------------------------------------------
 
 

@@ -186,10 +186,10 @@ def _callbacks(
         best_dir = directory.weights_dir("best")
         translator = Translator(model, tokenizer)
         ordered.append(BleuCallback(translator, sources, references, best_dir, training.bleu_every_epochs, log))
-    if training.ema_decay is not None:  # every worker saves (as for checkpoints/), the chief to ema/
+    if training.ema_decay is not None:  # every worker saves, the chief to ema/, the others in their checkpoints/
         ema_dir = directory.weights_dir("ema")
-        if worker_id(strategy):
-            ema_dir = os.path.join(ema_dir, f"worker-{worker_id(strategy)}")
+        if worker_id(strategy):  # not inside ema/, which each save replaces whole (`save_weights`)
+            ema_dir = os.path.join(directory.checkpoint_dir, f"worker-{worker_id(strategy)}", "ema")
         ordered.append(EmaCheckpoint(ema_dir, training.keep_checkpoints))
     ordered += callbacks
     if early_stopping is not None:  # after the callers': it sees the scores they log
