@@ -667,3 +667,23 @@ def test_an_export_of_averaged_weights_records_them_and_its_check_compares_with_
     assert main(["export", "--check", out, "--sample", "20"]) == 0, capsys.readouterr().err
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and all("100% identical" in line for line in lines[1:]), lines
+
+
+# --- --ema-decay under mixed_float16 ----------------------------------------------------------------
+
+
+def test_ema_under_mixed_float16_writes_the_moving_average(tmp_path, monkeypatch):
+    """mixed_float16 (what `--mixed-precision` picks on a GPU), forced here on the CPU: Keras wraps
+    the optimizer in a LossScaleOptimizer, and the moving average lives in its inner optimizer."""
+    from keras_transformer.training import trainer
+
+    monkeypatch.setattr(trainer, "mixed_precision_policy", lambda strategy: "mixed_float16")
+    model_dir = tmp_path / "model"
+    train_tiny(model_dir, 4, mixed_precision=True, ema_decay=0.5)
+    model, _, _ = load_model(str(model_dir), "ema")
+    raw, _, _ = load_model(str(model_dir))
+    reader = tf.train.load_checkpoint(f"{model_dir}/checkpoints/ckpt-4")
+    assert any("LossScaleOptimizer" in name or "inner_optimizer" in name for name in reader.get_variable_to_shape_map())
+    assert all(weight.dtype == "float32" for weight in model.weights)
+    differ = [not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(model.trainable_weights, raw.trainable_weights)]
+    assert sum(differ) > len(differ) / 2  # the average, not the raw weights
