@@ -687,3 +687,82 @@ def test_ema_under_mixed_float16_writes_the_moving_average(tmp_path, monkeypatch
     assert all(weight.dtype == "float32" for weight in model.weights)
     differ = [not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(model.trainable_weights, raw.trainable_weights)]
     assert sum(differ) > len(differ) / 2  # the average, not the raw weights
+
+
+# --- score's stdin, and --prefix-file and --constraints with a long stdin -----------------------------
+
+
+class CountingStdin:
+    """stdin, as a terminal's or a pipe's: text lines (strict UTF-8), or bytes from its `buffer`;
+    `read` counts the lines read either way."""
+
+    def __init__(self, lines: list[bytes]):
+        self.lines, self.read = lines, 0
+        self.buffer = self.binary()
+
+    def binary(self):
+        for line in self.lines:
+            self.read += 1
+            yield line + b"\n"
+
+    def __iter__(self):
+        return (line.decode("utf-8") for line in self.binary())
+
+
+class Stdout:
+    def __init__(self, stdin: CountingStdin):
+        self.stdin, self.text, self.read_at_first_output = stdin, [], None
+
+    def write(self, text: str) -> None:
+        if self.read_at_first_output is None:
+            self.read_at_first_output = self.stdin.read
+        self.text.append(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def run_streamed(monkeypatch, argv, lines: list[bytes]) -> tuple[int, Stdout]:
+    stdin = CountingStdin(lines)
+    stdout = Stdout(stdin)
+    monkeypatch.setattr(sys, "stdin", stdin)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    return main(argv), stdout
+
+
+def test_score_streams_stdin_and_replaces_a_bad_byte_naming_the_line(untrained_model_dir, monkeypatch, capsys):
+    from keras_transformer.cli.main import STDIN_CHUNK
+
+    lines = [b"Amen.\tAmen.", b"Jesus wept.\tJesus weinte."] * 1250  # 2,500 pairs: three chunks
+    lines[1201] = b"bad \xff\xfe bytes\tGott"
+    status, stdout = run_streamed(monkeypatch, ["score", "--model-dir", untrained_model_dir], lines)
+    assert status == 0, capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "keras-transformer: warning: stdin line 1202: invalid UTF-8 (byte 0xff at offset 4) replaced by U+FFFD\n"
+    )
+    printed = "".join(stdout.text).splitlines()
+    assert len(printed) == len(lines) and printed[0] == printed[2] and printed[0] != printed[1]
+    assert stdout.read_at_first_output == STDIN_CHUNK  # the first chunk scored before the rest is read
+
+
+def test_prefix_file_and_constraints_are_read_along_with_a_long_stdin(
+    untrained_model_dir, tmp_path, monkeypatch, capsys
+):
+    from keras_transformer.cli.main import STDIN_CHUNK
+
+    lines = [b"Amen.", b"Jesus wept."] * 550  # 1,100 lines: two chunks
+    prefixes, constraints = tmp_path / "prefixes", tmp_path / "constraints"
+    prefixes.write_text("Gott\n" * len(lines), encoding="utf-8")
+    constraints.write_text("Amen\n" * len(lines), encoding="utf-8")
+    argv = ["translate", "--model-dir", untrained_model_dir, "--beam-size", "2", "--prefix-file", str(prefixes)]
+    status, stdout = run_streamed(monkeypatch, [*argv, "--constraints", str(constraints)], lines)
+    assert status == 0, capsys.readouterr().err
+    printed = "".join(stdout.text).splitlines()
+    assert len(printed) == len(lines) and all(line.startswith("Gott") and "Amen" in line for line in printed)
+    assert stdout.read_at_first_output == STDIN_CHUNK  # not all of stdin first
+    prefixes.write_text("Gott\n", encoding="utf-8")  # short: said once the inputs are counted
+    status, _ = run_streamed(monkeypatch, argv, lines)
+    assert status == 2
+    assert capsys.readouterr().err == (
+        f"keras-transformer: error: --prefix-file {prefixes} has 1 lines for {len(lines)} inputs\n"
+    )
