@@ -399,15 +399,39 @@ def restore_newest(checkpoint: tf.train.Checkpoint, paths: list[str], *, weights
 
 
 def restore(checkpoint: tf.train.Checkpoint, path: str, *, weights_only: bool = False) -> None:
-    """Restore `checkpoint` from `path`, with a one-line error for a corrupt or foreign file."""
+    """Restore `checkpoint` from `path`, with a one-line error for a corrupt or foreign file.
+    `weights_only` (a `weights_checkpoint`): what else the file holds (an optimizer) is ignored, but
+    every weight of the model must be in it; the error names those that are not (a checkpoint of
+    another model: fewer layers, another architecture)."""
     try:
         status = checkpoint.restore(path)
         if weights_only:
             status.expect_partial()
+            missing = _unrestored_weights(checkpoint.model, status)
         else:
             status.assert_existing_objects_matched()
     except (tf.errors.OpError, AssertionError, ValueError, IndexError, KeyError) as error:  # IndexError: truncated data
         raise ModelDirError(f"cannot restore checkpoint {path}: {_first_line(error)}") from None
+    if weights_only and missing:
+        names = ", ".join(missing[:MISSING_NAMED]) + (
+            f" and {len(missing) - MISSING_NAMED} more" if len(missing) > MISSING_NAMED else ""
+        )
+        raise ModelDirError(
+            f"cannot restore checkpoint {path}: it has no value for {len(missing)} of the model's "
+            f"{len(checkpoint.model.weights)} weights ({names}): a checkpoint of another model?"
+        )
+
+
+MISSING_NAMED = 5  # missing weights a restore error names
+
+
+def _unrestored_weights(model, status) -> list[str]:
+    """The paths (without the model's own name) of `model`'s weights that the restore `status` bound
+    to no value of its checkpoint. TF 2.21's load status keeps the objects it bound in
+    `_checkpoint.object_by_proto_id` (what its `assert_existing_objects_matched` reads, whose
+    message prints every value instead of naming the weights)."""
+    bound = {id(trackable) for trackable in status._checkpoint.object_by_proto_id.values()}
+    return [weight.path.partition("/")[2] for weight in model.weights if id(weight) not in bound]
 
 
 def load_model(path: str, checkpoint: str | None = None, dtype: str | None = None):

@@ -766,3 +766,28 @@ def test_prefix_file_and_constraints_are_read_along_with_a_long_stdin(
     assert capsys.readouterr().err == (
         f"keras-transformer: error: --prefix-file {prefixes} has 1 lines for {len(lines)} inputs\n"
     )
+
+
+# --- --checkpoint PATH of another model ----------------------------------------------------------------
+
+
+def test_a_checkpoint_of_another_model_is_one_line_naming_the_missing_weights(untrained, tmp_path, capsys):
+    """A checkpoint of a model with one layer a side, given to a model dir of two: every weight it
+    has fits (same sizes), the second layers' are missing."""
+    from keras_transformer.model import Transformer
+
+    config = ModelDir(untrained).read()["model"]
+    assert config.num_layers == 2
+    shallow = Transformer(TransformerConfig.from_dict({**config.to_dict(), "num_layers": 1}))
+    shallow.build()
+    path = tf.train.Checkpoint(model=shallow).save(str(tmp_path / "other" / "ckpt"))
+    assert main(["translate", "--model-dir", untrained, "--checkpoint", path, "Amen."]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    missing = len([w for w in shallow.weights if "/layer_0/" in w.path])  # the second layers: as many as the first
+    assert line == (
+        f"keras-transformer: error: cannot restore checkpoint {path}: it has no value for {missing} of the "
+        f"model's {len(shallow.weights) + missing} weights (encoder/layer_1/self_attention/query/kernel, "
+        "encoder/layer_1/self_attention/query/bias, encoder/layer_1/self_attention/key_value/kernel, "
+        "encoder/layer_1/self_attention/key_value/bias, encoder/layer_1/self_attention/output/kernel and "
+        f"{missing - 5} more): a checkpoint of another model?"
+    )
