@@ -791,3 +791,33 @@ def test_a_checkpoint_of_another_model_is_one_line_naming_the_missing_weights(un
         "encoder/layer_1/self_attention/key_value/bias, encoder/layer_1/self_attention/output/kernel and "
         f"{missing - 5} more): a checkpoint of another model?"
     )
+
+
+# --- export --check without LiteRT ------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # a TFLite conversion
+def test_export_check_runs_the_tflite_model_on_tensorflows_interpreter_without_litert(untrained, tmp_path, monkeypatch):
+    """What `make demo` meets on a fresh clone (no `export` extra): the TFLite model is checked all the
+    same, with TensorFlow's own interpreter."""
+    import functools
+
+    from keras_transformer.config import DecodingConfig
+    from keras_transformer.exporters.quality_check import check_quality
+    from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule
+    from keras_transformer.exporters.tensorflow import TFLITE_MODELS, tflite_decoding, tflite_metadata, tflite_models
+    from keras_transformer.inference.decoding import beam_search
+
+    model, tokenizer, _ = load_model(untrained)
+    decoding = DecodingConfig(beam_size=2)
+    decode = functools.partial(beam_search, decoding=tflite_decoding(decoding))
+    (flatbuffer,) = tflite_models(TranslationModule(model, decode=decode).translate_ids, IDS_SPEC)
+    out = tmp_path / "export"
+    out.mkdir()
+    (out / TFLITE_MODELS["ids"]).write_bytes(flatbuffer)
+    (out / "translator.json").write_text(json.dumps(tflite_metadata(model.config, decoding, [untrained])))
+    monkeypatch.setitem(sys.modules, "ai_edge_litert", None)  # not installed
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
+    (report,), problems = check_quality(str(out), [untrained], sample=8)
+    assert report.line().startswith(f"{out}/translator.tflite: 100% identical, BLEU ")  # a random model's BLEU: 0
+    assert problems == []

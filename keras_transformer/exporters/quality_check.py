@@ -12,7 +12,7 @@ every artifact it finds in `out`, the checkpoint being the one exported (transla
 | --- | --- | --- |
 | `saved_model/<name>/<N>/` serving_default | TensorFlow | the export's dtype |
 | `saved_model/<name>_ids/<N>/` + the tokenizer | TensorFlow | the export's dtype |
-| `translator.tflite`, `translator_int8.tflite` | LiteRT (the `export` extra) | float32, int8 weights |
+| `translator.tflite`, `translator_int8.tflite` | LiteRT, else `tf.lite.Interpreter` | float32, int8 weights |
 | a CTranslate2 model directory (`model.bin`) | CTranslate2 (the `ctranslate2` extra) | its weights' |
 
 and reports, per artifact, the share of outputs identical to the checkpoint's and the sacreBLEU
@@ -20,7 +20,8 @@ difference. An artifact fails past the tolerance: one in float32 must give at le
 `min_identical` (default 90%) of the checkpoint's outputs and lose at most `max_bleu_drop`
 (default 1.0) BLEU; a reduced-precision one (bf16, int8) or another engine (CTranslate2,
 whose length penalty is |y|^alpha, not GNMT's) need only the BLEU bound. An artifact whose
-runtime is not installed is reported as not checked, with the package to install.
+runtime is not installed (CTranslate2's) is reported as not checked, with the package to install;
+the TFLite models run on TensorFlow's own interpreter when LiteRT (the `export` extra) is not there.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import dataclasses
 import glob
 import json
 import os
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -88,6 +90,21 @@ def _padded(rows: list[np.ndarray]) -> np.ndarray:
     return batch
 
 
+def _tflite_interpreter(path: str):
+    """LiteRT's interpreter of the TFLite model `path` (the `export` extra), or without LiteRT
+    TensorFlow's own `tf.lite.Interpreter`, which runs the same builtin-ops models (deprecated in
+    favour of LiteRT, its warning silenced): every TFLite model is checked, installed extra or not."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        import tensorflow as tf
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "tf.lite.Interpreter is deprecated ... use ai_edge_litert"
+            return tf.lite.Interpreter(model_path=path)
+    return Interpreter(model_path=path)
+
+
 def _runners(out: str, translator: Translator, metadata: dict) -> dict:
     """{artifact path: (translate(texts) -> texts, exact)} for every artifact found in `out`, or
     {path: note} for one whose runtime is missing."""
@@ -123,12 +140,7 @@ def _runners(out: str, translator: Translator, metadata: dict) -> dict:
         path = os.path.join(out, metadata.get("models", {}).get(key, ""))
         if not os.path.isfile(path):
             continue
-        try:
-            from ai_edge_litert.interpreter import Interpreter
-        except ImportError:
-            runners[path] = "LiteRT is not installed: pip install 'keras-aiayn[export]'"
-            continue
-        runner = Interpreter(model_path=path).get_signature_runner()
+        runner = _tflite_interpreter(path).get_signature_runner()
         runners[path] = (best(lambda ids, r=runner: r(source_ids=ids)), exact)
     if os.path.isfile(os.path.join(out, "model.bin")):
         try:
