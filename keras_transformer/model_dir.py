@@ -328,6 +328,7 @@ def save_weights(model, directory: str, step: int, keep: int = 1) -> str:
     try:
         if os.path.isdir(directory):
             shutil.copytree(directory, temporary, copy_function=os.link)
+            _repair_state(temporary, warn=lambda line: None)  # CheckpointManager refuses an unreadable one
         manager = tf.train.CheckpointManager(
             weights_checkpoint(model), temporary, max_to_keep=keep, checkpoint_name="ckpt"
         )
