@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import fcntl
 import glob
 import json
 import os
@@ -40,14 +41,48 @@ class CheckpointWriteError(ModelDirError):
     """A checkpoint could not be written (a full disk, most often); its partial files are gone."""
 
 
-def _pid_alive(pid: int) -> bool:
+def _take_lock(directory: str, path: str) -> int:
+    """The descriptor of the lock file `path`, exclusively `flock`ed, holding "host pid" of this
+    process (`ModelDir.lock`)."""
+    while True:
+        descriptor = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            host, pid = _lock_holder(path)
+            raise ModelDirLocked(
+                f"{directory} is in use by another train (host {host or '?'}, PID {pid or '?'}; "
+                f"lock file {path}): wait for it to end, or use another --model-dir"
+            ) from None
+        try:
+            if os.stat(path).st_ino != os.fstat(descriptor).st_ino:
+                raise FileNotFoundError(path)  # replaced since it was opened
+        except FileNotFoundError:  # its holder released it after we opened it: lock the new one
+            os.close(descriptor)
+            continue
+        host, pid = _lock_holder(path)
+        if host and host != socket.gethostname():
+            os.close(descriptor)
+            raise ModelDirLocked(
+                f"{directory} is in use by a train on host {host} (PID {pid or '?'}; lock file {path}), or was: "
+                "a lock of another host is not taken over; remove the lock file if that train has ended"
+            )
+        if pid:
+            print(f"warning: took over the stale lock of PID {pid} (no such process) in {path}", file=sys.stderr)
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, f"{socket.gethostname()} {os.getpid()}\n".encode())
+        return descriptor
+
+
+def _lock_holder(path: str) -> tuple[str, str]:
+    """(host, PID) that the lock file `path` names; empty strings for what it does not say."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
+        with open(path, encoding="utf-8", errors="replace") as f:
+            host, _, pid = f.read().strip().partition(" ")
+    except FileNotFoundError:
+        return "", ""
+    return host, pid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,54 +119,30 @@ class ModelDir:
     @contextlib.contextmanager
     def lock(self, worker: int = 0):
         """Hold the directory for one training process (worker `worker` of a multi-worker run) and
-        release it on exit. The lock file, created with O_EXCL, holds "host pid"; a lock whose
-        process is gone (same host, PID not alive: a `kill -9`, a crash) is stale and taken over.
+        release it on exit. The holder keeps an exclusive `flock` on the lock file, which holds
+        "host pid" for the messages: the kernel releases it when the holder dies (a `kill -9`, a
+        crash), so a lock file that can be locked is stale and taken over, and however many take it
+        over at once, one wins (a lock file removed meanwhile by its holder is locked anew). A lock
+        file of another host is never taken over (a network file system may not share locks).
         Raises `ModelDirLocked` naming the live holder. A directory that the lock made and that is
         empty again when it is released (a run that failed before writing anything) is removed."""
         made = not os.path.isdir(self.path)
         os.makedirs(self.path, exist_ok=True)
         path = self.lock_path(worker)
-        mine = f"{socket.gethostname()} {os.getpid()}\n"
-        while True:
-            try:
-                descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                try:
-                    with open(path, encoding="utf-8") as f:
-                        host, _, pid = f.read().strip().partition(" ")
-                except FileNotFoundError:  # released meanwhile
-                    continue
-                if host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid)):
-                    stale = f"{path}.stale-{os.getpid()}"
-                    with contextlib.suppress(FileNotFoundError):  # another process took it over first
-                        os.rename(path, stale)  # atomic: one taker wins
-                        os.remove(stale)
-                        print(
-                            f"warning: took over the stale lock of PID {pid} (no such process) in {path}",
-                            file=sys.stderr,
-                        )
-                    continue
-                raise ModelDirLocked(
-                    f"{self.path} is in use by another train (host {host or '?'}, PID {pid or '?'}; "
-                    f"lock file {path}): wait for it to end, or use another --model-dir"
-                ) from None
-            with os.fdopen(descriptor, "w", encoding="utf-8") as f:
-                f.write(mine)
-            break
+        descriptor = _take_lock(self.path, path)
         try:
             yield
         finally:
-            with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as f:
-                if f.read() == mine:
-                    os.remove(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)  # while still holding it: a taker that opened it sees it gone and retries
+            os.close(descriptor)
             if made:
                 with contextlib.suppress(OSError):  # not empty: the run wrote into it
                     os.rmdir(self.path)
 
-    def checkpoints(self) -> list[str]:
-        """The training checkpoints that checkpoints/checkpoint lists, newest first."""
-        state = tf.train.get_checkpoint_state(self.checkpoint_dir)
-        return list(reversed(state.all_model_checkpoint_paths)) if state else []
+    def checkpoints(self, warn=None) -> list[str]:
+        """The training checkpoints, newest first (`checkpoint_paths`)."""
+        return checkpoint_paths(self.checkpoint_dir, warn)
 
     def resolve_checkpoint(self, name: str | None) -> str | None:
         """None or "latest": the last training checkpoint; "averaged", "best" or "ema": that
@@ -139,10 +150,10 @@ class ModelDir:
         if name in (None, "latest"):
             return self.latest_checkpoint()
         if name in WEIGHTS_CHECKPOINTS:
-            path = tf.train.latest_checkpoint(self.weights_dir(name))
-            if path is None:
+            paths = checkpoint_paths(self.weights_dir(name))
+            if not paths:
                 raise ModelDirError(f"{self.path} has no {name} checkpoint yet")
-            return path
+            return paths[0]
         return name
 
     def exists(self) -> bool:
@@ -209,15 +220,87 @@ class ModelDir:
         return SubwordTokenizer.load(self.tokenizer_path)
 
     def checkpoint_manager(
-        self, checkpoint: tf.train.Checkpoint, keep: int = 5, worker: int = 0
+        self, checkpoint: tf.train.Checkpoint, keep: int = 5, worker: int = 0, warn=None
     ) -> tf.train.CheckpointManager:
         """The chief (worker 0) saves to checkpoints/; in multi-worker training every other worker
-        saves too (all must), to checkpoints/worker-N/, which nothing reads but that worker."""
+        saves too (all must), to checkpoints/worker-N/, which nothing reads but that worker. An
+        unreadable state file is rewritten first from the checkpoint files (`checkpoint_paths`,
+        which says so through `warn`), so that the manager resumes and prunes them."""
         directory = self.checkpoint_dir if worker == 0 else os.path.join(self.checkpoint_dir, f"worker-{worker}")
+        _repair_state(directory, warn)
         return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep, checkpoint_name="ckpt")
 
     def latest_checkpoint(self) -> str | None:
-        return tf.train.latest_checkpoint(self.checkpoint_dir)
+        paths = self.checkpoints()
+        return paths[0] if paths else None
+
+
+STATE_FILE = "checkpoint"  # TensorFlow's CheckpointState, in text format, in every checkpoint directory
+
+
+def _read_state(directory: str) -> tuple[list[str] | None, str]:
+    """(the checkpoint paths the state file lists, newest first, or None when it cannot be read;
+    why not). TensorFlow's `get_checkpoint_state` raises on an empty file and returns None (with a
+    warning through its logger, which the CLI silences) on one that does not parse."""
+    if not os.path.exists(os.path.join(directory, STATE_FILE)):
+        return None, "missing"
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except ValueError as error:  # empty ("Invalid checkpoint state"), or not UTF-8 (UnicodeDecodeError)
+        return None, f"unreadable: {_first_line(error)}"
+    if state is None:
+        return None, "unreadable: it does not parse"
+    return list(reversed(state.all_model_checkpoint_paths)), ""
+
+
+def _found_checkpoints(directory: str) -> list[str]:
+    """The checkpoints `directory` holds, from their index files (`ckpt-N.index`), newest first."""
+    paths = [path.removesuffix(".index") for path in glob.glob(os.path.join(glob.escape(directory), "ckpt-*.index"))]
+    numbered = [path for path in paths if checkpoint_step(path) is not None]
+    return sorted(numbered, key=checkpoint_step, reverse=True)
+
+
+def checkpoint_paths(directory: str, warn=None) -> list[str]:
+    """The checkpoints in `directory` (checkpoints/, averaged/, best/, ema/), newest first: those its
+    state file lists, or, when that file is missing, empty or corrupt (a copy fault, a crash while
+    TensorFlow rewrites it) but checkpoint files are there, those the files hold, said through
+    `warn` (default: stderr) in one line naming the newest."""
+    paths, why = _read_state(directory)
+    if paths is not None:
+        return paths
+    found = _found_checkpoints(directory)
+    if found:
+        (warn or _warn)(
+            f"{os.path.join(directory, STATE_FILE)} is {why}; found {len(found)} checkpoint(s) from their files, "
+            f"the newest {found[0]}"
+        )
+    return found
+
+
+def _repair_state(directory: str, warn=None) -> None:
+    """Rewrite `directory`'s unreadable state file from the checkpoint files (oldest first, their
+    modification times as save times, so that `CheckpointManager` prunes them as it would have), or
+    remove it when no checkpoint is there (`CheckpointManager` refuses an empty one)."""
+    if _read_state(directory)[0] is not None or not os.path.isdir(directory):
+        return
+    found = list(reversed(checkpoint_paths(directory, warn)))
+    if not found:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(directory, STATE_FILE))
+        return
+    times = [os.path.getmtime(path + ".index") for path in found]
+    names = [os.path.basename(path) for path in found]  # relative, as CheckpointManager writes them
+    tf.compat.v1.train.update_checkpoint_state(
+        directory,
+        names[-1],
+        all_model_checkpoint_paths=names,
+        all_model_checkpoint_timestamps=times,
+        last_preserved_timestamp=min(times) - 1,
+    )
+
+
+def _warn(line: str) -> None:
+    print(f"warning: {line}", file=sys.stderr)
 
 
 def checkpoint_step(path: str) -> int | None:
@@ -233,9 +316,32 @@ def weights_checkpoint(model) -> tf.train.Checkpoint:
 
 def save_weights(model, directory: str, step: int, keep: int = 1) -> str:
     """Write `model`'s weights (no optimizer) as a checkpoint in `directory` (averaged/, best/,
-    ema/), numbered `step`, keeping the `keep` newest; return its path."""
-    manager = tf.train.CheckpointManager(weights_checkpoint(model), directory, max_to_keep=keep, checkpoint_name="ckpt")
-    return manager.save(checkpoint_number=step)
+    ema/), numbered `step`, keeping the `keep` newest; return its path.
+
+    The write goes to a temporary sibling (`directory`.tmp) that holds the kept checkpoints too (hard
+    links: no copy), renamed into place once complete: a failed write (a full disk, most often)
+    leaves the previous copy intact, removes its own files and raises `CheckpointWriteError`."""
+    directory = os.path.normpath(directory)
+    temporary, previous = directory + ".tmp", directory + ".old"
+    for leftover in (temporary, previous):  # of a write that crashed
+        shutil.rmtree(leftover, ignore_errors=True)
+    try:
+        if os.path.isdir(directory):
+            shutil.copytree(directory, temporary, copy_function=os.link)
+            _repair_state(temporary, warn=lambda line: None)  # CheckpointManager refuses an unreadable one
+        manager = tf.train.CheckpointManager(
+            weights_checkpoint(model), temporary, max_to_keep=keep, checkpoint_name="ckpt"
+        )
+        manager.save(checkpoint_number=step)
+    except (tf.errors.OpError, OSError) as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        last_good = checkpoint_paths(directory)
+        raise _write_error(error, os.path.join(directory, f"ckpt-{step}"), (last_good or [None])[0]) from None
+    if os.path.isdir(directory):
+        os.rename(directory, previous)
+    os.rename(temporary, directory)
+    shutil.rmtree(previous, ignore_errors=True)
+    return os.path.join(directory, f"ckpt-{step}")
 
 
 def remove_checkpoint_files(prefix: str) -> None:
@@ -258,13 +364,16 @@ def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
         return manager.save(checkpoint_number=step)
     except (tf.errors.OpError, OSError) as error:
         remove_checkpoint_files(prefix)
-        message = getattr(error, "message", None) or str(error)
-        full = isinstance(error, tf.errors.ResourceExhaustedError) or getattr(error, "errno", None) == errno.ENOSPC
-        full = full or "No space left on device" in message
-        what = "no space left on device" if full else f"cannot write ({_first_line(error)})"
-        raise CheckpointWriteError(
-            f"{what} writing checkpoint {prefix}; the last good one is {last_good or 'none'}"
-        ) from None
+        raise _write_error(error, prefix, last_good) from None
+
+
+def _write_error(error: Exception, prefix: str, last_good: str | None) -> CheckpointWriteError:
+    """The one-line error of a failed write of the checkpoint `prefix`."""
+    message = getattr(error, "message", None) or str(error)
+    full = isinstance(error, tf.errors.ResourceExhaustedError) or getattr(error, "errno", None) == errno.ENOSPC
+    full = full or "No space left on device" in message
+    what = "no space left on device" if full else f"cannot write ({_first_line(error)})"
+    return CheckpointWriteError(f"{what} writing checkpoint {prefix}; the last good one is {last_good or 'none'}")
 
 
 def _first_line(error: BaseException) -> str:
@@ -285,30 +394,53 @@ def restore_newest(checkpoint: tf.train.Checkpoint, paths: list[str], *, weights
             continue
         if errors:
             reasons = "; ".join(str(error) for error in errors)
-            (warn or (lambda line: print(f"warning: {line}", file=sys.stderr)))(
-                f"using {path}, the newest checkpoint that restores ({reasons})"
-            )
+            (warn or _warn)(f"using {path}, the newest checkpoint that restores ({reasons})")
         return path
     raise errors[0]
 
 
 def restore(checkpoint: tf.train.Checkpoint, path: str, *, weights_only: bool = False) -> None:
-    """Restore `checkpoint` from `path`, with a one-line error for a corrupt or foreign file."""
+    """Restore `checkpoint` from `path`, with a one-line error for a corrupt or foreign file.
+    `weights_only` (a `weights_checkpoint`): what else the file holds (an optimizer) is ignored, but
+    every weight of the model must be in it; the error names those that are not (a checkpoint of
+    another model: fewer layers, another architecture)."""
     try:
         status = checkpoint.restore(path)
         if weights_only:
             status.expect_partial()
+            missing = _unrestored_weights(checkpoint.model, status)
         else:
             status.assert_existing_objects_matched()
     except (tf.errors.OpError, AssertionError, ValueError, IndexError, KeyError) as error:  # IndexError: truncated data
         raise ModelDirError(f"cannot restore checkpoint {path}: {_first_line(error)}") from None
+    if weights_only and missing:
+        names = ", ".join(missing[:MISSING_NAMED]) + (
+            f" and {len(missing) - MISSING_NAMED} more" if len(missing) > MISSING_NAMED else ""
+        )
+        raise ModelDirError(
+            f"cannot restore checkpoint {path}: it has no value for {len(missing)} of the model's "
+            f"{len(checkpoint.model.weights)} weights ({names}): a checkpoint of another model?"
+        )
+
+
+MISSING_NAMED = 5  # missing weights a restore error names
+
+
+def _unrestored_weights(model, status) -> list[str]:
+    """The paths (without the model's own name) of `model`'s weights that the restore `status` bound
+    to no value of its checkpoint. TF 2.21's load status keeps the objects it bound in
+    `_checkpoint.object_by_proto_id` (what its `assert_existing_objects_matched` reads, whose
+    message prints every value instead of naming the weights)."""
+    bound = {id(trackable) for trackable in status._checkpoint.object_by_proto_id.values()}
+    return [weight.path.partition("/")[2] for weight in model.weights if id(weight) not in bound]
 
 
 def load_model(path: str, checkpoint: str | None = None, dtype: str | None = None):
     """(Transformer, SubwordTokenizer, stored config dict) from a model directory, weights from
     `checkpoint` ("latest", the default: the newest training checkpoint that restores, with a
     warning on stderr when it is not the newest; "averaged"; "best"; "ema"; or a path, strictly),
-    as trained (float32) or cast to `dtype` for decoding (`Transformer.with_dtype`)."""
+    as trained (float32) or cast to `dtype` for decoding (`Transformer.with_dtype`). The dict's
+    "checkpoint_path" is the checkpoint the weights came from."""
     from keras_transformer.model import Transformer
 
     model_dir = ModelDir(path)
@@ -321,15 +453,16 @@ def load_model(path: str, checkpoint: str | None = None, dtype: str | None = Non
             f"but the config says vocab_size={config.vocab_size}"
         )
     latest = checkpoint in (None, "latest")
-    checkpoint = model_dir.resolve_checkpoint(checkpoint)
-    if checkpoint is None:
+    paths = model_dir.checkpoints() if latest else [model_dir.resolve_checkpoint(checkpoint)]
+    if not paths:
         raise ModelDirError(f"{path} holds no checkpoint yet (train first)")
     model = Transformer(config)
     model.build()
     if latest:
-        restore_newest(weights_checkpoint(model), model_dir.checkpoints() or [checkpoint], weights_only=True)
+        values["checkpoint_path"] = restore_newest(weights_checkpoint(model), paths, weights_only=True)
     else:
-        restore(weights_checkpoint(model), checkpoint, weights_only=True)
+        restore(weights_checkpoint(model), paths[0], weights_only=True)
+        values["checkpoint_path"] = paths[0]
     if dtype is not None:
         model = model.with_dtype(dtype)
     return model, tokenizer, values

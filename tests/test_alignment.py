@@ -136,6 +136,17 @@ def test_a_model_trained_to_copy_aligns_the_diagonal(copier):
 
 
 @pytest.mark.slow
+def test_the_default_aligner_is_the_penultimate_layer(copier):
+    """The default (Garg et al., 2019): decoder layer -2, of this two-layer model the first, whose
+    alignments are not the top layer's diagonal (the test above's)."""
+    model, tokenizer, _ = copier
+    sources = copy_corpus(8, seed=11)
+    default = kt.Translator(model, tokenizer).translate_with_alignments(sources)
+    assert default == kt.Translator(model, tokenizer, alignment_layer=0).translate_with_alignments(sources)
+    assert default != kt.Translator(model, tokenizer, alignment_layer=-1).translate_with_alignments(sources)
+
+
+@pytest.mark.slow
 def test_translate_prints_pharaoh_alignments_after_a_tab(copier, capsys):
     model, tokenizer, path = copier
     sources = [*copy_corpus(3, seed=5), ""]

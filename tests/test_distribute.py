@@ -91,14 +91,15 @@ def free_ports(count):
 
 
 @pytest.mark.slow
-def test_two_workers_end_with_identical_weights(tmp_path):
+def test_two_workers_train_as_one_worker_on_the_same_global_batches(one_pair_run, tmp_path):
+    """Two workers (`--strategy multi-worker`, two local processes) end with identical weights, as
+    their all-reduce makes them by construction; what proves the training right is one worker:
+    conftest's `one_pair_run`, the same command on one device. Its data is one pair repeated and
+    dropout is off, so every global batch is the same whatever its split, and the workers' losses
+    must be its own, to the 3 decimals printed, and their weights move alike (as in the test below)."""
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
-    args = [
-        "train", "--data", str(FIXTURE), "--preset", "tiny", "--num-layers", "1", "--vocab-size", "300",
-        "--batch-tokens", "512",
-        "--warmup-steps", "10", "--steps-per-epoch", "4", "--max-steps", "4",
-        "--strategy", "multi-worker", "--collective-timeout", "120",
-    ]  # fmt: skip
+    args = ["train", "--data", one_pair_run.data, *ONE_PAIR_FLAGS, "--strategy", "multi-worker"]
+    args += ["--collective-timeout", "120"]
     processes = []
     start = time.monotonic()
     try:
@@ -123,9 +124,14 @@ def test_two_workers_end_with_identical_weights(tmp_path):
     chief = tf.train.load_checkpoint(str(tmp_path / "worker0" / "checkpoints" / "ckpt-4"))
     other = tf.train.load_checkpoint(str(tmp_path / "worker1" / "checkpoints" / "worker-1" / "ckpt-4"))
     names = [n for n in chief.get_variable_to_shape_map() if n.endswith("VARIABLE_VALUE")]  # model and optimizer
-    assert len(names) > 100
+    assert len(names) > 20
     for name in names:
         np.testing.assert_array_equal(chief.get_tensor(name), other.get_tensor(name), err_msg=name)
+    logged = [re.findall(r"\b(val_loss|loss) (\d+\.\d+)", output) for output in (one_pair_run.output, logs[0])]
+    assert len(logged[0]) >= 4 and logged[1] == logged[0]
+    one = tf.train.load_checkpoint(f"{one_pair_run.model_dir}/checkpoints/ckpt-4")
+    close = [np.allclose(chief.get_tensor(n), one.get_tensor(n), rtol=1e-3, atol=2e-3) for n in names]
+    assert sum(close) >= 0.95 * len(names)
 
 
 @pytest.mark.slow

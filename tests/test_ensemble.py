@@ -15,7 +15,7 @@ from keras_transformer.exporters.tensorflow import export_tensorflow
 from keras_transformer.inference.alignment import format_pharaoh
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.model_dir import ModelDir
-from keras_transformer.special_tokens import START_ID
+from keras_transformer.special_tokens import EOS_ID, START_ID
 
 SENTENCES = ["In the beginning God created the heavens and the earth.", "Jesus wept.", "And God said,"]
 SOURCE = np.array([[40, 41, 42, 43, 2], [50, 51, 2, 0, 0]], np.int32)
@@ -67,6 +67,34 @@ def test_a_step_gives_the_log_of_the_mean_of_the_models_softmaxes(models):
         log_probs, cache = ensemble.decode_step(target_in[:, position], position, cache, context)  # [B, V]
         np.testing.assert_allclose(log_probs.numpy(), want[:, position], atol=1e-5)
         np.testing.assert_allclose(np.exp(log_probs.numpy()).sum(-1), 1.0, rtol=1e-5)  # normalized
+
+
+def test_the_teacher_forced_pass_gives_the_log_of_the_mean_of_the_models_softmaxes(models):
+    """`Ensemble.__call__`, what scoring reads: at every target position at once."""
+    target_in = np.array([[START_ID, 60, 61, 62], [START_ID, 70, 0, 0]], np.int32)
+    want = log_mean_softmax(np.stack([model((SOURCE, target_in)).numpy() for model in models]))  # [B, T, V]
+    got = kt.Ensemble(models)((SOURCE, target_in))
+    assert got.dtype == tf.float32 and got.shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
+
+
+def test_an_ensemble_scores_a_pair_by_the_log_of_the_mean_of_the_models_softmaxes(models, tokenizer):
+    """Its log-probability of a target (and EOS) is the sum, over the target's tokens, of the log of
+    the mean probability the models give each, by hand in NumPy."""
+    translator = kt.Translator(kt.Ensemble(models), tokenizer, alpha=0.0)
+    (source,) = translator.source_ids(["Jesus wept."])  # [S]: ids, EOS
+    target = tokenizer.tokenize(["Jesus weinte."]).to_list()[0]
+    target_in, target_out = np.array([[START_ID, *target]], np.int32), [*target, EOS_ID]
+    full = np.stack([model((source[None], target_in)).numpy() for model in models])  # [M, 1, T, V]
+    by_hand = log_mean_softmax(full)[0, np.arange(len(target_out)), target_out]  # [T]
+    (scored,) = translator.score(["Jesus wept."], ["Jesus weinte."])
+    assert scored.tokens == len(target_out)
+    np.testing.assert_allclose(scored.token_log_probs, by_hand, atol=1e-5)
+    assert scored.log_prob == pytest.approx(by_hand.sum(), abs=1e-4) and scored.score == scored.log_prob  # alpha 0
+    alone = [
+        kt.Translator(model, tokenizer, alpha=0.0).score(["Jesus wept."], ["Jesus weinte."])[0] for model in models
+    ]
+    assert all(abs(one.log_prob - scored.log_prob) > 1e-3 for one in alone)  # neither model's alone
 
 
 def test_an_ensemble_of_one_model_decodes_as_the_model(models):

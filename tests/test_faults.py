@@ -8,6 +8,7 @@ halves every trace."""
 
 import errno
 import glob
+import json
 import os
 import shutil
 import signal
@@ -25,7 +26,14 @@ from conftest import FIXTURE, ONE_PAIR_FLAGS, TINY_TRAINING
 
 from keras_transformer.cli.main import main
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
-from keras_transformer.model_dir import CheckpointWriteError, ModelDir, ModelDirError, load_model, save_checkpoint
+from keras_transformer.model_dir import (
+    CheckpointWriteError,
+    ModelDir,
+    ModelDirError,
+    ModelDirLocked,
+    load_model,
+    save_checkpoint,
+)
 
 EPOCHS, STEPS_PER_EPOCH, KEEP = 10, 2, 3
 TRAINING = dict(batch_tokens=512, warmup_steps=10, steps_per_epoch=STEPS_PER_EPOCH, keep_checkpoints=KEEP)
@@ -144,6 +152,83 @@ def test_a_second_train_on_a_model_dir_in_use_refuses_naming_the_first_and_a_kil
     assert f"took over the stale lock of PID {holder.pid} (no such process)" in capsys.readouterr().err
 
 
+RACE = """import os, socket, sys, time
+from keras_transformer.model_dir import ModelDir, ModelDirLocked
+gethostname = socket.gethostname
+socket.gethostname = lambda: time.sleep(0.02) or gethostname()  # a wider window between read and act
+print("ready", flush=True)
+while not os.path.exists(sys.argv[2]):  # every taker starts at once
+    time.sleep(0.001)
+try:
+    with ModelDir(sys.argv[1]).lock():
+        print("won", flush=True)
+        time.sleep(2)  # hold it until every other taker has tried
+except ModelDirLocked:
+    print("refused", flush=True)
+"""
+
+
+def stale_lock(model_dir) -> int:
+    """Leave in `model_dir` the lock of a process that is gone, as a `kill -9` does; return its PID."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    os.makedirs(model_dir, exist_ok=True)
+    with open(ModelDir(str(model_dir)).lock_path(), "w") as f:
+        f.write(f"{socket.gethostname()} {dead.pid}\n")
+    return dead.pid
+
+
+def race_for_the_lock(model_dir, takers: int) -> list[str]:
+    """`takers` threads take the lock of `model_dir` at once; each says "won" or "refused"; a winner
+    holds the lock until every other taker has tried."""
+    start, tried, outcomes = threading.Barrier(takers), threading.Barrier(takers, timeout=60), []
+
+    def take():
+        start.wait()
+        try:
+            with ModelDir(str(model_dir)).lock():
+                outcomes.append("won")
+                tried.wait()
+        except ModelDirLocked:
+            outcomes.append("refused")
+            tried.wait()
+
+    threads = [threading.Thread(target=take) for _ in range(takers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+def test_many_threads_taking_over_one_stale_lock_at_once_leave_exactly_one_holder(tmp_path, monkeypatch):
+    """8 threads take over a stale lock at once, 10 times over; the window between reading the lock
+    and acting on it widened (a slow `socket.gethostname`, which every taker calls): one wins each time."""
+    gethostname = socket.gethostname
+    monkeypatch.setattr(socket, "gethostname", lambda: time.sleep(0.02) or gethostname())
+    for attempt in range(10):
+        model_dir = tmp_path / f"model-{attempt}"
+        stale_lock(model_dir)
+        outcomes = race_for_the_lock(model_dir, 8)
+        assert sorted(outcomes) == ["refused"] * 7 + ["won"], (attempt, outcomes)
+        assert not os.path.exists(ModelDir(str(model_dir)).lock_path())  # released by the one winner
+
+
+@pytest.mark.slow  # 6 processes importing TensorFlow: the threads above race in `make test`
+def test_many_processes_taking_over_one_stale_lock_at_once_leave_exactly_one_trainer(tmp_path):
+    model_dir, go = tmp_path / "model", tmp_path / "go"
+    dead = stale_lock(model_dir)
+    command = [sys.executable, "-c", RACE, str(model_dir), str(go)]
+    takers = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    for taker in takers:
+        assert taker.stdout.readline() == "ready\n"
+    go.touch()
+    results = [taker.communicate(timeout=60) for taker in takers]
+    assert sorted(out for out, _ in results) == ["refused\n"] * 5 + ["won\n"], results
+    warnings = [err for _, err in results if "took over" in err]
+    assert len(warnings) == 1 and f"took over the stale lock of PID {dead} (no such process)" in warnings[0]
+
+
 # --- a truncated checkpoint ---------------------------------------------------------------------
 
 
@@ -239,6 +324,64 @@ def test_a_failed_checkpoint_write_removes_its_files_and_names_the_last_good_one
     monkeypatch.setattr(tf.train.Checkpoint, "_write", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EIO, "I/O")))
     with pytest.raises(CheckpointWriteError, match=r"^cannot write \(\[Errno 5\] I/O\) writing checkpoint .*ckpt-6"):
         save_checkpoint(manager, 6)
+
+
+def fail_writes_under(monkeypatch, part: str) -> None:
+    """Checkpoint writes under a directory whose path holds `part` fail half-way through their shard
+    with ENOSPC, as on a full disk; the others write."""
+    write = tf.train.Checkpoint._write
+
+    def disk_full(self, prefix, **options):
+        if part not in prefix:
+            return write(self, prefix, **options)
+        os.makedirs(prefix + "_temp")
+        with open(f"{prefix}_temp/part-00000-of-00001.data-00000-of-00001", "wb") as f:
+            f.write(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device", f"{prefix}_temp/part-00000-of-00001.data-00000-of-00001")
+
+    monkeypatch.setattr(tf.train.Checkpoint, "_write", disk_full)  # what CheckpointManager.save calls
+
+
+def weights_files(directory) -> dict:
+    """{file name: its bytes} of a weights-only checkpoint directory."""
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+def test_a_full_disk_while_averaging_is_one_line_and_keeps_the_previous_average(copy_of, capsys, monkeypatch):
+    model_dir = copy_of()
+    assert main(["average", "--model-dir", str(model_dir), "--last", "2"]) == 0
+    averaged = model_dir / "averaged"
+    before = weights_files(averaged)
+    capsys.readouterr()
+    fail_writes_under(monkeypatch, "averaged")
+    assert main(["average", "--model-dir", str(model_dir), "--last", "3"]) == 2
+    assert capsys.readouterr().err == (
+        f"keras-transformer: error: no space left on device writing checkpoint {averaged}/ckpt-20; "
+        f"the last good one is {averaged}/ckpt-20\n"
+    )
+    assert weights_files(averaged) == before  # the previous copy, intact
+    assert not glob.glob(f"{model_dir}/averaged.*")  # no temporary sibling left
+    load_model(str(model_dir), "averaged")
+
+
+def test_a_full_disk_while_writing_ema_ends_train_in_one_line_and_keeps_the_previous_ema(tmp_path, capsys, monkeypatch):
+    model_dir = tmp_path / "model"
+    flags = [*TRAIN_FLAGS, "--model-dir", str(model_dir), "--ema-decay", "0.9"]
+    assert main([*flags, "--max-steps", "2"]) == 0, capsys.readouterr().err[-2000:]
+    ema = model_dir / "ema"
+    before = weights_files(ema)
+    assert sorted(before) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    capsys.readouterr()
+    fail_writes_under(monkeypatch, "ema")
+    assert main([*flags, "--max-steps", "4"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line or "Traceback" in line]
+    assert errors == [
+        f"keras-transformer: error: no space left on device writing checkpoint {ema}/ckpt-4; "
+        f"the last good one is {ema}/ckpt-2"
+    ]
+    assert weights_files(ema) == before
+    assert not glob.glob(f"{model_dir}/ema.*")
+    load_model(str(model_dir), "ema")
 
 
 # --- stdin that is not UTF-8, streamed ------------------------------------------------------------
@@ -446,3 +589,271 @@ def test_a_nan_loss_is_one_line_in_a_terminal(tmp_path):
     assert len(errors) == 1 and stderr.splitlines()[-1] == errors[0], stderr[-2000:]
     assert errors[0].startswith("keras-transformer: error: the training loss became NaN or infinite at step ")
     assert errors[0].endswith("try a lower --learning-rate-scale")
+
+
+# --- an unreadable checkpoints/checkpoint state file ------------------------------------------------
+
+# What a crash while TensorFlow rewrites the state file, or a copy fault, leaves: nothing, half of
+# it, or bytes that are not text.
+BROKEN_STATES = {
+    "empty": b"",
+    "half": b'model_checkpoint_path: "ckpt-20"\nall_model_checkpoint_paths: "ckpt-16"\nall_model_checkpoint_pa',
+    "garbled": b"\x00\xff\xfe\x00garbage",
+}
+
+
+@pytest.mark.parametrize("state", BROKEN_STATES)
+def test_translate_finds_the_newest_checkpoint_from_the_files_when_the_state_file_is_broken(copy_of, capsys, state):
+    model_dir = copy_of()
+    (model_dir / "checkpoints" / "checkpoint").write_bytes(BROKEN_STATES[state])
+    model, _, _ = load_model(str(model_dir))
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith(f"warning: {model_dir}/checkpoints/checkpoint is unreadable")
+    assert warning.endswith(f"found 3 checkpoint(s) from their files, the newest {model_dir}/checkpoints/ckpt-20")
+    expected, _, _ = load_model(str(model_dir), f"{model_dir}/checkpoints/ckpt-20")
+    for ours, theirs in zip(model.weights, expected.weights):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+@pytest.mark.slow  # a process of its own: the load above is the same, in-process
+def test_translate_in_a_terminal_says_which_checkpoint_it_found_when_the_state_file_is_empty(copy_of):
+    model_dir = copy_of()
+    (model_dir / "checkpoints" / "checkpoint").write_bytes(b"")
+    result = cli("translate", "--model-dir", str(model_dir), "--beam-size", "1", "Jesus wept.")
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert result.stdout.decode().count("\n") == 1
+    assert result.stderr.decode() == (
+        f"warning: {model_dir}/checkpoints/checkpoint is unreadable: Invalid checkpoint state loaded from "
+        f"{model_dir}/checkpoints; found 3 checkpoint(s) from their files, the newest {model_dir}/checkpoints/ckpt-20\n"
+    )
+
+
+@pytest.mark.parametrize("state", ["empty", "half"])
+def test_a_resume_with_a_broken_state_file_goes_on_from_the_newest_checkpoint_never_from_step_0(copy_of, state):
+    model_dir = copy_of()
+    (model_dir / "checkpoints" / "checkpoint").write_bytes(BROKEN_STATES[state])
+    lines = train_tiny(model_dir, 22)
+    assert lines[0].startswith(f"{model_dir}/checkpoints/checkpoint is unreadable")
+    assert lines[0].endswith(f"the newest {model_dir}/checkpoints/ckpt-20")
+    assert lines[1] == "resumed from step 20"
+    assert checkpoint_steps(model_dir) == [18, 20, 22]  # the state rewritten: the oldest pruned as before
+    assert ModelDir(str(model_dir)).checkpoints()[0] == f"{model_dir}/checkpoints/ckpt-22"
+
+
+# --- export --checkpoint averaged, then export --check ----------------------------------------------
+
+
+@pytest.mark.slow  # two SavedModels written and checked
+def test_an_export_of_averaged_weights_records_them_and_its_check_compares_with_them(untrained, tmp_path, capsys):
+    """averaged/ holds other weights than the latest checkpoint (another random model): an export of
+    them names them in translator.json, and `export --check` holds its artifacts to their
+    translations (checked against the latest, every artifact failed)."""
+    from keras_transformer.model import Transformer
+    from keras_transformer.model_dir import save_weights
+
+    model_dir = shutil.copytree(untrained, tmp_path / "model")
+    keras.utils.set_random_seed(4)
+    other = Transformer(ModelDir(str(model_dir)).read()["model"])
+    other.build()
+    averaged = save_weights(other, ModelDir(str(model_dir)).weights_dir("averaged"), 7)
+    out = str(tmp_path / "export")
+    export = ["export", "--model-dir", str(model_dir), "--checkpoint", "averaged", "--out", out, "--no-tflite"]
+    assert main([*export, "--beam-size", "1"]) == 0, capsys.readouterr().err[-2000:]
+    with open(os.path.join(out, "translator.json"), encoding="utf-8") as f:
+        assert json.load(f)["checkpoint"] == {"name": "averaged", "paths": [os.path.abspath(averaged)]}
+    capsys.readouterr()
+    assert main(["export", "--check", out, "--sample", "20"]) == 0, capsys.readouterr().err
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all("100% identical" in line for line in lines[1:]), lines
+
+
+# --- --ema-decay under mixed_float16 ----------------------------------------------------------------
+
+
+def test_ema_under_mixed_float16_writes_the_moving_average(tmp_path, monkeypatch):
+    """mixed_float16 (what `--mixed-precision` picks on a GPU), forced here on the CPU: Keras wraps
+    the optimizer in a LossScaleOptimizer, and the moving average lives in its inner optimizer."""
+    from keras_transformer.training import trainer
+
+    monkeypatch.setattr(trainer, "mixed_precision_policy", lambda strategy: "mixed_float16")
+    model_dir = tmp_path / "model"
+    train_tiny(model_dir, 2, mixed_precision=True, ema_decay=0.5)
+    model, _, _ = load_model(str(model_dir), "ema")
+    raw, _, _ = load_model(str(model_dir))
+    reader = tf.train.load_checkpoint(f"{model_dir}/checkpoints/ckpt-2")
+    assert any("LossScaleOptimizer" in name or "inner_optimizer" in name for name in reader.get_variable_to_shape_map())
+    assert all(weight.dtype == "float32" for weight in model.weights)
+    differ = [not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(model.trainable_weights, raw.trainable_weights)]
+    assert sum(differ) > len(differ) / 2  # the average, not the raw weights
+
+
+# --- score's stdin, and --prefix-file and --constraints with a long stdin -----------------------------
+
+
+class CountingStdin:
+    """stdin, as a terminal's or a pipe's: text lines (strict UTF-8), or bytes from its `buffer`;
+    `read` counts the lines read either way."""
+
+    def __init__(self, lines: list[bytes]):
+        self.lines, self.read = lines, 0
+        self.buffer = self.binary()
+
+    def binary(self):
+        for line in self.lines:
+            self.read += 1
+            yield line + b"\n"
+
+    def __iter__(self):
+        return (line.decode("utf-8") for line in self.binary())
+
+
+class Stdout:
+    def __init__(self, stdin: CountingStdin):
+        self.stdin, self.text, self.read_at_first_output = stdin, [], None
+
+    def write(self, text: str) -> None:
+        if self.read_at_first_output is None:
+            self.read_at_first_output = self.stdin.read
+        self.text.append(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def run_streamed(monkeypatch, argv, lines: list[bytes]) -> tuple[int, Stdout]:
+    stdin = CountingStdin(lines)
+    stdout = Stdout(stdin)
+    monkeypatch.setattr(sys, "stdin", stdin)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    return main(argv), stdout
+
+
+def test_score_streams_stdin_and_replaces_a_bad_byte_naming_the_line(untrained_model_dir, monkeypatch, capsys):
+    from keras_transformer.cli.main import STDIN_CHUNK
+
+    lines = [b"Amen.\tAmen.", b"Jesus wept.\tJesus weinte."] * 1250  # 2,500 pairs: three chunks
+    lines[1201] = b"bad \xff\xfe bytes\tGott"
+    status, stdout = run_streamed(monkeypatch, ["score", "--model-dir", untrained_model_dir], lines)
+    assert status == 0, capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "keras-transformer: warning: stdin line 1202: invalid UTF-8 (byte 0xff at offset 4) replaced by U+FFFD\n"
+    )
+    printed = "".join(stdout.text).splitlines()
+    assert len(printed) == len(lines) and printed[0] == printed[2] and printed[0] != printed[1]
+    assert stdout.read_at_first_output == STDIN_CHUNK  # the first chunk scored before the rest is read
+
+
+def test_prefix_file_and_constraints_are_read_along_with_a_long_stdin(
+    untrained_model_dir, tmp_path, monkeypatch, capsys
+):
+    from keras_transformer.cli.main import STDIN_CHUNK
+
+    lines = [b"Amen.", b"Jesus wept."] * 550  # 1,100 lines: two chunks
+    prefixes, constraints = tmp_path / "prefixes", tmp_path / "constraints"
+    prefixes.write_text("Gott\n" * len(lines), encoding="utf-8")
+    constraints.write_text("Amen\n" * len(lines), encoding="utf-8")
+    argv = ["translate", "--model-dir", untrained_model_dir, "--beam-size", "2", "--prefix-file", str(prefixes)]
+    status, stdout = run_streamed(monkeypatch, [*argv, "--constraints", str(constraints)], lines)
+    assert status == 0, capsys.readouterr().err
+    printed = "".join(stdout.text).splitlines()
+    assert len(printed) == len(lines) and all(line.startswith("Gott") and "Amen" in line for line in printed)
+    assert stdout.read_at_first_output == STDIN_CHUNK  # not all of stdin first
+    prefixes.write_text("Gott\n", encoding="utf-8")  # short: said once the inputs are counted
+    status, _ = run_streamed(monkeypatch, argv, lines)
+    assert status == 2
+    assert capsys.readouterr().err == (
+        f"keras-transformer: error: --prefix-file {prefixes} has 1 lines for {len(lines)} inputs\n"
+    )
+
+
+# --- --checkpoint PATH of another model ----------------------------------------------------------------
+
+
+def test_a_checkpoint_of_another_model_is_one_line_naming_the_missing_weights(untrained, tmp_path, capsys):
+    """A checkpoint of a model with one layer a side, given to a model dir of two: every weight it
+    has fits (same sizes), the second layers' are missing."""
+    from keras_transformer.model import Transformer
+
+    config = ModelDir(untrained).read()["model"]
+    assert config.num_layers == 2
+    shallow = Transformer(TransformerConfig.from_dict({**config.to_dict(), "num_layers": 1}))
+    shallow.build()
+    path = tf.train.Checkpoint(model=shallow).save(str(tmp_path / "other" / "ckpt"))
+    assert main(["translate", "--model-dir", untrained, "--checkpoint", path, "Amen."]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    missing = len([w for w in shallow.weights if "/layer_0/" in w.path])  # the second layers: as many as the first
+    assert line == (
+        f"keras-transformer: error: cannot restore checkpoint {path}: it has no value for {missing} of the "
+        f"model's {len(shallow.weights) + missing} weights (encoder/layer_1/self_attention/query/kernel, "
+        "encoder/layer_1/self_attention/query/bias, encoder/layer_1/self_attention/key_value/kernel, "
+        "encoder/layer_1/self_attention/key_value/bias, encoder/layer_1/self_attention/output/kernel and "
+        f"{missing - 5} more): a checkpoint of another model?"
+    )
+
+
+# --- export --check without LiteRT ------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # a TFLite conversion
+def test_export_check_runs_the_tflite_model_on_tensorflows_interpreter_without_litert(untrained, tmp_path, monkeypatch):
+    """What `make demo` meets on a fresh clone (no `export` extra): the TFLite model is checked all the
+    same, with TensorFlow's own interpreter."""
+    import functools
+
+    from keras_transformer.config import DecodingConfig
+    from keras_transformer.exporters.quality_check import check_quality
+    from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule
+    from keras_transformer.exporters.tensorflow import TFLITE_MODELS, tflite_decoding, tflite_metadata, tflite_models
+    from keras_transformer.inference.decoding import beam_search
+
+    model, tokenizer, _ = load_model(untrained)
+    decoding = DecodingConfig(beam_size=2)
+    decode = functools.partial(beam_search, decoding=tflite_decoding(decoding))
+    (flatbuffer,) = tflite_models(TranslationModule(model, decode=decode).translate_ids, IDS_SPEC)
+    out = tmp_path / "export"
+    out.mkdir()
+    (out / TFLITE_MODELS["ids"]).write_bytes(flatbuffer)
+    (out / "translator.json").write_text(json.dumps(tflite_metadata(model.config, decoding, [untrained])))
+    monkeypatch.setitem(sys.modules, "ai_edge_litert", None)  # not installed
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
+    (report,), problems = check_quality(str(out), [untrained], sample=8)
+    assert report.line().startswith(f"{out}/translator.tflite: 100% identical, BLEU ")  # a random model's BLEU: 0
+    assert problems == []
+
+
+# --- subword regularisation through train() ----------------------------------------------------------------
+
+
+def test_subword_alpha_reaches_the_training_batches_through_train(tmp_path):
+    """Two runs of the same seed are the same run (with `subword_alpha` not passed on to the batches,
+    these two were: measured); one with `subword_alpha` (segmentations sampled, Kudo, 2018) trains on
+    other token sequences, so to other weights."""
+
+    def weights(name: str, **data) -> list:
+        from keras_transformer.training.trainer import train
+
+        model_dir = str(tmp_path / name)
+        train(model_dir, *tiny(2), DataConfig(data=str(FIXTURE), **data), verbose=0, log=lambda line: None)
+        return [weight.numpy() for weight in load_model(model_dir)[0].weights]
+
+    plain, sampled = weights("plain"), weights("sampled", subword_alpha=0.5)
+    assert len(plain) > 20
+    assert any(not np.array_equal(ours, theirs) for ours, theirs in zip(sampled, plain))
+
+
+def test_weights_are_written_over_a_broken_state_file_which_is_rewritten(tmp_path, capsys):
+    """best/ (or ema/, averaged/) whose state file a crash emptied: the next save writes, the state
+    is whole again, and a reader warned once finds the newest checkpoint meanwhile."""
+    from keras_transformer.model import Transformer
+    from keras_transformer.model_dir import checkpoint_paths, save_weights
+
+    model = Transformer(TransformerConfig.tiny(vocab_size=60, num_layers=1))
+    model.build()
+    best = str(tmp_path / "best")
+    save_weights(model, best, 2, keep=2)
+    (tmp_path / "best" / "checkpoint").write_bytes(b"")
+    assert checkpoint_paths(best) == [f"{best}/ckpt-2"]
+    assert capsys.readouterr().err.startswith(f"warning: {best}/checkpoint is unreadable: ")
+    assert save_weights(model, best, 4, keep=2) == f"{best}/ckpt-4"
+    assert checkpoint_paths(best) == [f"{best}/ckpt-4", f"{best}/ckpt-2"]
+    assert capsys.readouterr().err == ""

@@ -4,6 +4,7 @@ with an untrained tiny model (a checkpoint of its initial weights: no training n
 import os
 import threading
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -82,6 +83,15 @@ def test_from_model_dir_in_bfloat16_translates(model_dir, translator):
         assert loaded.dtype == "bfloat16" and bool(tf.reduce_all(loaded == tf.cast(original, "bfloat16")))
     translations = bf16.translate(SENTENCES)
     assert len(translations) == 3 and translations[2] == "" and all(isinstance(t, str) for t in translations)
+    # Against float32: bfloat16 keeps 8 bits of mantissa, so its log-probabilities of the same pairs
+    # stay within a few percent, and its search's choices score, by float32, about as well as
+    # float32's own (they may differ where two hypotheses nearly tie).
+    sources, best = SENTENCES[:2], translator.translate(SENTENCES[:2])
+    exact = translator.score(sources, best)
+    np.testing.assert_allclose([s.log_prob for s in bf16.score(sources, best)], [s.log_prob for s in exact], rtol=0.05)
+    rescored = translator.score(sources, translations[:2])
+    for theirs, ours in zip(rescored, exact):
+        assert theirs.score >= ours.score - 0.05 * abs(ours.score)
 
 
 def test_translate_a_string_returns_a_string(translator):

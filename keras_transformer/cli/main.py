@@ -12,6 +12,8 @@ command imports what it needs), so `--help` and `--version` answer at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import os
 import sys
@@ -269,9 +271,10 @@ def _translator(args):
 STDIN_CHUNK = 1000  # stdin lines translated at once: memory stays flat over any input length
 
 
-def _decoded_lines(lines, strict: bool):
-    """Text lines of a binary stream: invalid UTF-8 replaced by U+FFFD with a warning naming the
-    line (as the SavedModels' text signatures do), or with `strict` a one-line error."""
+def _decoded_lines(lines, strict: bool, name: str = "stdin"):
+    """Text lines of a binary stream (`name`: stdin, or a file's path): invalid UTF-8 replaced by
+    U+FFFD with a warning naming the line (as the SavedModels' text signatures do), or with `strict`
+    a one-line error."""
     from keras_transformer.data.errors import DataError
 
     for number, line in enumerate(lines, 1):
@@ -279,11 +282,16 @@ def _decoded_lines(lines, strict: bool):
         try:
             yield line.decode("utf-8")
         except UnicodeDecodeError as error:
-            where = f"stdin line {number}: invalid UTF-8 (byte {line[error.start]:#04x} at offset {error.start})"
+            where = f"{name} line {number}: invalid UTF-8 (byte {line[error.start]:#04x} at offset {error.start})"
             if strict:
                 raise DataError(f"{where}; drop --strict-input to translate it with U+FFFD in place") from None
             _log(f"warning: {where} replaced by U+FFFD")
             yield line.decode("utf-8", "replace")
+
+
+def _stdin_lines():
+    """stdin's lines as bytes, one at a time, from its binary buffer (or a text stream's, re-encoded)."""
+    return getattr(sys.stdin, "buffer", None) or (line.encode("utf-8") for line in sys.stdin)
 
 
 def _chunks(items, size: int):
@@ -297,9 +305,31 @@ def _chunks(items, size: int):
         yield chunk
 
 
-def _lines(path: str) -> list[str]:
+def _lines(path: str):
+    """The lines of a UTF-8 text file, without their line ends, one at a time."""
     with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f]
+        for line in f:
+            yield line.rstrip("\r\n")
+
+
+def _matched(batches, path: str, flag: str, parse=None):
+    """Each batch (inputs, ...) with the lines of the file `path` (of `flag`: one line per input) that
+    go with its inputs, `parse(number, line)`d: (inputs, ..., [line, ...]). The file is read along
+    with the inputs, a batch at a time, never whole; a ValueError naming both counts when the file
+    or the inputs end first (after the batches before)."""
+    lines = enumerate(_lines(path), 1)
+    done = 0
+    for batch in batches:
+        inputs = len(batch[0])
+        matched = [parse(number, line) if parse else line for number, line in itertools.islice(lines, inputs)]
+        if len(matched) < inputs:
+            total = done + inputs + sum(len(rest[0]) for rest in batches)
+            raise ValueError(f"{flag} {path} has {done + len(matched)} lines for {total} inputs")
+        done += inputs
+        yield (*batch, matched)
+    extra = sum(1 for _ in lines)
+    if extra:
+        raise ValueError(f"{flag} {path} has {done + extra} lines for {done} inputs")
 
 
 def _translate(args):
@@ -307,31 +337,28 @@ def _translate(args):
 
     use_op_threads(args.intra_op_threads)
     translator = _translator(args)
-    stdin = getattr(sys.stdin, "buffer", None) or (
-        line.encode("utf-8") for line in sys.stdin
-    )  # bytes, or a text stream's
-    lines = _decoded_lines(stdin, args.strict_input)
+    lines = _decoded_lines(_stdin_lines(), args.strict_input)
     texts = [args.text] if args.text else _chunks(lines, STDIN_CHUNK)
-    prefixes = args.prefix
-    if args.prefix_file:  # one prefix per input: the inputs are read whole, to match them up
-        prefixes = _lines(args.prefix_file)
-        texts = [args.text or list(lines)]
-        if len(prefixes) != len(texts[0]):
-            raise ValueError(f"--prefix-file {args.prefix_file} has {len(prefixes)} lines for {len(texts[0])} inputs")
-    constraints, texts = _constraints(args, texts, lines)
+    if args.prefix_file:  # one prefix per input, read along with the inputs
+        batches = _matched(((chunk,) for chunk in texts), args.prefix_file, "--prefix-file")
+    else:
+        batches = ((chunk, args.prefix) for chunk in texts)
+    batches = _constraints(args, batches)  # (inputs, prefixes, constraints)
     decoding = translator.decoding
     n = decoding.sampling.num_samples if decoding.sampling else decoding.search.nbest or 1  # 1: one line per input
-    if args.alignments and (n > 1 or prefixes is not None or constraints is not None or args.target_lang):
+    prefixed = args.prefix is not None or args.prefix_file
+    constrained = args.constraint or args.constraints
+    if args.alignments and (n > 1 or prefixed or constrained or args.target_lang):
         raise ValueError(
             "--alignments aligns the best translation of each input: drop --nbest, --num-samples, --prefix, "
             "--constraint, --target-lang (start each input with its language's token, <2fr>, instead)"
         )
-    if args.alternatives is not None and (n > 1 or constraints is not None or args.alignments):
+    if args.alternatives is not None and (n > 1 or constrained or args.alignments):
         raise ValueError(
             "--alternatives gives N lines per input: drop --nbest, --num-samples, --constraint, --alignments"
         )
     index, lang = 0, args.target_lang
-    for chunk in texts:  # each chunk sorted by length inside the translator, printed in input order
+    for chunk, prefixes, constraints in batches:  # each chunk sorted by length inside the translator, in input order
         if args.alternatives is not None:
             for k, hypotheses in enumerate(translator.translate_alternatives(chunk, args.alternatives, prefixes, lang)):
                 for translation, score in hypotheses:
@@ -352,42 +379,47 @@ def _translate(args):
         sys.stdout.flush()
 
 
-def _constraints(args, texts, lines):
-    """(the phrases every translation holds: one list for all inputs, one per input, or None; the
-    inputs, read whole to match them up with a --constraints file's lines)."""
+def _constraints(args, batches):
+    """Each batch (inputs, prefixes) with the phrases its translations hold: --constraint's, one list
+    for all inputs; a --constraints file's lines, one per input, read along with the inputs; or None."""
     if args.constraint:
         for phrase in args.constraint:
             if not phrase.strip():
                 raise ValueError("--constraint: an empty phrase")
-        return list(args.constraint), texts
+        return ((*batch, list(args.constraint)) for batch in batches)
     if not args.constraints:
-        return None, texts
-    texts = texts if isinstance(texts, list) else [list(lines)]
-    constraints = []
-    for number, line in enumerate(_lines(args.constraints), 1):
+        return ((*batch, None) for batch in batches)
+
+    def phrases(number: int, line: str) -> list[str]:
         phrases = line.split("\t") if line else []
         if any(not phrase.strip() for phrase in phrases):
             raise ValueError(f"--constraints {args.constraints}:{number}: an empty phrase (phrases are tab-separated)")
-        constraints.append(phrases)
-    if len(constraints) != len(texts[0]):
-        raise ValueError(f"--constraints {args.constraints} has {len(constraints)} lines for {len(texts[0])} inputs")
-    return constraints, texts
+        return phrases
+
+    return _matched(batches, args.constraints, "--constraints", phrases)
 
 
 def _score(args):
+    """SOURCE<TAB>TARGET lines of --data or stdin, scored a chunk at a time (memory flat); bad UTF-8
+    bytes replaced with a warning naming the line, as `translate` does."""
     from keras_transformer.data.errors import DataError
 
     translator = _translator(args)
-    lines = _lines(args.data) if args.data else [line.rstrip("\r\n") for line in sys.stdin]
-    pairs = []
-    for number, line in enumerate(lines, 1):
-        if line.count("\t") != 1:
-            where = args.data or "stdin"
-            raise DataError(f"{where}:{number}: expected SOURCE<TAB>TARGET, got {line.count(chr(9)) + 1} fields")
-        pairs.append(line.split("\t"))
-    sources, targets = [source for source, _ in pairs], [target for _, target in pairs]
-    for result in translator.score(sources, targets, target_lang=args.target_lang):
-        print(f"{result.score:.6f}\t{result.log_prob:.6f}\t{result.tokens}")
+    where = args.data or "stdin"
+    with contextlib.ExitStack() as stack:
+        stream = stack.enter_context(open(args.data, "rb")) if args.data else _stdin_lines()
+        for chunk in _chunks(enumerate(_decoded_lines(stream, False, where), 1), STDIN_CHUNK):
+            pairs = []
+            for number, line in chunk:
+                if line.count("\t") != 1:
+                    raise DataError(
+                        f"{where}:{number}: expected SOURCE<TAB>TARGET, got {line.count(chr(9)) + 1} fields"
+                    )
+                pairs.append(line.split("\t"))
+            sources, targets = [source for source, _ in pairs], [target for _, target in pairs]
+            for result in translator.score(sources, targets, target_lang=args.target_lang):
+                print(f"{result.score:.6f}\t{result.log_prob:.6f}\t{result.tokens}")
+            sys.stdout.flush()
 
 
 def _evaluate(args):
@@ -480,14 +512,16 @@ def _export(args):
     if args.quantization and args.format != "ctranslate2":
         raise ValueError("--quantization applies to --format ctranslate2 only")
     from keras_transformer.inference.ensemble import Ensemble
-    from keras_transformer.model_dir import load_model
+    from keras_transformer.model_dir import ModelDir, load_model
 
     if len(args.model_dir) > 1:
         if args.format == "ctranslate2":
             raise ValueError("--format ctranslate2 exports one model: pass one --model-dir")
         model, tokenizer = Ensemble.from_model_dirs(args.model_dir, args.checkpoint)
+        exported = [ModelDir(path).resolve_checkpoint(args.checkpoint) for path in args.model_dir]
     else:
-        model, tokenizer, _ = load_model(args.model_dir[0], args.checkpoint)
+        model, tokenizer, values = load_model(args.model_dir[0], args.checkpoint)
+        exported = [values["checkpoint_path"]]
     if args.format == "ctranslate2":
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
@@ -504,6 +538,7 @@ def _export(args):
             log=_log,
             model_dirs=args.model_dir,
             tflite=args.tflite,
+            checkpoint={"name": args.checkpoint, "paths": [os.path.abspath(path) for path in exported]},
         )
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")

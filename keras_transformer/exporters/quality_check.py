@@ -5,13 +5,14 @@ A servable artifact can still be wrong (an export whose outputs were wrong and r
 to users of another toolkit: OpenNMT-tf#1005). `check_quality(out, model_dir)` translates up to
 `sample` held-out pairs of the model dir's data (its test split, else its validation split) with
 the checkpoint (`Translator`, the export's own decoding settings from `translator.json`) and with
-every artifact it finds in `out`:
+every artifact it finds in `out`, the checkpoint being the one exported (translator.json's
+"checkpoint": `export --checkpoint averaged`, `best`, `ema` or a path):
 
 | artifact | runs on | precision |
 | --- | --- | --- |
 | `saved_model/<name>/<N>/` serving_default | TensorFlow | the export's dtype |
 | `saved_model/<name>_ids/<N>/` + the tokenizer | TensorFlow | the export's dtype |
-| `translator.tflite`, `translator_int8.tflite` | LiteRT (the `export` extra) | float32, int8 weights |
+| `translator.tflite`, `translator_int8.tflite` | LiteRT, else `tf.lite.Interpreter` | float32, int8 weights |
 | a CTranslate2 model directory (`model.bin`) | CTranslate2 (the `ctranslate2` extra) | its weights' |
 
 and reports, per artifact, the share of outputs identical to the checkpoint's and the sacreBLEU
@@ -19,7 +20,8 @@ difference. An artifact fails past the tolerance: one in float32 must give at le
 `min_identical` (default 90%) of the checkpoint's outputs and lose at most `max_bleu_drop`
 (default 1.0) BLEU; a reduced-precision one (bf16, int8) or another engine (CTranslate2,
 whose length penalty is |y|^alpha, not GNMT's) need only the BLEU bound. An artifact whose
-runtime is not installed is reported as not checked, with the package to install.
+runtime is not installed (CTranslate2's) is reported as not checked, with the package to install;
+the TFLite models run on TensorFlow's own interpreter when LiteRT (the `export` extra) is not there.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import dataclasses
 import glob
 import json
 import os
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -87,6 +90,21 @@ def _padded(rows: list[np.ndarray]) -> np.ndarray:
     return batch
 
 
+def _tflite_interpreter(path: str):
+    """LiteRT's interpreter of the TFLite model `path` (the `export` extra), or without LiteRT
+    TensorFlow's own `tf.lite.Interpreter`, which runs the same builtin-ops models (deprecated in
+    favour of LiteRT, its warning silenced): every TFLite model is checked, installed extra or not."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        import tensorflow as tf
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "tf.lite.Interpreter is deprecated ... use ai_edge_litert"
+            return tf.lite.Interpreter(model_path=path)
+    return Interpreter(model_path=path)
+
+
 def _runners(out: str, translator: Translator, metadata: dict) -> dict:
     """{artifact path: (translate(texts) -> texts, exact)} for every artifact found in `out`, or
     {path: note} for one whose runtime is missing."""
@@ -122,12 +140,7 @@ def _runners(out: str, translator: Translator, metadata: dict) -> dict:
         path = os.path.join(out, metadata.get("models", {}).get(key, ""))
         if not os.path.isfile(path):
             continue
-        try:
-            from ai_edge_litert.interpreter import Interpreter
-        except ImportError:
-            runners[path] = "LiteRT is not installed: pip install 'keras-aiayn[export]'"
-            continue
-        runner = Interpreter(model_path=path).get_signature_runner()
+        runner = _tflite_interpreter(path).get_signature_runner()
         runners[path] = (best(lambda ids, r=runner: r(source_ids=ids)), exact)
     if os.path.isfile(os.path.join(out, "model.bin")):
         try:
@@ -164,6 +177,17 @@ def _ctranslate2_runner(engine, translator: Translator):
     return translate
 
 
+def _exported_checkpoint(metadata: dict, model_dirs: Sequence[str]) -> str:
+    """The checkpoint whose translations the artifacts must give: the one exported, as translator.json
+    records it: its path for the model dir exported, its name ("averaged", ...) for other model dirs
+    (an ensemble's: one name for all); "latest" for an export that does not say (an older one)."""
+    exported = metadata.get("checkpoint", {})
+    same_dirs = [os.path.abspath(path) for path in model_dirs] == metadata.get("model_dirs")
+    if same_dirs and len(exported.get("paths", ())) == 1:
+        return exported["paths"][0]
+    return exported.get("name", "latest")
+
+
 def check_quality(
     out: str,
     model_dirs: Sequence[str],
@@ -172,7 +196,8 @@ def check_quality(
     max_bleu_drop: float = MAX_BLEU_DROP,
 ) -> tuple[list[ArtifactQuality], list[str]]:
     """(a report per artifact, the one-line problems of those past the tolerance), against the
-    checkpoint of `model_dirs` (several: their ensemble), on the first one's held-out pairs."""
+    checkpoint exported (`_exported_checkpoint`) of `model_dirs` (several: their ensemble), on the
+    first one's held-out pairs."""
     from keras_transformer.data.sources import read_pairs
     from keras_transformer.data.splits import split_source
     from keras_transformer.data.tokenizer import tag
@@ -190,7 +215,7 @@ def check_quality(
     sources, references = read_pairs(*source, data.reverse, sample, tfds_data_dir=data.tfds_data_dir)
     if trained_on.multilingual:  # into the first source's language, its piece at each text's start
         sources = [tag(text, trained_on.languages()[0]) for text in sources]
-    translator = Translator.from_model_dir(list(model_dirs), "latest", decoding)
+    translator = Translator.from_model_dir(list(model_dirs), _exported_checkpoint(metadata, model_dirs), decoding)
     expected = translator.translate(sources)
     reference_bleu = corpus_scores(expected, references)["bleu"]
     reports, problems = [], []

@@ -116,12 +116,15 @@ def tflite_metadata(
     model_dirs: Sequence[str] = (),
     lang_ids: dict[str, int] | None = None,
     tflite: bool = True,
+    checkpoint: dict | None = None,
 ) -> dict:
     """`OUT/translator.json`: what a device needs besides the TFLite models: the input limit, the
     reserved ids, the search the models run (every `DecodingConfig` field), and the steps around
     them; also the SavedModels' dtype and the model dir exported (for `export --check`), and a
     multilingual model's target-language ids (`lang_ids`), which a device puts first in source_ids;
-    without `tflite` (an export of SavedModels only), `models` is empty."""
+    without `tflite` (an export of SavedModels only), `models` is empty; `checkpoint`: the weights
+    exported, {"name": "latest", "averaged", "best", "ema" or a path, "paths": the checkpoint of
+    each model dir}, with which `export --check` compares the artifacts."""
     multilingual = {"target_lang_ids": dict(lang_ids)} if lang_ids else {}
     return {
         **multilingual,
@@ -141,6 +144,7 @@ def tflite_metadata(
         "SentencePiece, collapse double spaces",
         "saved_model_dtype": decoding.runtime.dtype or "float32",
         "model_dirs": [os.path.abspath(path) for path in model_dirs],
+        **({"checkpoint": checkpoint} if checkpoint else {}),
     }
 
 
@@ -195,6 +199,7 @@ def export_tensorflow(
     log=print,
     model_dirs: Sequence[str] = (),
     tflite: bool = True,
+    checkpoint: dict | None = None,
     **overrides,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding with `decoding` and
@@ -207,8 +212,9 @@ def export_tensorflow(
     float32 (and int8 weights), never with XLA (`tflite_decoding`). `model` may be an `Ensemble`
     (`inference/ensemble.py`): every artifact then runs the ensemble's search. `model_dirs`: the
     model directory exported, recorded in translator.json so that `export --check` can compare
-    the artifacts' translations with its checkpoint's. `tflite=False`: no TFLite model (and
-    none left from an earlier export into `out`); the returned paths then have no TFLite key."""
+    the artifacts' translations with its checkpoint's, `checkpoint` which one (`tflite_metadata`).
+    `tflite=False`: no TFLite model (and none left from an earlier export into `out`); the
+    returned paths then have no TFLite key."""
     decoding = (decoding or DecodingConfig()).replace(**overrides)
     suppress_ids = suppressed_ids(tokenizer, decoding.search.suppress_sequences)
     served = functools.partial(beam_search, decoding=decoding, suppress_ids=suppress_ids)
@@ -250,6 +256,8 @@ def export_tensorflow(
                 os.remove(path)
     tokenizer.save(paths["tokenizer"])
     with open(paths["metadata"], "w", encoding="utf-8") as f:
-        json.dump(tflite_metadata(model.config, decoding, model_dirs, tokenizer.lang_ids, tflite), f, indent=2)
+        json.dump(
+            tflite_metadata(model.config, decoding, model_dirs, tokenizer.lang_ids, tflite, checkpoint), f, indent=2
+        )
         f.write("\n")
     return paths

@@ -6,11 +6,11 @@ intervals. For the big models, we averaged the last 20 checkpoints."
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
 from keras_transformer.model_dir import (
     ModelDir,
     ModelDirError,
+    checkpoint_paths,
     checkpoint_step,
     restore,
     save_weights,
@@ -45,8 +45,7 @@ def average_last(path: str, last: int = 5, checkpoint: str = "latest") -> str:
     if checkpoint not in ("latest", "ema"):
         raise ValueError(f"average reads the latest or the ema checkpoints, not {checkpoint!r}")
     directory = model_dir.checkpoint_dir if checkpoint == "latest" else model_dir.weights_dir("ema")
-    state = tf.train.get_checkpoint_state(directory)
-    paths = list(state.all_model_checkpoint_paths) if state else []  # oldest first, joined to the dir
+    paths = list(reversed(checkpoint_paths(directory)))  # oldest first
     if len(paths) < last:
         kind = "ema " if checkpoint == "ema" else ""
         raise ModelDirError(f"{path} holds {len(paths)} {kind}checkpoint(s), fewer than the {last} to average")

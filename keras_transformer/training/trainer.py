@@ -117,10 +117,11 @@ def _build(config: TransformerConfig, training: TrainingConfig, strategy: tf.dis
 
 def _resume(directory: ModelDir, model, fitted, training: TrainingConfig, strategy, log) -> tf.train.CheckpointManager:
     """The run's checkpoint manager, after restoring the newest checkpoint that restores (a
-    resume), or, in a new fine-tuning dir, the parent's weights with a fresh optimizer."""
+    resume; found from the files themselves when the state file is unreadable), or, in a new
+    fine-tuning dir, the parent's weights with a fresh optimizer."""
     budget_state = {"step_budget": fitted.total_steps} if fitted else {}  # resumes keep the fitted budget
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **budget_state)
-    manager = directory.checkpoint_manager(checkpoint, training.keep_checkpoints, worker=worker_id(strategy))
+    manager = directory.checkpoint_manager(checkpoint, training.keep_checkpoints, worker_id(strategy), warn=log)
     newest_first = list(reversed(manager.checkpoints)) or directory.checkpoints()  # a worker > 0 resumes as the chief
     if newest_first:
         restore_newest(checkpoint, newest_first, warn=log)
@@ -185,10 +186,10 @@ def _callbacks(
         best_dir = directory.weights_dir("best")
         translator = Translator(model, tokenizer)
         ordered.append(BleuCallback(translator, sources, references, best_dir, training.bleu_every_epochs, log))
-    if training.ema_decay is not None:  # every worker saves (as for checkpoints/), the chief to ema/
+    if training.ema_decay is not None:  # every worker saves, the chief to ema/, the others in their checkpoints/
         ema_dir = directory.weights_dir("ema")
-        if worker_id(strategy):
-            ema_dir = os.path.join(ema_dir, f"worker-{worker_id(strategy)}")
+        if worker_id(strategy):  # not inside ema/, which each save replaces whole (`save_weights`)
+            ema_dir = os.path.join(directory.checkpoint_dir, f"worker-{worker_id(strategy)}", "ema")
         ordered.append(EmaCheckpoint(ema_dir, training.keep_checkpoints))
     ordered += callbacks
     if early_stopping is not None:  # after the callers': it sees the scores they log

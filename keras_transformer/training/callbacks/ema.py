@@ -6,7 +6,8 @@ kept by Keras' optimizer (`use_ema=True`, `ema_momentum` = the decay D):
 The average is an optimizer variable, so training checkpoints carry it and a resumed run goes on
 averaging. `EmaCheckpoint` writes it as a weights-only checkpoint in the model dir's ema/ at every
 epoch end (`--checkpoint ema` reads it); the model itself keeps its raw weights
-(`optimization.keep_raw_weights`).
+(`optimization.keep_raw_weights`). Under `mixed_float16` the variables and their averages stay
+float32 (Keras' mixed precision).
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ import keras
 
 from keras_transformer.model_dir import save_weights
 from keras_transformer.training.schedules import trained_steps
+
+
+def moving_averages(optimizer: keras.optimizers.Optimizer) -> list:
+    """The optimizer's moving averages of the trainable variables; under `mixed_float16` Keras wraps
+    the optimizer in a `LossScaleOptimizer`, whose inner optimizer keeps them."""
+    return getattr(optimizer, "inner_optimizer", optimizer)._model_variables_moving_average
 
 
 class EmaCheckpoint(keras.callbacks.Callback):
@@ -35,7 +42,7 @@ class EmaCheckpoint(keras.callbacks.Callback):
             return
         variables = self.model.trainable_variables
         raw = [variable.numpy() for variable in variables]
-        averages = self.model.optimizer._model_variables_moving_average  # aligned with the trainable variables
+        averages = moving_averages(self.model.optimizer)  # aligned with the trainable variables
         for variable, average in zip(variables, averages):
             variable.assign(average)
         try:
