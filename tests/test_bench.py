@@ -339,3 +339,11 @@ def test_constraints_puts_every_phrase_in_the_outputs(capsys, trained):
     assert line["verses"] == 4 and line["phrases"] >= 4 and line["inclusion_share"] == 1.0
     assert set(line["seconds_per_verse_by_phrases"]) == {"0", "1", "2", "3"}
     assert line["unconstrained"]["sentences"] == line["constrained"]["sentences"] == 4
+
+
+@pytest.mark.slow
+def test_controls_cost_times_every_control(capsys, trained):
+    line = run_main("controls_cost", ["--model-dir", trained.model_dir, "--limit", "3", "--rounds", "1"], capsys)
+    assert line["sentences"] == 3 and set(line["systems"]) >= {"none", "no_repeat_ngram_size", "all"}
+    assert line["systems"]["none"]["time_over_none"] == 1.0
+    assert all(system["tgt_tokens_per_s"] > 0 for system in line["systems"].values())
