@@ -130,3 +130,15 @@ def test_every_flag_of_every_command_says_what_it_does():
     help_text = subparsers.choices["translate"].format_help()
     assert "--patience P|exact" in help_text and "round(P x K)" in help_text
     assert "--suppress-sequence TEXT" in help_text and "--no-repeat-ngram-size" in help_text
+
+
+def test_an_export_never_generates_unk_unless_told_to():
+    """New exports serve `disable_unk` (it cost no BLEU on the held-out verses); the flag's
+    negation keeps `<unk>` a candidate, and translate keeps the Python default."""
+    from keras_transformer.cli.main import export_decoding, parser
+
+    args = parser().parse_args(["export", "--model-dir", "m", "--out", "o"])
+    assert export_decoding(args).search.disable_unk is True
+    args = parser().parse_args(["export", "--model-dir", "m", "--out", "o", "--no-disable-unk", "--beam-size", "2"])
+    assert export_decoding(args).search.disable_unk is False and export_decoding(args).search.beam_size == 2
+    assert parser().parse_args(["translate", "--model-dir", "m"]).disable_unk is None

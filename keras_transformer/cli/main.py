@@ -504,6 +504,14 @@ def _check_export(args) -> int:
     return 1 if problems else 0
 
 
+def export_decoding(args):
+    """The decoding settings an export serves: the flags', with `disable_unk` on unless the flags
+    say otherwise (an `<unk>` prints as a gap; never generating it cost no BLEU on the held-out
+    verses: bench/RESULTS.md, "2026-12-03: one search loop")."""
+    settings = decoding(args)
+    return settings if args.disable_unk is not None else settings.replace(disable_unk=True)
+
+
 def _export(args):
     if args.check:
         return _check_export(args)
@@ -534,7 +542,7 @@ def _export(args):
             tokenizer,
             args.out,
             args.name,
-            decoding(args),
+            export_decoding(args),
             log=_log,
             model_dirs=args.model_dir,
             tflite=args.tflite,
