@@ -107,6 +107,19 @@ def test_controls_combine_with_a_prefix():
     assert tokens[:2] == [4, 5] and len(bigrams(tokens)) == len(set(bigrams(tokens)))
 
 
+def test_controls_combine_with_constraints():
+    """Dynamic beam allocation and the n-gram blocking and length floor at once: the phrase is
+    there, no bigram twice, no EOS before 5 tokens."""
+    phrase = tf.constant([[[5, 5]]], tf.int32)  # "5 5", which the looping model never writes itself
+    result = beam_search(
+        ScriptedModel(LOOP), SOURCE, beam_size=4, alpha=0.0, max_decode_length=8, constraints=phrase,
+        no_repeat_ngram_size=2, min_decoding_length=5,
+    )  # fmt: skip
+    tokens = result.ids.numpy()[0, 0].tolist()
+    assert (5, 5) in bigrams(tokens) and len(bigrams(tokens)) == len(set(bigrams(tokens))), tokens
+    assert EOS not in tokens[:5], tokens
+
+
 def test_controls_apply_to_sampling():
     result = sample(ScriptedModel(LOOP), SOURCE * 4, sampling_topk=0, num_samples=3, seed=1, no_repeat_ngram_size=2)
     for sentence in result.ids.numpy():
