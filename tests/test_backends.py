@@ -33,7 +33,7 @@ def installed(module: str):
 
 
 BACKENDS = [
-    pytest.param("jax", marks=installed("jax")),
+    pytest.param("jax", marks=[installed("jax"), pytest.mark.slow]),  # a training process of ~45 CPU-s each
     pytest.param("torch", marks=[installed("torch"), pytest.mark.slow]),
 ]
 

@@ -364,6 +364,7 @@ def test_a_full_disk_while_averaging_is_one_line_and_keeps_the_previous_average(
     load_model(str(model_dir), "averaged")
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_writing_ema_ends_train_in_one_line_and_keeps_the_previous_ema(tmp_path, capsys, monkeypatch):
     model_dir = tmp_path / "model"
     flags = [*TRAIN_FLAGS, "--model-dir", str(model_dir), "--ema-decay", "0.9"]
@@ -628,7 +629,7 @@ def test_translate_in_a_terminal_says_which_checkpoint_it_found_when_the_state_f
     )
 
 
-@pytest.mark.parametrize("state", ["empty", "half"])
+@pytest.mark.parametrize("state", ["empty", pytest.param("half", marks=pytest.mark.slow)])
 def test_a_resume_with_a_broken_state_file_goes_on_from_the_newest_checkpoint_never_from_step_0(copy_of, state):
     model_dir = copy_of()
     (model_dir / "checkpoints" / "checkpoint").write_bytes(BROKEN_STATES[state])
@@ -670,6 +671,7 @@ def test_an_export_of_averaged_weights_records_them_and_its_check_compares_with_
 # --- --ema-decay under mixed_float16 ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ema_under_mixed_float16_writes_the_moving_average(tmp_path, monkeypatch):
     """mixed_float16 (what `--mixed-precision` picks on a GPU), forced here on the CPU: Keras wraps
     the optimizer in a LossScaleOptimizer, and the moving average lives in its inner optimizer."""
@@ -743,6 +745,7 @@ def test_score_streams_stdin_and_replaces_a_bad_byte_naming_the_line(untrained_m
     assert stdout.read_at_first_output == STDIN_CHUNK  # the first chunk scored before the rest is read
 
 
+@pytest.mark.slow
 def test_prefix_file_and_constraints_are_read_along_with_a_long_stdin(
     untrained_model_dir, tmp_path, monkeypatch, capsys
 ):
@@ -824,6 +827,7 @@ def test_export_check_runs_the_tflite_model_on_tensorflows_interpreter_without_l
 # --- subword regularisation through train() ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_subword_alpha_reaches_the_training_batches_through_train(tmp_path):
     """Two runs of the same seed are the same run (with `subword_alpha` not passed on to the batches,
     these two were: measured); one with `subword_alpha` (segmentations sampled, Kudo, 2018) trains on

@@ -69,8 +69,8 @@ def test_new_signatures_equal_the_python_translator(served):
 
 
 OPTIONS = [
-    {"beam_size": 4, "alpha": 0.6},  # the export's own: translate's
-    {"beam_size": 1, "alpha": 0.0, "max_decoding_length": 5},
+    pytest.param({"beam_size": 4, "alpha": 0.6}, marks=pytest.mark.slow),  # the export's own: translate's
+    pytest.param({"beam_size": 1, "alpha": 0.0, "max_decoding_length": 5}, marks=pytest.mark.slow),
     {"beam_size": 3, "alpha": 1.0, "min_decoding_length": 6, "repetition_penalty": 1.5, "no_repeat_ngram_size": 2},
 ]
 
