@@ -227,12 +227,10 @@ def tflite_beam_search(model, decoding: DecodingConfig) -> bytes:
     return converter.convert()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("patience", [1.0, None])
-def test_tflite_builtins_give_the_same_beams(model, patience):
+def assert_tflite_gives_the_graphs_beams(model, decoding: DecodingConfig):
+    """`tflite_beam_search` run by LiteRT on SOURCE: the TensorFlow graph's ids and scores."""
     from ai_edge_litert.interpreter import Interpreter
 
-    decoding = DecodingConfig(beam_size=3, length_b=30, patience=patience)
     interpreter = Interpreter(model_content=tflite_beam_search(model, decoding))
     (source,) = interpreter.get_input_details()
     interpreter.resize_tensor_input(source["index"], SOURCE.shape)
@@ -243,6 +241,12 @@ def test_tflite_builtins_give_the_same_beams(model, patience):
     expected = beam_search(model, SOURCE, decoding)
     np.testing.assert_array_equal(outputs[np.int32], expected.ids.numpy())
     np.testing.assert_allclose(outputs[np.float32], expected.scores.numpy(), rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("patience", [1.0, None])
+def test_tflite_builtins_give_the_same_beams(model, patience):
+    assert_tflite_gives_the_graphs_beams(model, DecodingConfig(beam_size=3, length_b=30, patience=patience))
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ by hand: each test fails without its control."""
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_beam_search import EOS, ScriptedModel
+from test_beam_search import EOS, ScriptedModel, assert_tflite_gives_the_graphs_beams
 from test_decoding import model  # noqa: F401  (the shared fixture)
 
 from keras_transformer import DecodingConfig
@@ -145,20 +145,7 @@ def test_bad_control_settings_are_refused(settings, message):
 def test_the_controls_convert_to_tflite_builtins_and_give_the_graphs_beams(model):
     """Every control on at once, as an export with them would convert its search: TFLite builtin
     ops only, the same beams as the TensorFlow graph."""
-    from ai_edge_litert.interpreter import Interpreter
-    from test_beam_search import SOURCE as SOURCE_IDS
-    from test_beam_search import tflite_beam_search
-
     decoding = DecodingConfig(
         beam_size=3, length_b=30, min_decoding_length=3, repetition_penalty=1.5, no_repeat_ngram_size=2
     )
-    interpreter = Interpreter(model_content=tflite_beam_search(model, decoding))
-    (source,) = interpreter.get_input_details()
-    interpreter.resize_tensor_input(source["index"], SOURCE_IDS.shape)
-    interpreter.allocate_tensors()
-    interpreter.set_tensor(source["index"], SOURCE_IDS)
-    interpreter.invoke()
-    outputs = {d["dtype"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
-    expected = beam_search(model, SOURCE_IDS, decoding)
-    np.testing.assert_array_equal(outputs[np.int32], expected.ids.numpy())
-    np.testing.assert_allclose(outputs[np.float32], expected.scores.numpy(), rtol=1e-4)
+    assert_tflite_gives_the_graphs_beams(model, decoding)
