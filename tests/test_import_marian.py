@@ -287,8 +287,24 @@ def test_the_command_line_imports_and_the_model_dir_translates_and_exports(spm, 
     assert capsys.readouterr().out.splitlines()[0] == f"model_dir\t{out}"
     assert main(["translate", "--model-dir", out, "In the beginning God created the heaven and the earth."]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("\n".join(FIXTURE.read_text(encoding="utf-8").splitlines()[:3]) + "\n", encoding="utf-8")
+    assert main(["score", "--model-dir", out, "--data", str(pairs)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
     assert main(["export", "--format", "ctranslate2", "--model-dir", out, "--out", str(tmp_path / "ct2")]) == 0
     assert (tmp_path / "ct2" / "model.bin").is_file()
+    assert main(["import", "--from", "marian", str(marian), "--model-dir", out]) == 2  # not into a used dir
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(f"keras-transformer: error: {out} exists and is not empty: the import needs a new --model-dir")
+    )
+
+
+def test_the_command_line_refuses_a_missing_directory_in_one_line(tmp_path, capsys):
+    missing = str(tmp_path / "missing")
+    assert main(["import", "--from", "huggingface", missing, "--model-dir", str(tmp_path / "model")]) == 2
+    assert capsys.readouterr().err == f"keras-transformer: error: no such directory: {missing}\n"
 
 
 # --- the Hugging Face layout (importers/huggingface.py) -------------------------------------------
