@@ -414,3 +414,17 @@ def test_refuses_a_pytorch_pickle(tmp_path):
         f"{tmp_path / 'hf'} holds pytorch_model.bin, which needs torch to read: save the model as model.safetensors "
         "(MarianMTModel.save_pretrained(..., safe_serialization=True))"
     )
+
+
+@pytest.mark.slow
+def test_an_imported_model_fine_tunes_with_its_config_and_vocabulary(spm, tmp_path, capsys):
+    """`train --init-from` keeps the parent's architecture: the import's config.json gives it (--config)."""
+    marian = write_marian(tmp_path / "marian", spm)
+    parent = tmp_path / "model"
+    import_marian(str(marian), str(parent), max_length=64, warn=lambda line: None)
+    flags = ["--init-from", str(parent), "--config", str(parent / "config.json"), "--data", str(FIXTURE)]
+    flags += ["--model-dir", str(tmp_path / "tuned"), "--max-steps", "2", "--steps-per-epoch", "2"]
+    assert main(["train", *flags, "--batch-tokens", "512", "--bleu-every-epochs", "0"]) == 0
+    assert (
+        f"fine-tuning from {parent / 'checkpoints' / 'ckpt-0'} (step 0) with its tokenizer" in capsys.readouterr().err
+    )
