@@ -28,6 +28,8 @@ _EXPORTS = {
     "Ensemble": "keras_transformer.inference.ensemble",
     "evaluate": "keras_transformer.inference.evaluation",
     "Translator": "keras_transformer.inference.translator",
+    "import_huggingface": "keras_transformer.importers.huggingface",
+    "import_marian": "keras_transformer.importers.marian",
     "Transformer": "keras_transformer.model",
     "ModelDir": "keras_transformer.model_dir",
     "load_model": "keras_transformer.model_dir",
@@ -51,6 +53,8 @@ __all__ = [
     "compile_model",
     "evaluate",
     "greedy_search",
+    "import_huggingface",
+    "import_marian",
     "ModelDir",
     "load_model",
     "read_pairs",
@@ -63,6 +67,8 @@ __all__ = [
 if typing.TYPE_CHECKING:
     from keras_transformer.config import PRESETS, DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
     from keras_transformer.data.sources import read_pairs
+    from keras_transformer.importers.huggingface import import_huggingface
+    from keras_transformer.importers.marian import import_marian
     from keras_transformer.inference import visualize
     from keras_transformer.inference.decoding import DecodeResult, beam_search, greedy_search
     from keras_transformer.inference.ensemble import Ensemble

@@ -50,6 +50,8 @@ def test_the_package_exports_the_translator_and_the_loader_and_no_module_names()
             "compile_model",
             "evaluate",
             "greedy_search",
+            "import_huggingface",
+            "import_marian",
             "ModelDir",
             "load_model",
             "read_pairs",

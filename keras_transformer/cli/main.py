@@ -1,4 +1,4 @@
-"""`keras-transformer train | translate | score | evaluate | average | export`: the command line.
+"""`keras-transformer train | translate | score | evaluate | average | export | import`: the command line.
 
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
@@ -225,6 +225,26 @@ def _add_average(subparsers):
     )
 
 
+def _add_import(subparsers):
+    p = subparsers.add_parser("import", help="a pretrained Marian / OPUS-MT model as a model directory")
+    p.add_argument(
+        "--from",
+        dest="source_format",
+        required=True,
+        choices=("marian", "huggingface"),
+        help="the format of DIR: marian (an OPUS-MT directory: *.npz, decoder.yml, vocab.yml, source.spm, "
+        "target.spm) or huggingface (a MarianMTModel: config.json, model.safetensors, vocab.json, the .spm files)",
+    )
+    p.add_argument("directory", metavar="DIR", help="the directory of the model to import")
+    p.add_argument("--model-dir", required=True, help="the new model directory to write (must be new or empty)")
+    p.add_argument(
+        "--sinusoid-layout",
+        choices=("tensor2tensor", "halves"),
+        help="the positional encoding (default: the format's own, tensor2tensor for marian, halves for "
+        "huggingface; CTranslate2's converter gives Marian's weights halves)",
+    )
+
+
 def _add_verbose(p, default):
     p.add_argument(
         "-v",
@@ -246,6 +266,7 @@ def parser() -> argparse.ArgumentParser:
     _add_evaluate(subparsers)
     _add_export(subparsers)
     _add_average(subparsers)
+    _add_import(subparsers)
     for command in subparsers.choices.values():  # --verbose before or after the command
         _add_verbose(command, argparse.SUPPRESS)
     return p
@@ -552,6 +573,16 @@ def _export(args):
         print(f"{artifact}\t{path}")
 
 
+def _import(args):
+    from keras_transformer.importers.huggingface import import_huggingface
+    from keras_transformer.importers.marian import import_marian
+
+    importer = {"marian": import_marian, "huggingface": import_huggingface}[args.source_format]
+    layout = {"sinusoid_layout": args.sinusoid_layout} if args.sinusoid_layout else {}
+    checkpoint = importer(args.directory, args.model_dir, warn=lambda line: _log(f"warning: {line}"), **layout)
+    print(f"model_dir\t{args.model_dir}\ncheckpoint\t{checkpoint}")
+
+
 def _log(message: str) -> None:
     print(f"keras-transformer: {message}", file=sys.stderr, flush=True)
 
@@ -570,7 +601,7 @@ def main(argv=None) -> int:
     from keras_transformer.training.callbacks.budget import Interrupted
 
     commands = {"train": _train, "translate": _translate, "score": _score, "evaluate": _evaluate}
-    command = {**commands, "average": _average, "export": _export}[args.command]
+    command = {**commands, "average": _average, "export": _export, "import": _import}[args.command]
     try:
         status = command(args)
     except (DataError, ModelDirError, TokenizerError, ValueError, OSError) as error:

@@ -51,20 +51,11 @@ def _ctranslate2():
     return ctranslate2
 
 
-def _dense(layer) -> tuple[np.ndarray, np.ndarray]:
-    """A Dense layer's (kernel [in, out], bias [out])."""
-    return layer.kernel.numpy(), layer.bias.numpy()
+def model_variables(model) -> dict:
+    """Every weight of a built `Transformer` by role, as its variable, in Keras layout.
 
-
-def _norm(layer) -> tuple[np.ndarray, np.ndarray]:
-    """A LayerNormalization's (gamma [d_model], beta [d_model])."""
-    return layer.gamma.numpy(), layer.beta.numpy()
-
-
-def model_weights(model) -> dict:
-    """Every weight the export needs, by role, as NumPy arrays in Keras layout.
-
-    The one place that names the model's attributes: a renamed layer is one edit here.
+    The one place that names the model's attributes: a renamed layer is one edit here. The export
+    reads them (`model_weights`), the importers write them (`keras_transformer.importers`).
     "output_bias" is the logits' learned bias (None without one). Each attention is {"query",
     "key_value" (fused W^K|W^V), "output", "norm"}; each feed-forward network {"inner", "outer",
     "norm"}; a Dense is (kernel [in, out], bias [out]); a norm (gamma, beta); "norm" is the
@@ -72,18 +63,27 @@ def model_weights(model) -> dict:
     ends a pre-LN stack (None for post-LN).
     """
 
+    def dense(layer):
+        return layer.kernel, layer.bias
+
+    def norm(layer):
+        return layer.gamma, layer.beta
+
     def attention(layer, residual):
         return {
-            "query": _dense(layer.query_dense),
-            "key_value": _dense(layer.key_value_dense),
-            "output": _dense(layer.output_dense),
-            "norm": _norm(residual.layer_norm),
+            "query": dense(layer.query_dense),
+            "key_value": dense(layer.key_value_dense),
+            "output": dense(layer.output_dense),
+            "norm": norm(residual.layer_norm),
         }
 
     def feed_forward(block):
         ffn = block.feed_forward
-        norm = _norm(block.feed_forward_residual.layer_norm)
-        return {"inner": _dense(ffn.inner), "outer": _dense(ffn.outer), "norm": norm}
+        return {
+            "inner": dense(ffn.inner),
+            "outer": dense(ffn.outer),
+            "norm": norm(block.feed_forward_residual.layer_norm),
+        }
 
     def stack(layers, final_layer_norm, cross: bool):
         blocks = []
@@ -92,16 +92,28 @@ def model_weights(model) -> dict:
             if cross:
                 weights["cross_attention"] = attention(block.cross_attention_layer, block.cross_attention_residual)
             blocks.append({**weights, "feed_forward": feed_forward(block)})
-        return {"layers": blocks, "final_norm": _norm(final_layer_norm) if final_layer_norm else None}
+        return {"layers": blocks, "final_norm": norm(final_layer_norm) if final_layer_norm else None}
 
-    bias = model.embedding.logit_bias
     return {
-        "embedding": model.embedding.embeddings.numpy(),  # [V, d_model]
-        "output_bias": None if bias is None else bias.numpy(),  # [V]
-        "positions": model.positional_encoding.table,  # [max_length, d_model]
+        "embedding": model.embedding.embeddings,  # [V, d_model]
+        "output_bias": model.embedding.logit_bias,  # [V] or None
         "encoder": stack(model.encoder, model.encoder.final_layer_norm, cross=False),
         "decoder": stack(model.decoder, model.decoder.final_layer_norm, cross=True),
     }
+
+
+def _numpy(tree):
+    """`tree` (nested dicts, lists and tuples of variables, or None) with each variable as a NumPy array."""
+    if isinstance(tree, dict):
+        return {key: _numpy(value) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_numpy(value) for value in tree)
+    return None if tree is None else tree.numpy()
+
+
+def model_weights(model) -> dict:
+    """`model_variables` as NumPy arrays, and "positions", the sinusoid table [max_length, d_model]."""
+    return {**_numpy(model_variables(model)), "positions": model.positional_encoding.table}
 
 
 def _set_linear(spec, *denses: tuple[np.ndarray, np.ndarray]) -> None:

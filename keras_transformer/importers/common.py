@@ -1,0 +1,181 @@
+"""What every import shares: the vocabulary laid out on our reserved ids, the weights written into a
+built `Transformer`, and the model directory (config.json, tokenizer.model, one checkpoint).
+
+A Marian vocabulary (OPUS-MT's vocab.yml, Hugging Face's vocab.json) numbers its pieces its own
+way: </s> 0, <unk> 1, then the pieces, and <pad> last where it has one. Ours reserves pad 0,
+start 1, EOS 2, unknown 3 (`special_tokens`), and the tokenizer's SentencePiece ids are the model's
+ids. `vocabulary` rebuilds the SentencePiece model with its pieces in our order and says which row
+of the imported matrices each id takes; a piece the imported model does not have (our start
+token: Marian's decoder starts from a zero vector) gets a zero embedding and the output bias
+`ABSENT_LOGIT`, so that the softmax is the imported model's over its own vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from sentencepiece import sentencepiece_model_pb2
+
+from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
+from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.exporters.ctranslate2 import model_variables
+from keras_transformer.model import Transformer
+from keras_transformer.model_dir import ModelDir, weights_checkpoint
+from keras_transformer.special_tokens import PIECES, RESERVED_IDS, UNK_ID
+
+# The output bias of an id the imported model has no row for: exp(-1e4) is 0 in float32 beside any
+# real logit, so it takes no share of the softmax; finite in float16 and bfloat16 (a -inf weight
+# would turn a fine-tuning step's arithmetic into NaNs).
+ABSENT_LOGIT = -1e4
+ABSENT = -1  # a row index: no row
+Piece = sentencepiece_model_pb2.ModelProto.SentencePiece
+RESERVED_TYPES = {piece: Piece.UNKNOWN if i == UNK_ID else Piece.CONTROL for i, piece in PIECES.items()}
+
+
+class ModelImportError(ValueError):
+    """A model that cannot be imported (its one-line reason)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+    """The tokenizer of an imported model and, for each of its ids, the imported model's row of the
+    embedding (`embedding_rows`) and of the output bias (`bias_rows`), `ABSENT` for none; `notes`: what
+    the user should know (pieces that one side has and the other not)."""
+
+    model_proto: bytes
+    embedding_rows: np.ndarray  # [V] int
+    bias_rows: np.ndarray  # [V] int
+    notes: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.embedding_rows)
+
+    def rows(self, matrix: np.ndarray, which: np.ndarray, fill: float) -> np.ndarray:
+        """`matrix` [V_imported, ...] -> [V, ...]: row `which[i]` at id i, `fill` where it is `ABSENT`."""
+        out = np.full((self.size, *matrix.shape[1:]), fill, np.float32)
+        present = which != ABSENT
+        out[present] = matrix[which[present]]
+        return out
+
+
+def sentencepiece_model(directory: str) -> bytes:
+    """The SentencePiece model of `directory`'s source.spm and target.spm, which must be one: OPUS-MT
+    models whose two sides have their own models over one vocabulary (two tokenizers) do not import yet."""
+    spms = []
+    for side in ("source", "target"):
+        path = os.path.join(directory, f"{side}.spm")
+        if not os.path.isfile(path):
+            raise ModelImportError(f"{directory} has no {side}.spm (the SentencePiece model of the {side} side)")
+        with open(path, "rb") as f:
+            spms.append(f.read())
+    if spms[0] != spms[1]:
+        raise ModelImportError(
+            f"{directory}'s source.spm and target.spm differ: a model with two SentencePiece models over one "
+            "vocabulary does not import yet (one tokenizer per model here)"
+        )
+    return spms[0]
+
+
+def vocabulary(pieces: Sequence[str], spm: bytes, name: str) -> Vocabulary:
+    """The vocabulary of a model whose i-th row is `pieces[i]`, tokenized by the SentencePiece model
+    `spm` (bytes; `name` says where it came from, in errors).
+
+    Our ids: the reserved ones (the imported model's row of "<pad>", "<s>", "</s>", "<unk>" where it
+    has one), then its other pieces in its order, each with the score and type SentencePiece gives
+    it (a piece SentencePiece lacks is kept as an unused piece: decodable, never produced by
+    encoding), then the SentencePiece pieces that the imported vocabulary lacks, which its toolkit
+    reads as <unk>: they keep SentencePiece's segmentation, embed as <unk> does, and are never output.
+    """
+    proto = sentencepiece_model_pb2.ModelProto()
+    try:
+        proto.ParseFromString(spm)
+    except Exception:  # protobuf's DecodeError, whose module differs between its implementations
+        raise ModelImportError(f"{name} is not a SentencePiece model") from None
+    rows = {piece: i for i, piece in enumerate(pieces)}
+    if len(rows) != len(pieces):
+        raise ModelImportError(f"the vocabulary names {len(pieces) - len(rows)} piece(s) twice")
+    if "<unk>" not in rows:
+        raise ModelImportError("the vocabulary has no <unk> piece")
+    ours = {p.piece: p for p in proto.pieces if p.type != Piece.UNKNOWN and p.piece not in RESERVED_TYPES}
+    reserved = [PIECES[i] for i in RESERVED_IDS]
+    ordered = [Piece(piece=piece, score=0.0, type=RESERVED_TYPES[piece]) for piece in reserved]
+    embedding_rows = [rows.get(piece, ABSENT) for piece in reserved]
+    missing = [piece for piece in pieces if piece not in RESERVED_TYPES and piece not in ours]
+    for piece in pieces:
+        if piece in RESERVED_TYPES:
+            continue
+        known = ours.get(piece, Piece(piece=piece, score=0.0, type=Piece.UNUSED))
+        ordered.append(Piece(piece=piece, score=known.score, type=known.type))
+        embedding_rows.append(rows[piece])
+    bias_rows = list(embedding_rows)
+    extra = [p for p in ours.values() if p.piece not in rows]
+    for piece in extra:
+        ordered.append(Piece(piece=piece.piece, score=piece.score, type=piece.type))
+        embedding_rows.append(rows["<unk>"])
+        bias_rows.append(ABSENT)
+    notes = []
+    if missing:
+        notes.append(f"{len(missing)} vocabulary piece(s) are not in {name} (e.g. {missing[0]!r}): output only")
+    if extra:
+        notes.append(
+            f"{len(extra)} piece(s) of {name} are not in the vocabulary (e.g. {extra[0].piece!r}): "
+            "read as <unk>, as the model's toolkit reads them, and never output"
+        )
+    spec = proto.trainer_spec
+    for i, field in zip(RESERVED_IDS, ("pad", "bos", "eos", "unk")):
+        setattr(spec, f"{field}_id", i)
+        setattr(spec, f"{field}_piece", PIECES[i])
+    spec.vocab_size = len(ordered)
+    del proto.pieces[:]
+    proto.pieces.extend(ordered)
+    return Vocabulary(proto.SerializeToString(), np.array(embedding_rows), np.array(bias_rows), tuple(notes))
+
+
+def assign(variables, values, name: str = "model") -> None:
+    """Write `values` (NumPy arrays, laid out as `model_variables`) into `variables`, checking every shape."""
+    if isinstance(variables, dict):
+        for key, variable in variables.items():
+            assign(variable, values[key], f"{name}.{key}")
+    elif isinstance(variables, (list, tuple)):
+        if len(values) != len(variables):
+            raise ModelImportError(f"{name}: {len(values)} imported, our model has {len(variables)}")
+        for i, (variable, value) in enumerate(zip(variables, values)):
+            assign(variable, value, f"{name}[{i}]")
+    elif variables is not None:
+        value = np.asarray(values, np.float32)
+        if tuple(value.shape) != tuple(variables.shape):
+            raise ModelImportError(f"{name}: imported shape {value.shape}, our model's {tuple(variables.shape)}")
+        variables.assign(value)
+
+
+def write_model_dir(
+    model_dir: str,
+    config: TransformerConfig,
+    weights: dict,
+    vocab: Vocabulary,
+    warn: Callable[[str], None],
+) -> str:
+    """Write the model dir `model_dir` (new or empty) of `config` with `weights` (laid out as
+    `model_variables`, "embedding" [V_imported, d_model] and "output_bias" [V_imported] in the imported
+    model's row order) and `vocab`'s tokenizer; say `vocab.notes` through `warn`. Returns the
+    checkpoint's path (step 0)."""
+    if os.path.exists(model_dir) and (not os.path.isdir(model_dir) or os.listdir(model_dir)):
+        raise ModelImportError(f"{model_dir} exists and is not empty: the import needs a new --model-dir")
+    tokenizer = SubwordTokenizer(vocab.model_proto)
+    weights = {
+        **weights,
+        "embedding": vocab.rows(weights["embedding"], vocab.embedding_rows, 0.0),  # [V, d_model]
+        "output_bias": vocab.rows(weights["output_bias"], vocab.bias_rows, ABSENT_LOGIT),  # [V]
+    }
+    model = Transformer(config)
+    model.build()
+    assign(model_variables(model), weights)
+    for note in vocab.notes:
+        warn(note)
+    directory = ModelDir(model_dir)
+    directory.write(config, TrainingConfig(), DataConfig(), tokenizer)
+    return directory.checkpoint_manager(weights_checkpoint(model)).save(checkpoint_number=0)

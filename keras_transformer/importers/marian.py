@@ -1,0 +1,282 @@
+"""`keras-transformer import --from marian DIR`: a Marian / OPUS-MT model as a model directory.
+
+An OPUS-MT directory (Tiedemann & Thottingal, 2020) holds a Marian model (Junczys-Dowmunt et al.,
+2018): the weights, `*.npz`, with the training options inside as `special:model.yml`; `decoder.yml`,
+which names the weights and the vocabularies; the vocabulary, `vocab.yml` or `*.vocab.yml` (piece:
+row); and the SentencePiece models `source.spm` and `target.spm`. The weight names are Marian's,
+as CTranslate2's converter reads them (`ctranslate2/converters/marian.py`): `Wemb` (or
+`encoder_Wemb` / `decoder_Wemb`), `{encoder,decoder}_l{i}_{self,context,ffn}_*`, `*_top_ln_*`
+(pre-LN), `decoder_ff_logit_out_b`.
+
+A Marian Transformer is ours with its options (`TransformerConfig`): post-LN ("dan") or pre-LN
+("n" / "da" / top "n"), ReLU or swish, the output bias, a decoder that starts from a zero vector,
+and its sinusoids, sines then cosines at tensor2tensor's frequencies (Marian's
+`sinusoidalPositionEmbeddings`; CTranslate2's converter and Hugging Face use the paper's
+frequencies instead, `sinusoid_layout="halves"`), with Marian's LayerNorm epsilon (1e-9, its
+`layerNorm` default). Refused, in one line each: what is no Transformer (an RNN), a factored
+vocabulary, separate source and target embeddings or vocabularies (ours share one, §3.4), learned
+positions, layer-normed embeddings, average attention, and a source and target SentencePiece
+model that differ (one tokenizer per model here). A guided-alignment head is trained alignment,
+not a layer: dropped, with a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import sys
+from collections.abc import Callable
+
+import numpy as np
+import yaml
+
+from keras_transformer.config import FFN_ACTIVATIONS, TransformerConfig
+from keras_transformer.importers.common import ModelImportError, sentencepiece_model, vocabulary, write_model_dir
+
+MARIAN_LAYER_NORM_EPSILON = 1e-9  # Marian's `layerNorm(x, gamma, beta, eps = 1e-9)`
+DEFAULT_MAX_LENGTH = 512  # positions of the sinusoid table (Hugging Face's max_position_embeddings for OPUS-MT)
+PRE_LN = ("n", "da", "n")  # transformer-preprocess, -postprocess, -postprocess-top
+POST_LN = ("", "dan", "")
+
+
+def _warn(line: str) -> None:
+    print(f"warning: {line}", file=sys.stderr)
+
+
+def _one(directory: str, pattern: str, what: str) -> str:
+    found = sorted(glob.glob(os.path.join(glob.escape(directory), pattern)))
+    if len(found) != 1:
+        have = f"{len(found)} ({', '.join(map(os.path.basename, found))})" if found else "none"
+        raise ModelImportError(
+            f"{directory} must hold one {what} ({pattern}), it holds {have}; a decoder.yml names them"
+        )
+    return found[0]
+
+
+def marian_files(directory: str) -> tuple[str, list[str]]:
+    """(the weights' path, the vocabularies' paths, source then target) of a Marian model directory:
+    as its decoder.yml names them, else its one `*.npz` and its one `vocab.yml` or `*.vocab.yml`."""
+    if not os.path.isdir(directory):
+        raise ModelImportError(f"no such directory: {directory}")
+    decoder = os.path.join(directory, "decoder.yml")
+    if os.path.isfile(decoder):
+        with open(decoder, encoding="utf-8") as f:
+            values = yaml.safe_load(f) or {}
+        if not values.get("models") or not values.get("vocabs"):
+            raise ModelImportError(f"{decoder} names no models or no vocabs")
+        if len(values["models"]) > 1:
+            raise ModelImportError(f"{decoder} names an ensemble of {len(values['models'])} models: import each alone")
+        return os.path.join(directory, values["models"][0]), [os.path.join(directory, v) for v in values["vocabs"]]
+    weights = _one(directory, "*.npz", "weights file")
+    vocab = os.path.join(directory, "vocab.yml")
+    return weights, [vocab if os.path.isfile(vocab) else _one(directory, "*.vocab.yml", "vocabulary")]
+
+
+def read_vocab(path: str) -> list[str]:
+    """The pieces of a Marian vocabulary (`piece: row` lines of YAML), by row. Read line by line, as
+    CTranslate2's `load_vocab` does: a YAML loader would read pieces such as `yes`, `null` or `1` as
+    other types and merge them."""
+    if path.endswith(".fsv"):
+        raise ModelImportError(f"{path} is a factored vocabulary: factors cannot be imported")
+    if not path.endswith((".yml", ".yaml")):
+        raise ModelImportError(f"{path} is not a YAML vocabulary (.yml)")
+    rows, key = {}, None
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line:
+                continue
+            if line.startswith("? "):  # a complex key: "? piece" then ": row"
+                key = line[2:]
+                continue
+            piece, _, row = (key, ":", line[2:]) if key is not None else line.rpartition(":")
+            key = None
+            try:
+                rows[int(row.strip())] = _unquote(piece)
+            except ValueError:
+                raise ModelImportError(f"{path}:{number}: not a 'piece: row' line: {line!r}") from None
+    if sorted(rows) != list(range(len(rows))):
+        raise ModelImportError(f"{path}: its rows are not 0..{len(rows) - 1}")
+    return [rows[i] for i in range(len(rows))]
+
+
+def _unquote(piece: str) -> str:
+    """A YAML scalar as written in a Marian vocabulary: "double-quoted" (with escapes), 'single' or plain."""
+    if len(piece) >= 2 and piece[0] == piece[-1] == '"':
+        return yaml.safe_load(piece)
+    if len(piece) >= 2 and piece[0] == piece[-1] == "'":
+        return piece[1:-1].replace("''", "'")
+    return piece
+
+
+def model_options(weights: dict, path: str) -> dict:
+    """The training options stored in a Marian model (`special:model.yml`: YAML bytes, NUL-ended)."""
+    if "special:model.yml" not in weights:
+        raise ModelImportError(f"{path} holds no special:model.yml: not a Marian model")
+    text = np.asarray(weights["special:model.yml"]).tobytes().rstrip(b"\0")
+    return yaml.safe_load(text) or {}
+
+
+def transformer_config(options: dict, weights: dict, path: str, **fields) -> TransformerConfig:
+    """Our config of a Marian Transformer of `options`, `fields` overriding; refuses what ours cannot be."""
+
+    def refuse(condition: bool, message: str) -> None:
+        if condition:
+            raise ModelImportError(f"{path}: {message}")
+
+    kind = options.get("type", "transformer")
+    refuse(kind != "transformer", f"a Marian {kind!r} model is not a Transformer: only type transformer imports")
+    refuse(bool(options.get("factors-dim-emb") or options.get("lemma-dim-emb")), "factored vocabularies do not import")
+    refuse(bool(options.get("right-left")), "a right-to-left decoder does not import")
+    autoregression = options.get("transformer-decoder-autoreg", "self-attention")
+    refuse(autoregression != "self-attention", f"--transformer-decoder-autoreg {autoregression} does not import")
+    refuse(bool(options.get("transformer-no-projection")), "--transformer-no-projection does not import")
+    refuse(options.get("transformer-ffn-depth", 2) != 2, "only 2-layer feed-forward networks import (Eq. 2)")
+    refuse(bool(options.get("transformer-tied-layers")), "--transformer-tied-layers does not import")
+    refuse(
+        bool(options.get("transformer-train-position-embeddings")) or "Wpos" in weights,
+        "learned positions do not import",
+    )
+    refuse("n" in options.get("transformer-postprocess-emb", "d"), "layer-normed embeddings do not import")
+    activation = options.get("transformer-ffn-activation", "swish")
+    refuse(
+        activation not in FFN_ACTIVATIONS, f"--transformer-ffn-activation {activation} does not import (relu, swish)"
+    )
+    layout = tuple(options.get(k, "") for k in ("transformer-preprocess", "transformer-postprocess"))
+    layout += (options.get("transformer-postprocess-top", ""),)
+    refuse(
+        layout not in (PRE_LN, POST_LN),
+        f"preprocess/postprocess/postprocess-top {layout} is neither post-LN nor pre-LN",
+    )
+    embedding = _embedding(weights, path)
+    encoder_depth, decoder_depth = options.get("enc-depth", 6), options.get("dec-depth", 6)
+    return TransformerConfig(
+        **{
+            "vocab_size": embedding.shape[0],
+            "num_layers": encoder_depth,
+            "num_decoder_layers": None if decoder_depth == encoder_depth else decoder_depth,
+            "d_model": embedding.shape[1],
+            "d_ff": _get(weights, "encoder_l1_ffn_W1", path).shape[1],
+            "num_heads": options.get("transformer-heads", 8),
+            "dropout": float(options.get("transformer-dropout", 0.1)),
+            "max_length": DEFAULT_MAX_LENGTH,
+            "layer_norm_epsilon": MARIAN_LAYER_NORM_EPSILON,
+            "norm_first": layout == PRE_LN,
+            "ffn_activation": activation,
+            "sinusoid_layout": "tensor2tensor",
+            "output_bias": True,
+            "start_from_zero_embedding": True,
+            **fields,
+        }
+    )
+
+
+def _get(weights: dict, name: str, path: str) -> np.ndarray:
+    if name not in weights:
+        raise ModelImportError(f"{path} has no weight {name}: not a Marian Transformer of its options")
+    return np.asarray(weights[name], np.float32)
+
+
+def _embedding(weights: dict, path: str) -> np.ndarray:
+    """The one embedding matrix [V, d_model]: `Wemb`, or `encoder_Wemb` and `decoder_Wemb` if equal."""
+    if "Wemb" in weights:
+        return _get(weights, "Wemb", path)
+    source, target = _get(weights, "encoder_Wemb", path), _get(weights, "decoder_Wemb", path)
+    if source.shape != target.shape or not np.array_equal(source, target):
+        raise ModelImportError(
+            f"{path} has separate source and target embeddings (no --tied-embeddings-all): "
+            "this model shares one matrix (§3.4)"
+        )
+    return target
+
+
+def marian_weights(weights: dict, config: TransformerConfig, path: str) -> dict:
+    """The weights of a Marian Transformer laid out as `model_variables` (rows in Marian's order)."""
+
+    def get(name):
+        return _get(weights, name, path)
+
+    def dense(scope, suffix):
+        kernel = get(f"{scope}_W{suffix}") if f"{scope}_W{suffix}" in weights else get(f"{scope}_Wt{suffix}").T
+        return kernel, get(f"{scope}_b{suffix}").reshape(-1)  # [in, out], [out]
+
+    def norm(scope):
+        suffix = "_pre" if config.norm_first else ""
+        return get(f"{scope}_ln_scale{suffix}").reshape(-1), get(f"{scope}_ln_bias{suffix}").reshape(-1)
+
+    def attention(scope):
+        key, value = dense(scope, "k"), dense(scope, "v")
+        fused = np.concatenate([key[0], value[0]], axis=1), np.concatenate([key[1], value[1]])  # W^K|W^V
+        return {
+            "query": dense(scope, "q"),
+            "key_value": fused,
+            "output": dense(scope, "o"),
+            "norm": norm(f"{scope}_Wo"),
+        }
+
+    def feed_forward(scope):
+        return {
+            "inner": dense(f"{scope}_ffn", "1"),
+            "outer": dense(f"{scope}_ffn", "2"),
+            "norm": norm(f"{scope}_ffn_ffn"),
+        }
+
+    def stack(scope, depth, cross):
+        layers = []
+        for i in range(1, depth + 1):
+            layer = {"self_attention": attention(f"{scope}_l{i}_self")}
+            if cross:
+                layer["cross_attention"] = attention(f"{scope}_l{i}_context")
+            layers.append({**layer, "feed_forward": feed_forward(f"{scope}_l{i}")})
+        final = (
+            (get(f"{scope}_top_ln_scale").reshape(-1), get(f"{scope}_top_ln_bias").reshape(-1))
+            if config.norm_first
+            else None
+        )
+        return {"layers": layers, "final_norm": final}
+
+    embedding = _embedding(weights, path)
+    if "decoder_ff_logit_out_Wt" in weights and not np.array_equal(get("decoder_ff_logit_out_Wt"), embedding):
+        raise ModelImportError(
+            f"{path} has an output projection apart from its embeddings: this model ties them (§3.4)"
+        )
+    bias = "decoder_ff_logit_out_b"
+    return {
+        "embedding": embedding,  # [V_marian, d_model]
+        "output_bias": get(bias).reshape(-1) if bias in weights else np.zeros(len(embedding), np.float32),
+        "encoder": stack("encoder", config.encoder_depth, cross=False),
+        "decoder": stack("decoder", config.decoder_depth, cross=True),
+    }
+
+
+def import_marian(directory: str, model_dir: str, warn: Callable[[str], None] | None = None, **fields) -> str:
+    """Import the Marian / OPUS-MT model in `directory` into the new model dir `model_dir`; returns
+    its checkpoint's path. `fields`: `TransformerConfig` fields to override, e.g. `sinusoid_layout`
+    "halves", the positions that CTranslate2's converter and Hugging Face's port give the same
+    weights (Marian's own are "tensor2tensor"), or `max_length`. Warnings (dropped alignment,
+    vocabulary pieces one side lacks) go through `warn` (default stderr)."""
+    warn = warn or _warn
+    path, vocabs = marian_files(directory)
+    try:
+        with np.load(path) as npz:
+            weights = {name: npz[name] for name in npz.files}
+    except (OSError, ValueError) as error:
+        raise ModelImportError(f"cannot read {path}: {error}") from None
+    options = model_options(weights, path)
+    pieces = [read_vocab(vocab) for vocab in vocabs]
+    if any(other != pieces[0] for other in pieces[1:]):
+        raise ModelImportError(
+            f"{' and '.join(vocabs)} differ: separate source and target vocabularies do not import (ours is one)"
+        )
+    spm = sentencepiece_model(directory)
+    config = transformer_config(options, weights, path, **fields)
+    if len(pieces[0]) != config.vocab_size:
+        raise ModelImportError(f"{vocabs[0]} has {len(pieces[0])} pieces, {path}'s embeddings {config.vocab_size} rows")
+    guided = options.get("guided-alignment", "none")
+    if guided not in (None, "", "none"):
+        layer = options.get("transformer-guided-alignment-layer", "last")
+        warn(f"the guided-alignment head (layer {layer}) is dropped: it trained one attention head to align words")
+    vocab = vocabulary(pieces[0], spm, os.path.join(directory, "source.spm"))
+    config = dataclasses.replace(config, vocab_size=vocab.size)
+    return write_model_dir(model_dir, config, marian_weights(weights, config, path), vocab, warn)

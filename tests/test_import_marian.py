@@ -1,0 +1,430 @@
+"""The Marian / OPUS-MT import (keras_transformer/importers/marian.py), proven against an independent
+reader of the same format: a tiny Marian model made here (seeded random weights under Marian's
+parameter names, SentencePiece trained on the fixture, vocab.yml written by hand, the options inside
+the npz as Marian stores them) is converted by CTranslate2's own `OpusMTConverter` and by our import;
+greedy and beam-4 translations are the same token for token, and `score` equals CTranslate2's
+`score_batch` to 1e-4 per token. CTranslate2's converter puts the sinusoids at the paper's
+frequencies (`sinusoid_layout="halves"`) and leaves the LayerNorm epsilon at its engine's default,
+1e-5, so the parity imports ask for both; Marian's own (tensor2tensor's sinusoids, epsilon 1e-9)
+are the import's default. (At Marian's epsilon the scores differ from CTranslate2's by up to 2e-4.)"""
+
+import io
+import json
+import shutil
+import struct
+
+import ctranslate2
+import numpy as np
+import pytest
+import sentencepiece
+import yaml
+from conftest import FIXTURE
+
+from keras_transformer.cli.main import main
+from keras_transformer.importers.common import ABSENT_LOGIT, ModelImportError
+from keras_transformer.importers.huggingface import TORCH_LAYER_NORM_EPSILON, import_huggingface
+from keras_transformer.importers.marian import MARIAN_LAYER_NORM_EPSILON, import_marian
+from keras_transformer.inference.decoding import beam_search, greedy_search
+from keras_transformer.inference.search import decode_limits
+from keras_transformer.inference.translator import Translator
+from keras_transformer.model_dir import load_model
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
+
+D_MODEL, D_FF, HEADS, LAYERS = 32, 64, 4, 2
+CTRANSLATE2 = dict(sinusoid_layout="halves", layer_norm_epsilon=1e-5)  # what CTranslate2's Marian conversion computes
+SENTENCES = 16  # the fixture's first sources and references, translated and scored
+
+
+def fixture_lines():
+    lines = FIXTURE.read_text(encoding="utf-8").splitlines()
+    return [line.split("\t")[0] for line in lines], [line.split("\t")[1] for line in lines]
+
+
+@pytest.fixture(scope="module")
+def spm():
+    """A joint SentencePiece model of the fixture as OPUS-MT's are made (unk 0, bos 1, eos 2, no pad)."""
+    sources, targets = fixture_lines()
+    model = io.BytesIO()
+    sentencepiece.set_random_generator_seed(0)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sources + targets), model_writer=model, vocab_size=250, model_type="unigram",
+        character_coverage=1.0, num_threads=1, minloglevel=2,
+    )  # fmt: skip
+    return model.getvalue()
+
+
+def marian_pieces(spm_bytes):
+    """OPUS-MT's vocabulary layout: </s> 0, <unk> 1, then the SentencePiece model's pieces."""
+    processor = sentencepiece.SentencePieceProcessor(model_proto=spm_bytes)
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    return ["</s>", "<unk>", *(piece for piece in pieces if piece not in ("<unk>", "<s>", "</s>"))]
+
+
+def write_vocab(path, pieces):
+    """vocab.yml as Marian writes it: `piece: row`, quoted where YAML needs it (here: all but letters)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for i, piece in enumerate(pieces):
+            plain = piece.replace("▁", "").isalpha()
+            f.write(f"{piece if plain else json.dumps(piece, ensure_ascii=False)}: {i}\n")
+
+
+def marian_options(activation, pre_norm, **extra):
+    return {
+        "type": "transformer", "dim-emb": D_MODEL, "enc-depth": LAYERS, "dec-depth": LAYERS,
+        "transformer-heads": HEADS, "transformer-dim-ffn": D_FF, "transformer-ffn-depth": 2,
+        "transformer-ffn-activation": activation, "transformer-preprocess": "n" if pre_norm else "",
+        "transformer-postprocess": "da" if pre_norm else "dan", "transformer-postprocess-top": "n" if pre_norm else "",
+        "transformer-postprocess-emb": "d", "transformer-decoder-autoreg": "self-attention",
+        "transformer-no-projection": False, "transformer-guided-alignment-layer": "last", "guided-alignment": "none",
+        "tied-embeddings-all": True, "transformer-dropout": 0.1, **extra,
+    }  # fmt: skip
+
+
+def marian_weights(vocab_size, pre_norm, seed=0):
+    """Seeded random weights under Marian's names; </s> gets a higher output bias, so that random
+    translations end."""
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape, scale=1.0):
+        return rng.normal(scale=scale, size=shape).astype(np.float32)
+
+    weights = {"Wemb": normal(vocab_size, D_MODEL, scale=0.3)}
+    bias = normal(1, vocab_size, scale=0.2)
+    bias[0, 0] += 4.5 if pre_norm else 6.0  # </s>
+    weights["decoder_ff_logit_out_b"] = bias
+    suffix = "_pre" if pre_norm else ""
+
+    def norm(scope):
+        weights[f"{scope}_ln_scale{suffix}"] = 1.0 + normal(1, D_MODEL, scale=0.1)
+        weights[f"{scope}_ln_bias{suffix}"] = normal(1, D_MODEL, scale=0.1)
+
+    def attention(scope):
+        for name in "qkvo":
+            weights[f"{scope}_W{name}"] = normal(D_MODEL, D_MODEL, scale=2 * D_MODEL**-0.5)
+            weights[f"{scope}_b{name}"] = normal(1, D_MODEL, scale=0.1)
+        norm(f"{scope}_Wo")
+
+    for side in ("encoder", "decoder"):
+        for i in range(1, LAYERS + 1):
+            attention(f"{side}_l{i}_self")
+            if side == "decoder":
+                attention(f"{side}_l{i}_context")
+            scope = f"{side}_l{i}_ffn"
+            weights[f"{scope}_W1"] = normal(D_MODEL, D_FF, scale=D_MODEL**-0.5)
+            weights[f"{scope}_b1"] = normal(1, D_FF, scale=0.1)
+            weights[f"{scope}_W2"] = normal(D_FF, D_MODEL, scale=D_FF**-0.5)
+            weights[f"{scope}_b2"] = normal(1, D_MODEL, scale=0.1)
+            norm(f"{scope}_ffn")
+        if pre_norm:
+            weights[f"{side}_top_ln_scale"] = 1.0 + normal(1, D_MODEL, scale=0.1)
+            weights[f"{side}_top_ln_bias"] = normal(1, D_MODEL, scale=0.1)
+    return weights
+
+
+def write_marian(directory, spm_bytes, activation="swish", pre_norm=False, options=None, weights=None):
+    """An OPUS-MT model directory: model.npz (options inside, as Marian stores them), decoder.yml,
+    vocab.yml, source.spm and target.spm (the same model)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pieces = marian_pieces(spm_bytes)
+    weights = marian_weights(len(pieces), pre_norm) if weights is None else weights
+    options = marian_options(activation, pre_norm) if options is None else options
+    stored = np.frombuffer(yaml.safe_dump(options).encode() + b"\0", np.int8)
+    np.savez(directory / "model.npz", **weights, **{"special:model.yml": stored})
+    write_vocab(directory / "vocab.yml", pieces)
+    (directory / "decoder.yml").write_text(yaml.safe_dump({"models": ["model.npz"], "vocabs": ["vocab.yml"] * 2}))
+    for side in ("source", "target"):
+        (directory / f"{side}.spm").write_bytes(spm_bytes)
+    return directory
+
+
+class Converted:
+    """A Marian directory converted by CTranslate2 and imported by us (as CTranslate2 computes it)."""
+
+    def __init__(self, root, spm_bytes, activation, pre_norm):
+        marian = write_marian(root / "marian", spm_bytes, activation, pre_norm)
+        ctranslate2.converters.OpusMTConverter(str(marian)).convert(str(root / "ctranslate2"))
+        self.translator = ctranslate2.Translator(str(root / "ctranslate2"), intra_threads=1)
+        self.model_dir = str(root / "model")
+        import_marian(str(marian), self.model_dir, warn=lambda line: None, **CTRANSLATE2)
+        self.model, self.tokenizer, self.values = load_model(self.model_dir)
+        self.ids = {self.tokenizer.piece(i): i for i in range(self.tokenizer.vocab_size)}
+        self.sources, self.references = (side[:SENTENCES] for side in fixture_lines())
+        self.rows = Translator(self.model, self.tokenizer).source_ids(self.sources)
+
+    def tokens(self, row):
+        """CTranslate2's input: token strings without the EOS it appends itself."""
+        return [self.tokenizer.piece(int(i)) for i in row[:-1]]
+
+    def batch(self):
+        batch = np.zeros((len(self.rows), max(map(len, self.rows))), np.int32)
+        for i, row in enumerate(self.rows):
+            batch[i, : len(row)] = row
+        return batch
+
+    def theirs(self, beam_size):
+        """CTranslate2's best translation of each source as our ids (EOS included where reached), one
+        call per sentence with our length limit (CTranslate2's limit is per call) and, as ours, no
+        minimum length (CTranslate2's default is 1: a random model ends some sentences at once)."""
+        limits = decode_limits(self.batch(), self.model.config.max_length).numpy()
+        found = []
+        for row, limit in zip(self.rows, limits):
+            (result,) = self.translator.translate_batch(
+                [self.tokens(row)], beam_size=beam_size, length_penalty=0.0, max_decoding_length=int(limit),
+                min_decoding_length=0, return_end_token=True,
+            )  # fmt: skip
+            found.append([self.ids[token] for token in result.hypotheses[0]])
+        return found
+
+
+@pytest.fixture(scope="module", params=[("swish", False), ("relu", True)], ids=["swish-post-ln", "relu-pre-ln"])
+def converted(request, spm, tmp_path_factory):
+    return Converted(tmp_path_factory.mktemp("marian"), spm, *request.param)
+
+
+def ours(ids):
+    return [[int(t) for t in row if t != PAD_ID] for row in ids.numpy()[:, 0]]
+
+
+def test_greedy_translations_equal_ctranslate2s_token_for_token(converted):
+    theirs = converted.theirs(beam_size=1)
+    assert ours(greedy_search(converted.model, converted.batch()).ids) == theirs
+    assert sum(map(len, theirs)) > 10 * SENTENCES  # not all empty translations
+
+
+def test_beam_4_translations_equal_ctranslate2s_token_for_token(converted):
+    """At alpha 0 our stopping rule (patience 1) is CTranslate2's (tests/test_ctranslate2.py)."""
+    found = beam_search(converted.model, converted.batch(), beam_size=4, alpha=0.0, nbest=1).ids
+    assert ours(found) == converted.theirs(beam_size=4)
+
+
+def test_scores_equal_ctranslate2s_score_batch(converted):
+    """Over the imported vocabulary: our start and pad rows (which OPUS-MT's vocabulary lacks) have
+    the output bias ABSENT_LOGIT, no share of the softmax."""
+    mine = Translator(converted.model, converted.tokenizer).score(converted.sources, converted.references)
+    targets = Translator(converted.model, converted.tokenizer).target_ids(converted.references)
+    theirs = converted.translator.score_batch(
+        [converted.tokens(row) for row in converted.rows],
+        [[converted.tokenizer.piece(int(i)) for i in target] for target in targets],
+    )
+    for score, result in zip(mine, theirs):
+        np.testing.assert_allclose(score.token_log_probs, result.log_probs, atol=1e-4)
+
+
+def test_the_tokenizer_segments_as_the_sentencepiece_model_and_keeps_the_reserved_ids(converted, spm):
+    processor = sentencepiece.SentencePieceProcessor(model_proto=spm)
+    for source, row in zip(converted.sources, converted.rows):
+        assert converted.tokens(row) == processor.encode(source, out_type=str)
+    pieces = [converted.tokenizer.piece(i) for i in (PAD_ID, START_ID, EOS_ID, UNK_ID)]
+    assert pieces == ["<pad>", "<s>", "</s>", "<unk>"]
+    bias = converted.model.embedding.logit_bias.numpy()
+    assert bias[PAD_ID] == bias[START_ID] == ABSENT_LOGIT  # OPUS-MT's vocabulary has neither
+    assert not converted.model.embedding.embeddings.numpy()[[PAD_ID, START_ID]].any()
+
+
+def test_the_default_is_marians_own_positions_and_epsilon(spm, tmp_path):
+    marian = write_marian(tmp_path / "marian", spm)
+    import_marian(str(marian), str(tmp_path / "model"), warn=lambda line: None)
+    config = load_model(str(tmp_path / "model"))[0].config
+    assert (config.sinusoid_layout, config.layer_norm_epsilon) == ("tensor2tensor", MARIAN_LAYER_NORM_EPSILON)
+    assert (config.ffn_activation, config.output_bias, config.start_from_zero_embedding) == ("swish", True, True)
+    assert (config.num_layers, config.d_model, config.d_ff, config.num_heads) == (LAYERS, D_MODEL, D_FF, HEADS)
+
+
+def import_error(directory, tmp_path):
+    with pytest.raises(ModelImportError) as error:
+        import_marian(str(directory), str(tmp_path / "model"), warn=lambda line: None)
+    return str(error.value)
+
+
+def test_refuses_an_rnn(spm, tmp_path):
+    marian = write_marian(tmp_path / "marian", spm, options={**marian_options("swish", False), "type": "s2s"})
+    message = import_error(marian, tmp_path)
+    assert message.endswith("a Marian 's2s' model is not a Transformer: only type transformer imports")
+
+
+def test_refuses_a_factored_vocabulary(spm, tmp_path):
+    marian = write_marian(tmp_path / "marian", spm)
+    shutil.copy(marian / "vocab.yml", marian / "vocab.fsv")
+    (marian / "decoder.yml").write_text(yaml.safe_dump({"models": ["model.npz"], "vocabs": ["vocab.fsv"] * 2}))
+    assert (
+        import_error(marian, tmp_path) == f"{marian / 'vocab.fsv'} is a factored vocabulary: factors cannot be imported"
+    )
+
+
+def test_refuses_separate_source_and_target_embeddings(spm, tmp_path):
+    weights = marian_weights(len(marian_pieces(spm)), pre_norm=False)
+    embedding = weights.pop("Wemb")
+    weights.update(encoder_Wemb=embedding, decoder_Wemb=embedding + 1.0)
+    marian = write_marian(tmp_path / "marian", spm, weights=weights)
+    assert "has separate source and target embeddings" in import_error(marian, tmp_path)
+
+
+def test_refuses_two_sentencepiece_models(spm, tmp_path):
+    marian = write_marian(tmp_path / "marian", spm)
+    (marian / "target.spm").write_bytes(spm + b"\n")
+    message = import_error(marian, tmp_path)
+    assert message == (
+        f"{marian}'s source.spm and target.spm differ: a model with two SentencePiece models over one "
+        "vocabulary does not import yet (one tokenizer per model here)"
+    )
+
+
+def test_drops_guided_alignment_with_a_warning(spm, tmp_path):
+    options = {**marian_options("swish", False), "guided-alignment": "train.align"}
+    marian = write_marian(tmp_path / "marian", spm, options=options)
+    warnings = []
+    import_marian(str(marian), str(tmp_path / "model"), warn=warnings.append)
+    assert warnings == [
+        "the guided-alignment head (layer last) is dropped: it trained one attention head to align words"
+    ]
+
+
+@pytest.mark.slow
+def test_the_command_line_imports_and_the_model_dir_translates_and_exports(spm, tmp_path, capsys):
+    marian = write_marian(tmp_path / "marian", spm)
+    out = str(tmp_path / "model")
+    assert main(["import", "--from", "marian", str(marian), "--model-dir", out]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"model_dir\t{out}"
+    assert main(["translate", "--model-dir", out, "In the beginning God created the heaven and the earth."]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("\n".join(FIXTURE.read_text(encoding="utf-8").splitlines()[:3]) + "\n", encoding="utf-8")
+    assert main(["score", "--model-dir", out, "--data", str(pairs)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert main(["export", "--format", "ctranslate2", "--model-dir", out, "--out", str(tmp_path / "ct2")]) == 0
+    assert (tmp_path / "ct2" / "model.bin").is_file()
+    assert main(["import", "--from", "marian", str(marian), "--model-dir", out]) == 2  # not into a used dir
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(f"keras-transformer: error: {out} exists and is not empty: the import needs a new --model-dir")
+    )
+
+
+def test_the_command_line_refuses_a_missing_directory_in_one_line(tmp_path, capsys):
+    missing = str(tmp_path / "missing")
+    assert main(["import", "--from", "huggingface", missing, "--model-dir", str(tmp_path / "model")]) == 2
+    assert capsys.readouterr().err == f"keras-transformer: error: no such directory: {missing}\n"
+
+
+# --- the Hugging Face layout (importers/huggingface.py) -------------------------------------------
+
+
+def write_safetensors(path, tensors):
+    """A safetensors file of float32 `tensors`, by its format (huggingface/safetensors' README): an
+    8-byte little-endian header length, the JSON header, the raw data."""
+    header, blobs, offset = {}, [], 0
+    for name, array in tensors.items():
+        data = np.ascontiguousarray(array, "<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    encoded = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + b"".join(blobs))
+
+
+def hf_positions(length, dim):
+    """transformers' `MarianSinusoidalPositionalEmbedding._init_weight` table."""
+    angles = np.array([[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)] for pos in range(length)])
+    return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)
+
+
+def write_huggingface(directory, spm_bytes, marian):
+    """A MarianMTModel directory of the Marian weights `marian`, as transformers' conversion script
+    (`convert_marian_to_pytorch.py`) writes it: a zero <pad> row last (the decoder's start), torch
+    layout [out, in], Hugging Face's names."""
+    directory.mkdir(parents=True)
+    pieces = marian_pieces(spm_bytes)
+    pad = len(pieces)
+    shared = np.concatenate([marian["Wemb"], np.zeros((1, D_MODEL), np.float32)])
+    tensors = {
+        "model.shared.weight": shared,
+        "lm_head.weight": shared,
+        "final_logits_bias": np.concatenate([marian["decoder_ff_logit_out_b"], [[0.0]]], axis=1),
+        "model.encoder.embed_positions.weight": hf_positions(512, D_MODEL),
+    }
+    for side in ("encoder", "decoder"):
+        for i in range(LAYERS):
+            ours, theirs = f"{side}_l{i + 1}", f"model.{side}.layers.{i}"
+            attentions = [("self", "self_attn")] + ([("context", "encoder_attn")] if side == "decoder" else [])
+            for scope, name in attentions:
+                for q in "qkvo":
+                    projection = "out_proj" if q == "o" else f"{q}_proj"
+                    tensors[f"{theirs}.{name}.{projection}.weight"] = marian[f"{ours}_{scope}_W{q}"].T
+                    tensors[f"{theirs}.{name}.{projection}.bias"] = marian[f"{ours}_{scope}_b{q}"].reshape(-1)
+                tensors[f"{theirs}.{name}_layer_norm.weight"] = marian[f"{ours}_{scope}_Wo_ln_scale"].reshape(-1)
+                tensors[f"{theirs}.{name}_layer_norm.bias"] = marian[f"{ours}_{scope}_Wo_ln_bias"].reshape(-1)
+            for k in "12":
+                tensors[f"{theirs}.fc{k}.weight"] = marian[f"{ours}_ffn_W{k}"].T
+                tensors[f"{theirs}.fc{k}.bias"] = marian[f"{ours}_ffn_b{k}"].reshape(-1)
+            tensors[f"{theirs}.final_layer_norm.weight"] = marian[f"{ours}_ffn_ffn_ln_scale"].reshape(-1)
+            tensors[f"{theirs}.final_layer_norm.bias"] = marian[f"{ours}_ffn_ffn_ln_bias"].reshape(-1)
+    write_safetensors(directory / "model.safetensors", tensors)
+    config = {
+        "model_type": "marian", "d_model": D_MODEL, "encoder_layers": LAYERS, "decoder_layers": LAYERS,
+        "encoder_attention_heads": HEADS, "decoder_attention_heads": HEADS, "encoder_ffn_dim": D_FF,
+        "decoder_ffn_dim": D_FF, "activation_function": "swish", "scale_embedding": True, "vocab_size": pad + 1,
+        "pad_token_id": pad, "decoder_start_token_id": pad, "max_position_embeddings": 512,
+        "share_encoder_decoder_embeddings": True, "dropout": 0.1,
+    }  # fmt: skip
+    (directory / "config.json").write_text(json.dumps(config))
+    vocab = {piece: i for i, piece in enumerate([*pieces, "<pad>"])}
+    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    for side in ("source", "target"):
+        (directory / f"{side}.spm").write_bytes(spm_bytes)
+    return directory
+
+
+def test_the_hugging_face_layout_imports_to_the_same_model(spm, tmp_path):
+    """The same weights under transformers' names give the same logits to 1e-6 (at Marian's epsilon;
+    transformers' own is torch's 1e-5), but at pad: transformers' <pad> row (zero, bias 0) takes its
+    share of the softmax there, as it does in transformers."""
+    marian = write_marian(tmp_path / "marian", spm)
+    weights = marian_weights(len(marian_pieces(spm)), pre_norm=False)
+    huggingface = write_huggingface(tmp_path / "huggingface", spm, weights)
+    import_marian(str(marian), str(tmp_path / "from-marian"), sinusoid_layout="halves", warn=lambda line: None)
+    fields = dict(layer_norm_epsilon=MARIAN_LAYER_NORM_EPSILON, max_length=512)
+    import_huggingface(str(huggingface), str(tmp_path / "from-hf"), warn=lambda line: None, **fields)
+    (a, tokenizer, _), (b, other, _) = load_model(str(tmp_path / "from-marian")), load_model(str(tmp_path / "from-hf"))
+    assert tokenizer.model_proto == other.model_proto
+    sources = Translator(a, tokenizer).source_ids(fixture_lines()[0][:4])
+    batch = np.zeros((4, max(map(len, sources))), np.int32)
+    for i, row in enumerate(sources):
+        batch[i, : len(row)] = row
+    target = np.concatenate([np.full((4, 1), START_ID), batch[:, :-1]], axis=1)
+    logits = [model((batch, target), training=False).numpy() for model in (a, b)]
+    keep = np.arange(tokenizer.vocab_size) != PAD_ID
+    np.testing.assert_allclose(logits[0][..., keep], logits[1][..., keep], atol=1e-6)
+    assert b.embedding.logit_bias.numpy()[PAD_ID] == 0.0 and a.embedding.logit_bias.numpy()[PAD_ID] == ABSENT_LOGIT
+    default = load_model_config(huggingface, tmp_path / "default")
+    assert (default.sinusoid_layout, default.layer_norm_epsilon) == ("halves", TORCH_LAYER_NORM_EPSILON)
+
+
+def load_model_config(huggingface, out):
+    import_huggingface(str(huggingface), str(out), warn=lambda line: None)
+    return load_model(str(out))[0].config
+
+
+def test_refuses_a_pytorch_pickle(tmp_path):
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "pytorch_model.bin").write_bytes(b"\x80")
+    with pytest.raises(ModelImportError) as error:
+        import_huggingface(str(tmp_path / "hf"), str(tmp_path / "model"))
+    assert str(error.value) == (
+        f"{tmp_path / 'hf'} holds pytorch_model.bin, which needs torch to read: save the model as model.safetensors "
+        "(MarianMTModel.save_pretrained(..., safe_serialization=True))"
+    )
+
+
+@pytest.mark.slow
+def test_an_imported_model_fine_tunes_with_its_config_and_vocabulary(spm, tmp_path, capsys):
+    """`train --init-from` keeps the parent's architecture: the import's config.json gives it (--config)."""
+    marian = write_marian(tmp_path / "marian", spm)
+    parent = tmp_path / "model"
+    import_marian(str(marian), str(parent), max_length=64, warn=lambda line: None)
+    flags = ["--init-from", str(parent), "--config", str(parent / "config.json"), "--data", str(FIXTURE)]
+    flags += ["--model-dir", str(tmp_path / "tuned"), "--max-steps", "2", "--steps-per-epoch", "2"]
+    assert main(["train", *flags, "--batch-tokens", "512", "--bleu-every-epochs", "0"]) == 0
+    assert (
+        f"fine-tuning from {parent / 'checkpoints' / 'ckpt-0'} (step 0) with its tokenizer" in capsys.readouterr().err
+    )
