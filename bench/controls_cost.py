@@ -43,7 +43,10 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=3, help="timed passes of every setting, interleaved")
     args = p.parse_args(argv)
     if not tf.config.threading.get_intra_op_parallelism_threads():  # as keras-transformer translate runs
-        tf.config.threading.set_intra_op_parallelism_threads(1)
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+        except RuntimeError:  # TensorFlow already runs (an in-process caller): its pools stay
+            pass
     model, tokenizer, values = load_model(args.model_dir)
     data = values["data_config"]
     sources, references = read_pairs(data.data, "test", data.reverse, args.limit)
