@@ -21,6 +21,7 @@ _EXPORTS = {
     "DecodingConfig": "keras_transformer.config",
     "TrainingConfig": "keras_transformer.config",
     "TransformerConfig": "keras_transformer.config",
+    "held_out": "keras_transformer.data.held_out",
     "read_pairs": "keras_transformer.data.sources",
     "DecodeResult": "keras_transformer.inference.decoding",
     "beam_search": "keras_transformer.inference.decoding",
@@ -53,6 +54,7 @@ __all__ = [
     "compile_model",
     "evaluate",
     "greedy_search",
+    "held_out",
     "import_huggingface",
     "import_marian",
     "ModelDir",
@@ -66,6 +68,7 @@ __all__ = [
 
 if typing.TYPE_CHECKING:
     from keras_transformer.config import PRESETS, DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
+    from keras_transformer.data.held_out import held_out
     from keras_transformer.data.sources import read_pairs
     from keras_transformer.importers.huggingface import import_huggingface
     from keras_transformer.importers.marian import import_marian

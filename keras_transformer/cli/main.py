@@ -444,32 +444,29 @@ def _score(args):
 
 
 def _evaluate(args):
-    from keras_transformer.data.errors import DataError
     from keras_transformer.data.files import has_own_splits
+    from keras_transformer.data.held_out import held_out
     from keras_transformer.data.sources import read_pairs
-    from keras_transformer.data.splits import WHOLE, split_source
+    from keras_transformer.data.splits import WHOLE
     from keras_transformer.inference.evaluation import evaluate
     from keras_transformer.model_dir import ModelDir
 
     use_op_threads(args.intra_op_threads)
     translator = _translator(args)
-    trained_on = ModelDir(args.model_dir[0]).read()["data_config"]  # an ensemble: the first model's
-    tfds_data_dir = args.tfds_data_dir or trained_on.tfds_data_dir
+    target_lang = args.target_lang
     if args.data:
-        source = args.data, args.split if has_own_splits(args.data) else WHOLE
-        reverse = args.reverse
+        trained_on = ModelDir(args.model_dir[0]).read()["data_config"]  # an ensemble: the first model's
+        split = args.split if has_own_splits(args.data) else WHOLE
+        read = dict(
+            tfds_data_dir=args.tfds_data_dir or trained_on.tfds_data_dir,
+            tfds_download=args.tfds_download or trained_on.tfds_download,
+        )
+        sources, references = read_pairs(args.data, split, args.reverse, args.limit, **read)
     else:
-        sources = [one for one, _ in trained_on.sources()]
-        if args.target_lang and trained_on.multilingual:  # the source of that language, if any
-            sources = [one for one, lang in zip(sources, trained_on.languages()) if lang == args.target_lang] or sources
-        trained_on = sources[0]  # of weighted sources, the first
-        source = split_source(trained_on, args.split)
-        reverse = trained_on.reverse or args.reverse  # the direction the model was trained in
-        if source is None:
-            raise DataError(f"{trained_on.data} was trained with --valid-data, without --test-data: pass --data")
-    download = args.tfds_download or trained_on.tfds_download
-    sources, references = read_pairs(*source, reverse, args.limit, tfds_data_dir=tfds_data_dir, tfds_download=download)
-    scores = evaluate(translator, (sources, references), target_lang=args.target_lang)
+        read = dict(tfds_data_dir=args.tfds_data_dir, tfds_download=args.tfds_download or None)
+        pairs = held_out(args.model_dir[0], args.split, args.limit, target_lang=target_lang, **read)
+        sources, references, target_lang = pairs.sources, pairs.references, pairs.target_lang
+    scores = evaluate(translator, (sources, references), target_lang=target_lang)
     for source, reference, hypothesis in list(zip(sources, references, scores.pop("translations")))[: args.show]:
         print(f"source:     {source}\nreference:  {reference}\ntranslation: {hypothesis}\n")
     print(
@@ -480,7 +477,7 @@ def _evaluate(args):
                 "dtype": translator.model.dtype_policy.name,
                 "checkpoint": args.checkpoint,
                 "models": args.model_dir,
-                **({"target_lang": args.target_lang} if args.target_lang else {}),
+                **({"target_lang": target_lang} if target_lang else {}),
             }
         )
     )

@@ -198,10 +198,9 @@ def check_quality(
     """(a report per artifact, the one-line problems of those past the tolerance), against the
     checkpoint exported (`_exported_checkpoint`) of `model_dirs` (several: their ensemble), on the
     first one's held-out pairs."""
-    from keras_transformer.data.sources import read_pairs
-    from keras_transformer.data.splits import split_source
+    from keras_transformer.data.errors import DataError
+    from keras_transformer.data.held_out import held_out
     from keras_transformer.data.tokenizer import tag
-    from keras_transformer.model_dir import ModelDir
 
     metadata_path = os.path.join(out, "translator.json")
     metadata = {}
@@ -209,12 +208,12 @@ def check_quality(
         with open(metadata_path, encoding="utf-8") as f:
             metadata = json.load(f)
     decoding = DecodingConfig.from_dict(metadata)
-    trained_on = ModelDir(model_dirs[0]).read()["data_config"]
-    data = trained_on.sources()[0][0]  # of weighted sources, the first
-    source = split_source(data, "test") or split_source(data, "validation")
-    sources, references = read_pairs(*source, data.reverse, sample, tfds_data_dir=data.tfds_data_dir)
-    if trained_on.multilingual:  # into the first source's language, its piece at each text's start
-        sources = [tag(text, trained_on.languages()[0]) for text in sources]
+    try:  # the first model's
+        pairs = held_out(model_dirs[0], "test", sample)
+    except DataError:  # trained with --valid-data, without --test-data
+        pairs = held_out(model_dirs[0], "validation", sample)
+    references = pairs.references
+    sources = [tag(text, pairs.target_lang) for text in pairs.sources]  # a multilingual model's: tagged
     translator = Translator.from_model_dir(list(model_dirs), _exported_checkpoint(metadata, model_dirs), decoding)
     expected = translator.translate(sources)
     reference_bleu = corpus_scores(expected, references)["bleu"]
