@@ -50,6 +50,7 @@ def test_the_package_exports_the_translator_and_the_loader_and_no_module_names()
             "compile_model",
             "evaluate",
             "greedy_search",
+            "held_out",
             "import_huggingface",
             "import_marian",
             "ModelDir",
