@@ -347,3 +347,15 @@ def test_controls_cost_times_every_control(capsys, trained):
     assert line["sentences"] == 3 and set(line["systems"]) >= {"none", "no_repeat_ngram_size", "all"}
     assert line["systems"]["none"]["time_over_none"] == 1.0
     assert all(system["tgt_tokens_per_s"] > 0 for system in line["systems"].values())
+
+
+@pytest.mark.slow
+def test_pretrained_imports_exports_and_times_every_engine_on_the_same_weights(capsys):
+    """The tiny size (tests/marian_maker.py's): three worker processes, one TensorFlow import."""
+    line = run_main("pretrained", ["--size", "tiny", "--rounds", "1", "--repeats", "1"], capsys)
+    assert line["model"]["layers"] == 2 and line["model"]["parameters"] > 0 and line["import_s"] > 0
+    assert line["saved_model_bytes"] > line["saved_model_ids_bytes"] > 0 and line["ctranslate2_bytes"] > 0
+    assert set(line["systems"]) == {"savedmodel", "ctranslate2", "ctranslate2_int8"}
+    assert all(system["batch1_latency_s"] > 0 for system in line["systems"].values())
+    assert line["same_output"]["savedmodel"]  # the two engines compute the same model
+    assert line["cpu_flags"] == line["machine"]["cpu_flags"] and len(line["load_before"]) == 3

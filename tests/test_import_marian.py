@@ -1,14 +1,13 @@
 """The Marian / OPUS-MT import (keras_transformer/importers/marian.py), proven against an independent
-reader of the same format: a tiny Marian model made here (seeded random weights under Marian's
-parameter names, SentencePiece trained on the fixture, vocab.yml written by hand, the options inside
-the npz as Marian stores them) is converted by CTranslate2's own `OpusMTConverter` and by our import;
+reader of the same format: a tiny Marian model made by tests/marian_maker.py (seeded random weights
+under Marian's parameter names, SentencePiece trained on the fixture, vocab.yml written by hand, the
+options inside the npz as Marian stores them) is converted by CTranslate2's own `OpusMTConverter` and by our import;
 greedy and beam-4 translations are the same token for token, and `score` equals CTranslate2's
 `score_batch` to 1e-4 per token. CTranslate2's converter puts the sinusoids at the paper's
 frequencies (`sinusoid_layout="halves"`) and leaves the LayerNorm epsilon at its engine's default,
 1e-5, so the parity imports ask for both; Marian's own (tensor2tensor's sinusoids, epsilon 1e-9)
 are the import's default. (At Marian's epsilon the scores differ from CTranslate2's by up to 2e-4.)"""
 
-import io
 import json
 import shutil
 import struct
@@ -19,6 +18,15 @@ import pytest
 import sentencepiece
 import yaml
 from conftest import FIXTURE
+from marian_maker import (
+    TINY,
+    fixture_lines,
+    fixture_spm,
+    marian_options,
+    marian_pieces,
+    marian_weights,
+    write_marian,
+)
 
 from keras_transformer.cli.main import main
 from keras_transformer.importers.common import ABSENT_LOGIT, ModelImportError
@@ -30,111 +38,14 @@ from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import load_model
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
 
-D_MODEL, D_FF, HEADS, LAYERS = 32, 64, 4, 2
+D_MODEL, D_FF, HEADS, LAYERS = TINY.d_model, TINY.d_ff, TINY.heads, TINY.layers
 CTRANSLATE2 = dict(sinusoid_layout="halves", layer_norm_epsilon=1e-5)  # what CTranslate2's Marian conversion computes
 SENTENCES = 16  # the fixture's first sources and references, translated and scored
 
 
-def fixture_lines():
-    lines = FIXTURE.read_text(encoding="utf-8").splitlines()
-    return [line.split("\t")[0] for line in lines], [line.split("\t")[1] for line in lines]
-
-
 @pytest.fixture(scope="module")
 def spm():
-    """A joint SentencePiece model of the fixture as OPUS-MT's are made (unk 0, bos 1, eos 2, no pad)."""
-    sources, targets = fixture_lines()
-    model = io.BytesIO()
-    sentencepiece.set_random_generator_seed(0)
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(sources + targets), model_writer=model, vocab_size=250, model_type="unigram",
-        character_coverage=1.0, num_threads=1, minloglevel=2,
-    )  # fmt: skip
-    return model.getvalue()
-
-
-def marian_pieces(spm_bytes):
-    """OPUS-MT's vocabulary layout: </s> 0, <unk> 1, then the SentencePiece model's pieces."""
-    processor = sentencepiece.SentencePieceProcessor(model_proto=spm_bytes)
-    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-    return ["</s>", "<unk>", *(piece for piece in pieces if piece not in ("<unk>", "<s>", "</s>"))]
-
-
-def write_vocab(path, pieces):
-    """vocab.yml as Marian writes it: `piece: row`, quoted where YAML needs it (here: all but letters)."""
-    with open(path, "w", encoding="utf-8") as f:
-        for i, piece in enumerate(pieces):
-            plain = piece.replace("▁", "").isalpha()
-            f.write(f"{piece if plain else json.dumps(piece, ensure_ascii=False)}: {i}\n")
-
-
-def marian_options(activation, pre_norm, **extra):
-    return {
-        "type": "transformer", "dim-emb": D_MODEL, "enc-depth": LAYERS, "dec-depth": LAYERS,
-        "transformer-heads": HEADS, "transformer-dim-ffn": D_FF, "transformer-ffn-depth": 2,
-        "transformer-ffn-activation": activation, "transformer-preprocess": "n" if pre_norm else "",
-        "transformer-postprocess": "da" if pre_norm else "dan", "transformer-postprocess-top": "n" if pre_norm else "",
-        "transformer-postprocess-emb": "d", "transformer-decoder-autoreg": "self-attention",
-        "transformer-no-projection": False, "transformer-guided-alignment-layer": "last", "guided-alignment": "none",
-        "tied-embeddings-all": True, "transformer-dropout": 0.1, **extra,
-    }  # fmt: skip
-
-
-def marian_weights(vocab_size, pre_norm, seed=0):
-    """Seeded random weights under Marian's names; </s> gets a higher output bias, so that random
-    translations end."""
-    rng = np.random.default_rng(seed)
-
-    def normal(*shape, scale=1.0):
-        return rng.normal(scale=scale, size=shape).astype(np.float32)
-
-    weights = {"Wemb": normal(vocab_size, D_MODEL, scale=0.3)}
-    bias = normal(1, vocab_size, scale=0.2)
-    bias[0, 0] += 4.5 if pre_norm else 6.0  # </s>
-    weights["decoder_ff_logit_out_b"] = bias
-    suffix = "_pre" if pre_norm else ""
-
-    def norm(scope):
-        weights[f"{scope}_ln_scale{suffix}"] = 1.0 + normal(1, D_MODEL, scale=0.1)
-        weights[f"{scope}_ln_bias{suffix}"] = normal(1, D_MODEL, scale=0.1)
-
-    def attention(scope):
-        for name in "qkvo":
-            weights[f"{scope}_W{name}"] = normal(D_MODEL, D_MODEL, scale=2 * D_MODEL**-0.5)
-            weights[f"{scope}_b{name}"] = normal(1, D_MODEL, scale=0.1)
-        norm(f"{scope}_Wo")
-
-    for side in ("encoder", "decoder"):
-        for i in range(1, LAYERS + 1):
-            attention(f"{side}_l{i}_self")
-            if side == "decoder":
-                attention(f"{side}_l{i}_context")
-            scope = f"{side}_l{i}_ffn"
-            weights[f"{scope}_W1"] = normal(D_MODEL, D_FF, scale=D_MODEL**-0.5)
-            weights[f"{scope}_b1"] = normal(1, D_FF, scale=0.1)
-            weights[f"{scope}_W2"] = normal(D_FF, D_MODEL, scale=D_FF**-0.5)
-            weights[f"{scope}_b2"] = normal(1, D_MODEL, scale=0.1)
-            norm(f"{scope}_ffn")
-        if pre_norm:
-            weights[f"{side}_top_ln_scale"] = 1.0 + normal(1, D_MODEL, scale=0.1)
-            weights[f"{side}_top_ln_bias"] = normal(1, D_MODEL, scale=0.1)
-    return weights
-
-
-def write_marian(directory, spm_bytes, activation="swish", pre_norm=False, options=None, weights=None):
-    """An OPUS-MT model directory: model.npz (options inside, as Marian stores them), decoder.yml,
-    vocab.yml, source.spm and target.spm (the same model)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    pieces = marian_pieces(spm_bytes)
-    weights = marian_weights(len(pieces), pre_norm) if weights is None else weights
-    options = marian_options(activation, pre_norm) if options is None else options
-    stored = np.frombuffer(yaml.safe_dump(options).encode() + b"\0", np.int8)
-    np.savez(directory / "model.npz", **weights, **{"special:model.yml": stored})
-    write_vocab(directory / "vocab.yml", pieces)
-    (directory / "decoder.yml").write_text(yaml.safe_dump({"models": ["model.npz"], "vocabs": ["vocab.yml"] * 2}))
-    for side in ("source", "target"):
-        (directory / f"{side}.spm").write_bytes(spm_bytes)
-    return directory
+    return fixture_spm()
 
 
 class Converted:
@@ -416,15 +327,50 @@ def test_refuses_a_pytorch_pickle(tmp_path):
     )
 
 
+def fixture_batch(model, tokenizer, count=4):
+    """(source ids, target-in ids) of the fixture's first `count` pairs, teacher forcing."""
+    sources, targets = fixture_lines()
+    translator = Translator(model, tokenizer)
+    return padded(translator.source_ids(sources[:count])), padded(translator.target_ids(targets[:count]))
+
+
+def padded(rows):
+    batch = np.full((len(rows), max(map(len, rows))), PAD_ID, np.int32)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    return batch
+
+
 @pytest.mark.slow
-def test_an_imported_model_fine_tunes_with_its_config_and_vocabulary(spm, tmp_path, capsys):
-    """`train --init-from` keeps the parent's architecture: the import's config.json gives it (--config)."""
+def test_an_imported_model_fine_tunes_from_its_own_weights_and_exports(spm, tmp_path, capsys, monkeypatch):
+    """`train --init-from` an import with no flag repeating its architecture: the fine-tuning model
+    at step 0 (the parent's weights restored, before any update) gives the import's logits to 1e-6;
+    the import's export passes `export --check` (its SavedModels' contract and translations)."""
+    from keras_transformer.training import trainer
+
     marian = write_marian(tmp_path / "marian", spm)
     parent = tmp_path / "model"
     import_marian(str(marian), str(parent), max_length=64, warn=lambda line: None)
-    flags = ["--init-from", str(parent), "--config", str(parent / "config.json"), "--data", str(FIXTURE)]
-    flags += ["--model-dir", str(tmp_path / "tuned"), "--max-steps", "2", "--steps-per-epoch", "2"]
-    assert main(["train", *flags, "--batch-tokens", "512", "--bleu-every-epochs", "0"]) == 0
+    imported, tokenizer, _ = load_model(str(parent))
+    source, target = fixture_batch(imported, tokenizer)
+    target_in = np.concatenate([np.full((len(target), 1), START_ID, np.int32), target[:, :-1]], axis=1)
+    at_step_0 = []
+
+    def resume(directory, model, *args, **kwargs):  # the run's model, restored, before its first step
+        manager = resume.original(directory, model, *args, **kwargs)
+        at_step_0.append(model((source, target_in), training=False).numpy())
+        return manager
+
+    resume.original = trainer._resume
+    monkeypatch.setattr(trainer, "_resume", resume)
+    flags = ["--init-from", str(parent), "--data", "software-en-de", "--model-dir", str(tmp_path / "tuned")]
+    flags += ["--max-steps", "2", "--steps-per-epoch", "2", "--batch-tokens", "512", "--bleu-every-epochs", "0"]
+    assert main(["train", *flags]) == 0
     assert (
         f"fine-tuning from {parent / 'checkpoints' / 'ckpt-0'} (step 0) with its tokenizer" in capsys.readouterr().err
     )
+    np.testing.assert_allclose(at_step_0[0], imported((source, target_in), training=False).numpy(), atol=1e-6)
+    assert load_model(str(tmp_path / "tuned"))[0].config == imported.config
+    out = str(tmp_path / "export")
+    assert main(["export", "--model-dir", str(parent), "--out", out, "--no-tflite"]) == 0
+    assert main(["export", "--check", out, "--sample", "4"]) == 0

@@ -18,19 +18,25 @@ and `DIR` are copies of `runs/demo`), with the venv's `keras-transformer` on PAT
 on PYTHONPATH; each must exit 0, and SH_CHECKS check what their comments promise. Run: `--version;
 train --help`; `translate` on runs/small (beam 4), on DIR greedy (`--beam-size 1 --alpha 0`) and
 `--nbest 4`; `average --last 5`; `evaluate --checkpoint averaged` (the fixture's last 2%: 8 pairs);
-`export --format ctranslate2` (if ctranslate2 is installed). Skipped (SKIPPED_SH; each rule must
-match a README command, and a command no rule matches runs):
+`export --format ctranslate2` (if ctranslate2 is installed); "Start from a pretrained model"'s
+import of `opus-mt-en-de` (a tiny OPUS-MT directory made by tests/marian_maker.py), its translate,
+its fine-tuning and export with TINY_SETTINGS appended (2 steps; SavedModels only, 4 pairs
+checked). Skipped (SKIPPED_SH; each rule must match a README command, and a command no rule
+matches runs):
   - `make demo`, `make test`: install into .venv, then train for 6 minutes or run the suite;
   - `pip install ...`: installs packages from the internet;
-  - `keras-transformer train ...` (all but `train --help`) and `python bench/quality.py`: train for
-    30 minutes to 2 hours, or have `...` for their flags (tests/test_cli.py trains on the fixture);
+  - `keras-transformer train ...` (all but `train --help` and the fine-tuning of an import) and
+    `python bench/quality.py`: train for 30 minutes to 2 hours, or have `...` for their flags
+    (tests/test_cli.py trains on the fixture);
   - `export --model-dir runs/small --out runs/export` and `export --check runs/export`: SavedModels
     and three TFLite conversions, ~20 s (tests/test_export.py runs the same command and check);
   - Decoding's `translate --model-dir DIR "Jesus wept."` and The command line's `evaluate
     --model-dir runs/small`: another block runs the same command on a copy of the model dir (the
     latter on its averaged checkpoint); ~6 s each, mostly TensorFlow's import.
 On the 2-core development machine: ~65 s in all (python blocks ~38 s: training ~19 s, decoding
-~16 s; sh commands ~27 s, ~5 s for each that imports TensorFlow).
+~16 s; sh commands ~27 s, ~5 s for each that imports TensorFlow), and "Start from a pretrained
+model" ~105 s (import 7, translate 8, fine-tuning 14, export 19, export --check 57: three searches
+traced, checkpoint and both SavedModels).
 """
 
 import ast
@@ -49,6 +55,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import FIXTURE
+from marian_maker import fixture_spm, write_marian
 
 import keras_transformer as kt
 from keras_transformer.model_dir import ModelDir
@@ -63,7 +70,10 @@ SKIPPED_PYTHON: dict[str, str] = {}
 SKIPPED_SH = [
     (r"^make ", "installs into .venv, then trains for 6 minutes (demo) or runs the suite (test)"),
     (r"^pip install ", "installs packages from the internet"),
-    (r"keras-transformer train (?!--help)", "trains for 30 minutes to 2 hours, or has `...` for its flags"),
+    (
+        r"keras-transformer train (?!--help|--init-from runs/opus-mt-en-de )",
+        "trains for 30 minutes to 2 hours, or has `...` for its flags",
+    ),
     (r"^python bench/quality\.py ", "trains for 30 minutes"),
     # Two commands that another block runs on a copy of the same model dir (~6 s each):
     (r'^keras-transformer translate --model-dir DIR "Jesus wept\."$', "The command line's translate, on runs/small"),
@@ -71,6 +81,24 @@ SKIPPED_SH = [
     (r"keras-transformer export --model-dir runs/small --out runs/export", "~20 s of exports; tests/test_export.py"),
     (r"keras-transformer export --check runs/export", "checks the export skipped above; tests/test_export.py"),
 ]
+
+
+# Commands that run with tiny settings appended (later flags override the README's): (regex, flags).
+TINY_SETTINGS = [
+    (
+        r"keras-transformer train --init-from runs/opus-mt-en-de ",
+        "--max-steps 2 --steps-per-epoch 2 --batch-tokens 512 --bleu-every-epochs 0",
+    ),
+    # SavedModels only (~half the time; tests/test_export.py converts to TFLite), 4 pairs checked
+    (r"keras-transformer export --model-dir runs/opus-software ", "--no-tflite"),
+    (r"keras-transformer export --check runs/opus-export$", "--sample 4"),
+]
+
+
+def with_tiny_settings(command: str) -> str:
+    """`command` as run: as written, or on one line without its comment, TINY_SETTINGS' flags appended."""
+    flags = [flags for pattern, flags in TINY_SETTINGS if re.search(pattern, bare(command))]
+    return " ".join([bare(command), *flags]) if flags else command
 
 
 def readme_blocks() -> list[tuple[str, str, int, str]]:
@@ -145,6 +173,7 @@ def workspace(tmp_path_factory, tokenizer):
         manager.save(checkpoint_number=step)
     for copy in ("runs/small", "DIR"):
         shutil.copytree(demo.path, path / copy)
+    write_marian(path / "opus-mt-en-de", fixture_spm())  # "Start from a pretrained model": a tiny OPUS-MT model
     return path
 
 
@@ -330,6 +359,19 @@ def check_averaged(result, workspace):
     assert os.path.exists(workspace / "DIR" / "averaged" / "ckpt-5.index")  # writes DIR/averaged
 
 
+def check_import(result, workspace):
+    assert result.stdout.splitlines()[0] == "model_dir\truns/opus-mt-en-de"
+
+
+def check_fine_tuned(result, workspace):
+    """The import's architecture and vocabulary, no flag repeating them, on the software messages."""
+    imported = ModelDir(str(workspace / "runs" / "opus-mt-en-de"))
+    tuned = ModelDir(str(workspace / "runs" / "opus-software"))
+    assert tuned.read()["model"] == imported.read()["model"]
+    assert tuned.tokenizer().model_proto == imported.tokenizer().model_proto
+    assert tuned.read()["data_config"].data == "software-en-de" and tuned.resolve_checkpoint("latest")
+
+
 def check_ctranslate2(result, workspace):
     assert os.path.exists(workspace / "runs" / "ct2" / "model.bin")
 
@@ -345,6 +387,8 @@ SH_CHECKS = {
     r"^keras-transformer evaluate": check_evaluate,
     r"average --model-dir DIR --last 5": check_averaged,
     r"--format ctranslate2": check_ctranslate2,
+    r"^keras-transformer import --from marian": check_import,
+    r"train --init-from runs/opus-mt-en-de ": check_fine_tuned,
 }
 
 
@@ -372,7 +416,12 @@ def test_sh_commands_run_as_written(workspace, heading, code):
             continue
         start = time.perf_counter()
         result = subprocess.run(
-            ["bash", "-c", command], cwd=workspace, env=env, capture_output=True, text=True, timeout=300
+            ["bash", "-c", with_tiny_settings(command)],
+            cwd=workspace,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
         for pattern, check in SH_CHECKS.items():

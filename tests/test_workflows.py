@@ -441,6 +441,18 @@ def test_a_yaml_recipe_sets_flags_and_the_command_line_overrides_it(tmp_path):
     assert data.data == "bible-en-de:0.3,software-en-de:0.7"
 
 
+def test_fine_tuning_takes_the_model_settings_from_the_parents_config_json(tmp_path, tokenizer):
+    """`train --init-from DIR` needs no flag repeating DIR's architecture (an import's: swish,
+    Marian's positions, ...); the training settings stay the preset's, a flag still overrides."""
+    model = TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, ffn_activation="swish", output_bias=True)
+    parent = ModelDir(str(tmp_path / "parent"))
+    parent.write(model, TrainingConfig(max_steps=5), DataConfig(), tokenizer)
+    config, training, _ = recipe_configs(train_args("--init-from", parent.path))
+    assert config == model and training == TrainingConfig.preset("small", init_from=parent.path)
+    assert recipe_configs(train_args("--init-from", parent.path, "--dropout", "0.3"))[0].dropout == 0.3
+    assert recipe_configs(train_args("--init-from", str(tmp_path / "none")))[0] == TransformerConfig.small()
+
+
 def test_a_recipe_with_unknown_keys_is_refused_with_their_names(tmp_path):
     recipe = tmp_path / "recipe.json"
     recipe.write_text(json.dumps({"max_steps": 5, "max_stepz": 6, "lr": 1}), encoding="utf-8")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import typing
 
@@ -187,12 +188,27 @@ def configs(
     )
 
 
+def parent_model_settings(model_dir: str) -> dict[str, typing.Any]:
+    """The model settings of the model dir `model_dir` (its config.json), none where it has no
+    config.json (fine-tuning then refuses it, naming what is missing)."""
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.isfile(path):
+        return {}
+    names = {f.name for f in dataclasses.fields(TransformerConfig)}
+    return {name: value for name, value in read_recipe(path).items() if name in names}
+
+
 def train_configs(
     args: argparse.Namespace, default_preset: str
 ) -> tuple[TransformerConfig, TrainingConfig, DataConfig]:
     """`train`'s settings: `--preset` (else the recipe's, else `default_preset`), overridden by the
-    `--config` recipe, then by the other flags given."""
+    `--config` recipe, then by the other flags given. Fine-tuning (`--init-from DIR`), the model's
+    settings start from DIR's own (its config.json), so that a parent of any architecture (an
+    import's) needs no flags to repeat it; a flag or recipe that asks for another is refused."""
     recipe = read_recipe(args.config) if args.config else {}
+    init_from = overrides(args, TrainingConfig).get("init_from") or recipe.get("init_from")
+    if init_from:
+        recipe = {**parent_model_settings(init_from), **recipe}
     config, training = configs(args, args.preset or recipe.get("preset", default_preset), recipe)
     return config, training, DataConfig(**recipe_settings(args, DataConfig, recipe))
 
