@@ -61,10 +61,13 @@ def spm():
     return opus_mt_spm(sources + targets)
 
 
-def marian_pieces(spm_bytes):
-    """OPUS-MT's vocabulary layout: </s> 0, <unk> 1, then the SentencePiece model's pieces."""
-    processor = sentencepiece.SentencePieceProcessor(model_proto=spm_bytes)
-    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+def marian_pieces(spm_bytes, target=None):
+    """OPUS-MT's vocabulary layout: </s> 0, <unk> 1, then the SentencePiece model's pieces (and those
+    of the target side's model `target` that it lacks)."""
+    pieces = {}  # in order, each once
+    for model in (spm_bytes, target) if target else (spm_bytes,):
+        processor = sentencepiece.SentencePieceProcessor(model_proto=model)
+        pieces.update(dict.fromkeys(processor.id_to_piece(i) for i in range(processor.get_piece_size())))
     return ["</s>", "<unk>", *(piece for piece in pieces if piece not in ("<unk>", "<s>", "</s>"))]
 
 
@@ -134,8 +137,7 @@ def write_marian(directory, spm_bytes, activation="swish", pre_norm=False, optio
     vocab.yml, source.spm and target.spm (the same model, or the SentencePiece model `target`: then
     the vocabulary is the union of both models' pieces)."""
     directory.mkdir(parents=True, exist_ok=True)
-    pieces = marian_pieces(spm_bytes)
-    pieces += [piece for piece in marian_pieces(target or spm_bytes) if piece not in pieces]
+    pieces = marian_pieces(spm_bytes, target)
     weights = marian_weights(len(pieces), pre_norm) if weights is None else weights
     options = marian_options(activation, pre_norm) if options is None else options
     stored = np.frombuffer(yaml.safe_dump(options).encode() + b"\0", np.int8)
@@ -399,6 +401,20 @@ def test_two_sentencepiece_models_export_text_models_that_translate_as_the_trans
     assert [" ".join(target.decode(row).split()) for row in rows] == want
 
 
+def test_a_vocabulary_piece_that_no_sentencepiece_model_has_decodes_and_is_never_encoded(spm, tmp_path):
+    """Kept as a piece of `UNREACHABLE_SCORE` (tensorflow-text's SentencePiece refuses the UNUSED type)."""
+    pieces = [*marian_pieces(spm), "▁Zebra"]
+    marian = write_marian(tmp_path / "marian", spm, weights=marian_weights(len(pieces), pre_norm=False))
+    write_vocab(marian / "vocab.yml", pieces)
+    warnings = []
+    import_marian(str(marian), str(tmp_path / "model"), warn=warnings.append)
+    assert warnings == [f"1 vocabulary piece(s) are not in {marian / 'source.spm'} (e.g. '▁Zebra'): output only"]
+    _, tokenizer, _ = load_model(str(tmp_path / "model"))
+    zebra = [tokenizer.piece(i) for i in range(tokenizer.vocab_size)].index("▁Zebra")
+    assert zebra not in tokenizer.tokenize(["Zebra Zebra"]).flat_values.numpy()
+    assert tokenizer.detokenize([[zebra, EOS_ID]]).numpy()[0] == b"Zebra"
+
+
 # --- the Hugging Face layout (importers/huggingface.py) -------------------------------------------
 
 
@@ -421,12 +437,12 @@ def hf_positions(length, dim):
     return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)
 
 
-def write_huggingface(directory, spm_bytes, marian):
+def write_huggingface(directory, spm_bytes, marian, target=None):
     """A MarianMTModel directory of the Marian weights `marian`, as transformers' conversion script
     (`convert_marian_to_pytorch.py`) writes it: a zero <pad> row last (the decoder's start), torch
-    layout [out, in], Hugging Face's names."""
+    layout [out, in], Hugging Face's names; target.spm: `target` where given (as `write_marian`)."""
     directory.mkdir(parents=True)
-    pieces = marian_pieces(spm_bytes)
+    pieces = marian_pieces(spm_bytes, target)
     pad = len(pieces)
     shared = np.concatenate([marian["Wemb"], np.zeros((1, D_MODEL), np.float32)])
     tensors = {
@@ -462,8 +478,8 @@ def write_huggingface(directory, spm_bytes, marian):
     (directory / "config.json").write_text(json.dumps(config))
     vocab = {piece: i for i, piece in enumerate([*pieces, "<pad>"])}
     (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    for side in ("source", "target"):
-        (directory / f"{side}.spm").write_bytes(spm_bytes)
+    (directory / "source.spm").write_bytes(spm_bytes)
+    (directory / "target.spm").write_bytes(target or spm_bytes)
     return directory
 
 
@@ -490,6 +506,19 @@ def test_the_hugging_face_layout_imports_to_the_same_model(spm, tmp_path):
     assert b.embedding.logit_bias.numpy()[PAD_ID] == 0.0 and a.embedding.logit_bias.numpy()[PAD_ID] == ABSENT_LOGIT
     default = load_model_config(huggingface, tmp_path / "default")
     assert (default.sinusoid_layout, default.layer_norm_epsilon) == ("halves", TORCH_LAYER_NORM_EPSILON)
+
+
+def test_the_hugging_face_layout_with_two_sentencepiece_models_imports_to_the_same_tokenizer(side_spms, tmp_path):
+    source_spm, target_spm = side_spms
+    marian = write_marian(tmp_path / "marian", source_spm, target=target_spm)
+    weights = marian_weights(len(marian_pieces(source_spm, target_spm)), pre_norm=False)
+    huggingface = write_huggingface(tmp_path / "huggingface", source_spm, weights, target=target_spm)
+    import_marian(str(marian), str(tmp_path / "from-marian"), warn=lambda line: None)
+    import_huggingface(str(huggingface), str(tmp_path / "from-hf"), warn=lambda line: None)
+    (a, tokenizer, _), (b, other, _) = load_model(str(tmp_path / "from-marian")), load_model(str(tmp_path / "from-hf"))
+    assert tokenizer.target_proto is not None
+    assert (tokenizer.model_proto, tokenizer.target_proto) == (other.model_proto, other.target_proto)
+    np.testing.assert_array_equal(a.embedding.embeddings.numpy(), b.embedding.embeddings.numpy())
 
 
 def load_model_config(huggingface, out):
