@@ -375,10 +375,12 @@ def test_two_sentencepiece_models_score_as_ctranslate2s_score_batch(two_sided, s
 
 @pytest.mark.slow
 def test_two_sentencepiece_models_export_text_models_that_translate_as_the_translator(two_sided, tmp_path):
-    """The SavedModel's text signature and the TFLite text model (source.spm inside; the device
-    detokenizes with tokenizer.target.model, as translator.json says) give `Translator`'s translations."""
+    """The SavedModel's text signature, the TFLite text model (source.spm inside; the device
+    detokenizes with tokenizer.target.model, as translator.json says) and the LiteRT client kit
+    give `Translator`'s translations."""
     from ai_edge_litert.interpreter import InterpreterWithCustomOps
     from tensorflow_text import tflite_registrar
+    from test_export import kit_module
 
     from keras_transformer.exporters.tensorflow import export_tensorflow
 
@@ -399,6 +401,7 @@ def test_two_sentencepiece_models_export_text_models_that_translate_as_the_trans
     ended = [list(row) + [EOS_ID] for row in ids.tolist()]
     rows = [[i for i in row[: row.index(EOS_ID)] if i not in (PAD_ID, START_ID, UNK_ID)] for row in ended]
     assert [" ".join(target.decode(row).split()) for row in rows] == want
+    assert [text for text, _ in kit_module("litert_client").translate(sources, str(tmp_path))] == want
 
 
 def test_a_vocabulary_piece_that_no_sentencepiece_model_has_decodes_and_is_never_encoded(spm, tmp_path):
