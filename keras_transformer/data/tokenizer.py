@@ -75,6 +75,11 @@ def _processor(model_proto: bytes) -> sentencepiece.SentencePieceProcessor:
     return processor
 
 
+def _pieces(processor: sentencepiece.SentencePieceProcessor) -> list[str]:
+    """Every piece of a SentencePiece model, in id order."""
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+
+
 class SubwordTokenizer(tf.Module):
     """`tokenize(strings [N]) -> RaggedTensor int32 [N, (len)]`; `detokenize(ids [N, L]) -> strings [N]`;
     `model_proto` encodes sources, `target_proto` (None: `model_proto` too) targets."""
@@ -89,10 +94,7 @@ class SubwordTokenizer(tf.Module):
         self._tokenizer = tf_text.FastSentencepieceTokenizer(model_proto)
         self._target_tokenizer = self._tokenizer
         if target_proto is not None:
-            target = _processor(target_proto)
-            if [target.id_to_piece(i) for i in range(target.get_piece_size())] != list(
-                map(self.piece, range(self.vocab_size))
-            ):
+            if _pieces(_processor(target_proto)) != _pieces(processor):
                 raise TokenizerError("the target side's SentencePiece model has other pieces than the source side's")
             self._target_tokenizer = tf_text.FastSentencepieceTokenizer(target_proto)
         pieces = (processor.id_to_piece(i) for i in range(len(RESERVED_IDS), self.vocab_size))
