@@ -51,10 +51,13 @@ def translate(texts, export_dir, model="ids"):
     """[(translation, score)] of each text, by the model `model` ("ids" or "ids_int8") of the export."""
     metadata = load_metadata(export_dir)
     processor = sentencepiece.SentencePieceProcessor(model_file=os.path.join(export_dir, metadata["tokenizer"]))
+    # the target side's model, where the model has one of its own (OPUS-MT's two SentencePiece models)
+    target = os.path.join(export_dir, metadata.get("target_tokenizer", metadata["tokenizer"]))
+    detokenizer = sentencepiece.SentencePieceProcessor(model_file=target)
     runner = Interpreter(model_path=os.path.join(export_dir, metadata["models"][model])).get_signature_runner()
     outputs = runner(source_ids=source_ids(processor, texts, metadata))  # resizes to [B, S]
     best = outputs["ids"][:, 0]  # [B, L]
-    return [(detokenize(processor, row, metadata), float(score)) for row, score in zip(best, outputs["scores"][:, 0])]
+    return [(detokenize(detokenizer, row, metadata), float(score)) for row, score in zip(best, outputs["scores"][:, 0])]
 
 
 def main():

@@ -1,4 +1,5 @@
-"""The model directory: config.json, tokenizer.model, checkpoints/ and logs/ of one model, and
+"""The model directory: config.json, tokenizer.model (and tokenizer.target.model where the target
+side has its own SentencePiece model, `SubwordTokenizer`), checkpoints/ and logs/ of one model, and
 the weights-only checkpoints averaged/ (`keras-transformer average`), best/ (the best
 validation BLEU, `keras_transformer.training.callbacks.bleu.BleuCallback`, or loss,
 `callbacks.early_stopping`) and ema/ (the moving average of the weights, `callbacks.ema`).

@@ -41,23 +41,30 @@ def fixture_lines():
     return [line.split("\t")[0] for line in lines], [line.split("\t")[1] for line in lines]
 
 
-def fixture_spm() -> bytes:
-    """A joint SentencePiece model of the fixture as OPUS-MT's are made (unk 0, bos 1, eos 2, no pad)."""
-    sources, targets = fixture_lines()
+def opus_mt_spm(texts, vocab_size=250) -> bytes:
+    """A SentencePiece model of `texts` as OPUS-MT's are made (unk 0, bos 1, eos 2, no pad)."""
     model = io.BytesIO()
     sentencepiece.set_random_generator_seed(0)
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(sources + targets), model_writer=model, vocab_size=250, model_type="unigram",
+        sentence_iterator=iter(texts), model_writer=model, vocab_size=vocab_size, model_type="unigram",
         character_coverage=1.0, num_threads=1, minloglevel=2,
     )  # fmt: skip
     return model.getvalue()
 
 
-def marian_pieces(spm_bytes, vocab_size=None):
-    """OPUS-MT's vocabulary layout: </s> 0, <unk> 1, then the SentencePiece model's pieces (then
-    made-up ones up to `vocab_size`)."""
-    processor = sentencepiece.SentencePieceProcessor(model_proto=spm_bytes)
-    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+def fixture_spm() -> bytes:
+    """A joint SentencePiece model of the fixture's two sides."""
+    sources, targets = fixture_lines()
+    return opus_mt_spm(sources + targets)
+
+
+def marian_pieces(spm_bytes, vocab_size=None, target=None):
+    """OPUS-MT's vocabulary layout: </s> 0, <unk> 1, then the SentencePiece model's pieces (and those
+    of the target side's model `target` that it lacks; then made-up ones up to `vocab_size`)."""
+    pieces = {}  # in order, each once
+    for model in (spm_bytes, target) if target else (spm_bytes,):
+        processor = sentencepiece.SentencePieceProcessor(model_proto=model)
+        pieces.update(dict.fromkeys(processor.id_to_piece(i) for i in range(processor.get_piece_size())))
     pieces = ["</s>", "<unk>", *(piece for piece in pieces if piece not in ("<unk>", "<s>", "</s>"))]
     return pieces + [f"▁made{i}" for i in range(len(pieces), vocab_size or len(pieces))]
 
@@ -124,18 +131,21 @@ def marian_weights(vocab_size, pre_norm, seed=0, size=TINY):
     return weights
 
 
-def write_marian(directory, spm_bytes, activation="swish", pre_norm=False, options=None, weights=None, size=TINY):
+def write_marian(
+    directory, spm_bytes, activation="swish", pre_norm=False, options=None, weights=None, size=TINY, target=None
+):
     """An OPUS-MT model directory: model.npz (options inside, as Marian stores them), decoder.yml,
-    vocab.yml, source.spm and target.spm (the same model)."""
+    vocab.yml, source.spm and target.spm (the same model, or the SentencePiece model `target`: then
+    the vocabulary is the union of both models' pieces)."""
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    pieces = marian_pieces(spm_bytes, size.vocab_size)
+    pieces = marian_pieces(spm_bytes, size.vocab_size, target)
     weights = marian_weights(len(pieces), pre_norm, size=size) if weights is None else weights
     options = marian_options(activation, pre_norm, size) if options is None else options
     stored = np.frombuffer(yaml.safe_dump(options).encode() + b"\0", np.int8)
     np.savez(directory / "model.npz", **weights, **{"special:model.yml": stored})
     write_vocab(directory / "vocab.yml", pieces)
     (directory / "decoder.yml").write_text(yaml.safe_dump({"models": ["model.npz"], "vocabs": ["vocab.yml"] * 2}))
-    for side in ("source", "target"):
-        (directory / f"{side}.spm").write_bytes(spm_bytes)
+    (directory / "source.spm").write_bytes(spm_bytes)
+    (directory / "target.spm").write_bytes(target or spm_bytes)
     return directory

@@ -9,6 +9,7 @@ frequencies (`sinusoid_layout="halves"`) and leaves the LayerNorm epsilon at its
 are the import's default. (At Marian's epsilon the scores differ from CTranslate2's by up to 2e-4.)"""
 
 import json
+import os
 import shutil
 import struct
 
@@ -16,6 +17,7 @@ import ctranslate2
 import numpy as np
 import pytest
 import sentencepiece
+import tensorflow as tf
 import yaml
 from conftest import FIXTURE
 from marian_maker import (
@@ -25,10 +27,13 @@ from marian_maker import (
     marian_options,
     marian_pieces,
     marian_weights,
+    opus_mt_spm,
     write_marian,
+    write_vocab,
 )
 
 from keras_transformer.cli.main import main
+from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.importers.common import ABSENT_LOGIT, ModelImportError
 from keras_transformer.importers.huggingface import TORCH_LAYER_NORM_EPSILON, import_huggingface
 from keras_transformer.importers.marian import MARIAN_LAYER_NORM_EPSILON, import_marian
@@ -51,8 +56,8 @@ def spm():
 class Converted:
     """A Marian directory converted by CTranslate2 and imported by us (as CTranslate2 computes it)."""
 
-    def __init__(self, root, spm_bytes, activation, pre_norm):
-        marian = write_marian(root / "marian", spm_bytes, activation, pre_norm)
+    def __init__(self, root, spm_bytes, activation, pre_norm, target=None):
+        marian = write_marian(root / "marian", spm_bytes, activation, pre_norm, target=target)
         ctranslate2.converters.OpusMTConverter(str(marian)).convert(str(root / "ctranslate2"))
         self.translator = ctranslate2.Translator(str(root / "ctranslate2"), intra_threads=1)
         self.model_dir = str(root / "model")
@@ -170,16 +175,6 @@ def test_refuses_separate_source_and_target_embeddings(spm, tmp_path):
     assert "has separate source and target embeddings" in import_error(marian, tmp_path)
 
 
-def test_refuses_two_sentencepiece_models(spm, tmp_path):
-    marian = write_marian(tmp_path / "marian", spm)
-    (marian / "target.spm").write_bytes(spm + b"\n")
-    message = import_error(marian, tmp_path)
-    assert message == (
-        f"{marian}'s source.spm and target.spm differ: a model with two SentencePiece models over one "
-        "vocabulary does not import yet (one tokenizer per model here)"
-    )
-
-
 def test_drops_guided_alignment_with_a_warning(spm, tmp_path):
     options = {**marian_options("swish", False), "guided-alignment": "train.align"}
     marian = write_marian(tmp_path / "marian", spm, options=options)
@@ -218,6 +213,115 @@ def test_the_command_line_refuses_a_missing_directory_in_one_line(tmp_path, caps
     assert capsys.readouterr().err == f"keras-transformer: error: no such directory: {missing}\n"
 
 
+# --- two SentencePiece models over one vocabulary (OPUS-MT's usual layout) -----------------------
+
+
+@pytest.fixture(scope="module")
+def side_spms():
+    """(source.spm, target.spm): SentencePiece models of the fixture's English and German sides."""
+    sources, targets = fixture_lines()
+    return opus_mt_spm(sources, 200), opus_mt_spm(targets, 200)
+
+
+@pytest.fixture(scope="module")
+def two_sided(side_spms, tmp_path_factory):
+    """The Marian model of `side_spms` (vocab.yml: the union of their pieces), converted and imported
+    (pre-LN: its random translations are longer)."""
+    return Converted(tmp_path_factory.mktemp("two-spm"), side_spms[0], "swish", True, target=side_spms[1])
+
+
+def spm_pieces(spm_bytes, texts):
+    """Each text as the token strings a user of the SentencePiece model `spm_bytes` gives CTranslate2."""
+    processor = sentencepiece.SentencePieceProcessor(model_proto=spm_bytes)
+    return [processor.encode(text, out_type=str) for text in texts]
+
+
+def pieces_text(pieces):
+    """SentencePiece's decoding of known pieces (nmt_nfkc has no denormalisation): "▁" is a space."""
+    return " ".join("".join(pieces).replace("▁", " ").split())
+
+
+def test_two_sentencepiece_models_import_and_translate_as_ctranslate2_does(two_sided, side_spms):
+    """Sources are cut by source.spm, and CTranslate2 given those tokens translates to our beam-4
+    search's tokens, which `Translator` detokenizes as target.spm decodes them."""
+    source_spm, target_spm = side_spms
+    tokenizer = two_sided.tokenizer
+    assert tokenizer.target_proto is not None
+    assert os.path.isfile(os.path.join(two_sided.model_dir, "tokenizer.target.model"))
+    assert [two_sided.tokens(row) for row in two_sided.rows] == spm_pieces(source_spm, two_sided.sources)
+    theirs = two_sided.theirs(beam_size=4)
+    found = beam_search(two_sided.model, two_sided.batch(), beam_size=4, alpha=0.0, nbest=1).ids
+    assert ours(found) == theirs
+    tokens = [[tokenizer.piece(i) for i in row if i != EOS_ID] for row in theirs]
+    translations = Translator(two_sided.model, tokenizer, beam_size=4, alpha=0.0).translate(two_sided.sources)
+    assert translations == [pieces_text(row) for row in tokens]
+    target = sentencepiece.SentencePieceProcessor(model_proto=target_spm)
+    known = [row for row in tokens if all(target.piece_to_id(piece) != target.unk_id() for piece in row)]
+    assert known and all(target.decode_pieces(row) == pieces_text(row) for row in known)
+    source = sentencepiece.SentencePieceProcessor(model_proto=source_spm)
+    assert any(target.piece_to_id(piece) == target.unk_id() for row in tokens for piece in row)  # decoded all the same
+    assert any(source.piece_to_id(piece) == source.unk_id() for row in tokens for piece in row)  # target.spm's own
+
+
+def test_two_sentencepiece_models_score_as_ctranslate2s_score_batch(two_sided, side_spms):
+    """References are cut by target.spm (not by source.spm, which cuts them otherwise)."""
+    source_spm, target_spm = side_spms
+    translator = Translator(two_sided.model, two_sided.tokenizer)
+    targets = translator.target_ids(two_sided.references)
+    references = spm_pieces(target_spm, two_sided.references)
+    assert [[two_sided.tokenizer.piece(int(i)) for i in row] for row in targets] == references
+    assert references != spm_pieces(source_spm, two_sided.references)
+    mine = translator.score(two_sided.sources, two_sided.references)
+    theirs = two_sided.translator.score_batch(spm_pieces(source_spm, two_sided.sources), references)
+    for score, result in zip(mine, theirs):
+        np.testing.assert_allclose(score.token_log_probs, result.log_probs, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_two_sentencepiece_models_export_text_models_that_translate_as_the_translator(two_sided, tmp_path):
+    """The SavedModel's text signature, the TFLite text model (source.spm inside; the device
+    detokenizes with tokenizer.target.model, as translator.json says) and the LiteRT client kit
+    give `Translator`'s translations."""
+    from ai_edge_litert.interpreter import InterpreterWithCustomOps
+    from tensorflow_text import tflite_registrar
+    from test_export import kit_module
+
+    from keras_transformer.exporters.tensorflow import export_tensorflow
+
+    model, tokenizer, sources = two_sided.model, two_sided.tokenizer, two_sided.sources
+    paths = export_tensorflow(model, tokenizer, str(tmp_path), log=lambda line: None, beam_size=2, alpha=0.0)
+    with open(paths["metadata"], encoding="utf-8") as f:
+        assert json.load(f)["target_tokenizer"] == "tokenizer.target.model"
+    assert SubwordTokenizer.load(paths["tokenizer"]).target_proto == tokenizer.target_proto
+    want = Translator(model, tokenizer, beam_size=2, alpha=0.0).translate(sources)
+    assert len(" ".join(want).split()) > 2 * len(sources)  # not all empty
+    served = tf.saved_model.load(paths["saved_model"]).signatures["serving_default"]
+    assert [t.decode() for t in served(text=tf.constant(sources))["translation"].numpy()] == want
+    lite = InterpreterWithCustomOps(
+        model_path=paths["tflite_text"], custom_op_registerers=tflite_registrar.SELECT_TFTEXT_OPS
+    ).get_signature_runner("serving_default")
+    ids = lite(text=np.array(sources, dtype=object))["ids"][:, 0]  # [B, L]
+    target = sentencepiece.SentencePieceProcessor(model_file=paths["target_tokenizer"])
+    ended = [list(row) + [EOS_ID] for row in ids.tolist()]
+    rows = [[i for i in row[: row.index(EOS_ID)] if i not in (PAD_ID, START_ID, UNK_ID)] for row in ended]
+    assert [" ".join(target.decode(row).split()) for row in rows] == want
+    assert [text for text, _ in kit_module("litert_client").translate(sources, str(tmp_path))] == want
+
+
+def test_a_vocabulary_piece_that_no_sentencepiece_model_has_decodes_and_is_never_encoded(spm, tmp_path):
+    """Kept as a piece of `UNREACHABLE_SCORE` (tensorflow-text's SentencePiece refuses the UNUSED type)."""
+    pieces = [*marian_pieces(spm), "▁Zebra"]
+    marian = write_marian(tmp_path / "marian", spm, weights=marian_weights(len(pieces), pre_norm=False))
+    write_vocab(marian / "vocab.yml", pieces)
+    warnings = []
+    import_marian(str(marian), str(tmp_path / "model"), warn=warnings.append)
+    assert warnings == [f"1 vocabulary piece(s) are not in {marian / 'source.spm'} (e.g. '▁Zebra'): output only"]
+    _, tokenizer, _ = load_model(str(tmp_path / "model"))
+    zebra = [tokenizer.piece(i) for i in range(tokenizer.vocab_size)].index("▁Zebra")
+    assert zebra not in tokenizer.tokenize(["Zebra Zebra"]).flat_values.numpy()
+    assert tokenizer.detokenize([[zebra, EOS_ID]]).numpy()[0] == b"Zebra"
+
+
 # --- the Hugging Face layout (importers/huggingface.py) -------------------------------------------
 
 
@@ -240,12 +344,12 @@ def hf_positions(length, dim):
     return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)
 
 
-def write_huggingface(directory, spm_bytes, marian):
+def write_huggingface(directory, spm_bytes, marian, target=None):
     """A MarianMTModel directory of the Marian weights `marian`, as transformers' conversion script
     (`convert_marian_to_pytorch.py`) writes it: a zero <pad> row last (the decoder's start), torch
-    layout [out, in], Hugging Face's names."""
+    layout [out, in], Hugging Face's names; target.spm: `target` where given (as `write_marian`)."""
     directory.mkdir(parents=True)
-    pieces = marian_pieces(spm_bytes)
+    pieces = marian_pieces(spm_bytes, target=target)
     pad = len(pieces)
     shared = np.concatenate([marian["Wemb"], np.zeros((1, D_MODEL), np.float32)])
     tensors = {
@@ -281,8 +385,8 @@ def write_huggingface(directory, spm_bytes, marian):
     (directory / "config.json").write_text(json.dumps(config))
     vocab = {piece: i for i, piece in enumerate([*pieces, "<pad>"])}
     (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    for side in ("source", "target"):
-        (directory / f"{side}.spm").write_bytes(spm_bytes)
+    (directory / "source.spm").write_bytes(spm_bytes)
+    (directory / "target.spm").write_bytes(target or spm_bytes)
     return directory
 
 
@@ -309,6 +413,19 @@ def test_the_hugging_face_layout_imports_to_the_same_model(spm, tmp_path):
     assert b.embedding.logit_bias.numpy()[PAD_ID] == 0.0 and a.embedding.logit_bias.numpy()[PAD_ID] == ABSENT_LOGIT
     default = load_model_config(huggingface, tmp_path / "default")
     assert (default.sinusoid_layout, default.layer_norm_epsilon) == ("halves", TORCH_LAYER_NORM_EPSILON)
+
+
+def test_the_hugging_face_layout_with_two_sentencepiece_models_imports_to_the_same_tokenizer(side_spms, tmp_path):
+    source_spm, target_spm = side_spms
+    marian = write_marian(tmp_path / "marian", source_spm, target=target_spm)
+    weights = marian_weights(len(marian_pieces(source_spm, target=target_spm)), pre_norm=False)
+    huggingface = write_huggingface(tmp_path / "huggingface", source_spm, weights, target=target_spm)
+    import_marian(str(marian), str(tmp_path / "from-marian"), warn=lambda line: None)
+    import_huggingface(str(huggingface), str(tmp_path / "from-hf"), warn=lambda line: None)
+    (a, tokenizer, _), (b, other, _) = load_model(str(tmp_path / "from-marian")), load_model(str(tmp_path / "from-hf"))
+    assert tokenizer.target_proto is not None
+    assert (tokenizer.model_proto, tokenizer.target_proto) == (other.model_proto, other.target_proto)
+    np.testing.assert_array_equal(a.embedding.embeddings.numpy(), b.embedding.embeddings.numpy())
 
 
 def load_model_config(huggingface, out):

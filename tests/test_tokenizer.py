@@ -8,7 +8,7 @@ from keras_transformer import Transformer, TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer, TokenizerError
 from keras_transformer.inference.translator import Translator
 from keras_transformer.inference.visualize import attention_maps, token_pieces
-from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, RESERVED_IDS, START_ID, UNK_ID
 
 LONG = "In the beginning God created the heavens and the earth."
 
@@ -158,3 +158,53 @@ def test_only_training_batches_sample_segmentations(tokenizer, fixture_pairs):
     assert len(sampled) >= 16 and any(row not in best for row in sampled)  # training: sampled anew
     texts = tokenizer.detokenize(tf.ragged.constant(sampled).to_tensor()).numpy()
     assert {text.decode() for text in texts} <= set(sources[:8])  # every sample is one of the sentences
+
+
+@pytest.fixture(scope="module")
+def two_models(fixture_pairs):
+    """A tokenizer of two SentencePiece models over one vocabulary (OPUS-MT's layout, as the Marian
+    import lays it out): English sources, German targets; and the two models it was made of."""
+    from keras_transformer.importers.common import vocabulary
+
+    sides = [SubwordTokenizer.train(texts, 200) for texts in fixture_pairs]
+    pieces = ["</s>", "<unk>"]  # Marian's rows 0 and 1, then every other piece of either side
+    for side in sides:
+        pieces += [p for p in map(side.piece, range(len(RESERVED_IDS), side.vocab_size)) if p not in pieces]
+    vocab = vocabulary(pieces, [(side.model_proto, f"{name}.spm") for side, name in zip(sides, ("source", "target"))])
+    return SubwordTokenizer(vocab.model_proto, vocab.target_proto), sides
+
+
+def test_two_models_tokenize_sources_with_the_source_pieces_and_targets_with_the_target_pieces(
+    two_models, fixture_pairs, tmp_path
+):
+    """Each side segments as its own SentencePiece model (the same pieces, as ids of the one
+    vocabulary); the target side decodes every piece, the source side's too; saved as two files."""
+    tokenizer, (source, target) = two_models
+    sources, targets = fixture_pairs[0][:50], fixture_pairs[1][:50]
+
+    def pieces(rows, side=tokenizer):
+        return [[side.piece(i) for i in row] for row in rows]
+
+    def own(side, texts):  # as that side's SentencePiece model alone segments them
+        return pieces(side.tokenize(texts).to_list(), side)
+
+    assert pieces(tokenizer.tokenize_source(sources).to_list()) == own(source, sources)
+    assert pieces(tokenizer.tokenize(targets).to_list()) == own(target, targets)
+    assert own(source, targets) != own(target, targets)  # the two models segment apart
+    ids, counts = tokenizer.source_ids(sources, max_length=512)
+    assert pieces(row[:n] for row, n in zip(ids.numpy().tolist(), counts.numpy())) == own(source, sources)
+    for texts, rows in ((targets, tokenizer.tokenize(targets)), (sources, tokenizer.tokenize_source(sources))):
+        assert [text.decode() for text in tokenizer.detokenize(rows.to_tensor()).numpy()] == texts
+    path = str(tmp_path / "tokenizer.model")
+    assert tokenizer.save(path) == {"tokenizer": path, "target_tokenizer": str(tmp_path / "tokenizer.target.model")}
+    loaded = SubwordTokenizer.load(path)
+    assert (loaded.model_proto, loaded.target_proto) == (tokenizer.model_proto, tokenizer.target_proto)
+    assert loaded.tokenize(targets).to_list() == tokenizer.tokenize(targets).to_list()
+    assert source.save(path) == {"tokenizer": path}  # one model: the other file goes
+    assert SubwordTokenizer.load(path).target_proto is None
+
+
+def test_two_models_must_have_the_same_pieces(two_models):
+    _, (source, target) = two_models
+    with pytest.raises(TokenizerError, match="^the target side's SentencePiece model has other pieces"):
+        SubwordTokenizer(source.model_proto, target.model_proto)

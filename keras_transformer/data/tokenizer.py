@@ -15,6 +15,14 @@ segmentations of a sentence, while inference always takes the most probable one.
 Every vocabulary reserves the ids of `special_tokens` (pad, start = SentencePiece's BOS, EOS,
 unknown). Characters that the model never saw map to the unknown id; `detokenize` drops it.
 
+Two SentencePiece models over one vocabulary (OPUS-MT's layout, Tiedemann & Thottingal, 2020):
+`SubwordTokenizer(source_proto, target_proto)` encodes sources with the first and targets with the
+second. Their piece lists are the same (one vocabulary, one id per piece); their scores and types
+are each side's own, a piece that side's SentencePiece lacks being one its encoding never takes
+(`importers.common`). The source side is `tokenize_source` and `source_ids`; `tokenize` (training
+targets, scored targets, prefixes, constraints) and `detokenize` are the target side's. One model
+of both sides' text (the usual case here) is both sides: `target_proto` None.
+
 Multilingual models (Johnson et al., 2017): a vocabulary learned with `target_langs` holds one
 user-defined piece per target language, `<2de>`, `<2fr>`, right after the reserved ids. A source
 that starts with one (`tagged`: "<2fr> Jesus wept.") is encoded with that piece as its first id,
@@ -52,19 +60,43 @@ def tag(text: str, lang: str | None) -> str:
 _LANG_PIECE = re.compile(r"^<2([A-Za-z][A-Za-z0-9_-]*)>$")
 
 
-class SubwordTokenizer(tf.Module):
-    """`tokenize(strings [N]) -> RaggedTensor int32 [N, (len)]`; `detokenize(ids [N, L]) -> strings [N]`."""
+def target_path(path: str) -> str:
+    """Where the target side's model of a tokenizer saved at `path` goes: "tokenizer.target.model"."""
+    root, ext = os.path.splitext(path)
+    return f"{root}.target{ext}"
 
-    def __init__(self, model_proto: bytes):
+
+def _processor(model_proto: bytes) -> sentencepiece.SentencePieceProcessor:
+    """A SentencePiece model that reserves our ids (`special_tokens`), or a TokenizerError."""
+    processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+    ids = (processor.pad_id(), processor.bos_id(), processor.eos_id(), processor.unk_id())
+    if ids != RESERVED_IDS:
+        raise TokenizerError(f"tokenizer reserves ids (pad, start, eos, unk) = {ids}, expected {RESERVED_IDS}")
+    return processor
+
+
+def _pieces(processor: sentencepiece.SentencePieceProcessor) -> list[str]:
+    """Every piece of a SentencePiece model, in id order."""
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+
+
+class SubwordTokenizer(tf.Module):
+    """`tokenize(strings [N]) -> RaggedTensor int32 [N, (len)]`; `detokenize(ids [N, L]) -> strings [N]`;
+    `model_proto` encodes sources, `target_proto` (None: `model_proto` too) targets."""
+
+    def __init__(self, model_proto: bytes, target_proto: bytes | None = None):
         super().__init__(name="subword_tokenizer")
-        processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
-        ids = (processor.pad_id(), processor.bos_id(), processor.eos_id(), processor.unk_id())
-        if ids != RESERVED_IDS:
-            raise TokenizerError(f"tokenizer reserves ids (pad, start, eos, unk) = {ids}, expected {RESERVED_IDS}")
+        processor = _processor(model_proto)
         self.model_proto = model_proto
+        self.target_proto = target_proto
         self._processor = processor
         self.vocab_size = processor.get_piece_size()
         self._tokenizer = tf_text.FastSentencepieceTokenizer(model_proto)
+        self._target_tokenizer = self._tokenizer
+        if target_proto is not None:
+            if _pieces(_processor(target_proto)) != _pieces(processor):
+                raise TokenizerError("the target side's SentencePiece model has other pieces than the source side's")
+            self._target_tokenizer = tf_text.FastSentencepieceTokenizer(target_proto)
         pieces = (processor.id_to_piece(i) for i in range(len(RESERVED_IDS), self.vocab_size))
         # {language: id} of the target-language pieces, user-defined (always one piece), in id order
         self.lang_ids = {
@@ -158,37 +190,57 @@ class SubwordTokenizer(tf.Module):
 
     @classmethod
     def load(cls, path: str) -> SubwordTokenizer:
+        """The tokenizer saved at `path`, with its target side's model where `target_path(path)` is one."""
+        paths = [path] + ([target_path(path)] if os.path.isfile(target_path(path)) else [])
+        protos = []
+        for each in paths:
+            try:
+                with open(each, "rb") as f:
+                    protos.append(f.read())
+            except OSError as error:
+                raise TokenizerError(f"cannot read tokenizer {each}: {error.strerror}") from None
         try:
-            with open(path, "rb") as f:
-                proto = f.read()
-        except OSError as error:
-            raise TokenizerError(f"cannot read tokenizer {path}: {error.strerror}") from None
-        try:
-            return cls(proto)
+            return cls(*protos)
         except RuntimeError:
-            raise TokenizerError(f"{path} is not a SentencePiece model") from None
+            raise TokenizerError(f"{' or '.join(paths)} is not a SentencePiece model") from None
 
-    def save(self, path: str) -> None:
+    def save(self, path: str) -> dict[str, str]:
+        """Write the source side's (or only) model to `path`, the target side's to `target_path(path)`
+        (a tokenizer of one model removes a stale one there); returns {"tokenizer": path} and, for two
+        models, "target_tokenizer"."""
         with open(path, "wb") as f:
             f.write(self.model_proto)
+        if self.target_proto is not None:
+            with open(target_path(path), "wb") as f:
+                f.write(self.target_proto)
+            return {"tokenizer": path, "target_tokenizer": target_path(path)}
+        if os.path.isfile(target_path(path)):
+            os.remove(target_path(path))
+        return {"tokenizer": path}
 
     def tokenize(self, strings, alpha: float = 0.0):
-        """strings [N] -> subword ids, RaggedTensor int32 [N, (len)], without start or EOS: the most
-        probable segmentation, or with `alpha` > 0 one sampled with smoothing `alpha` (Kudo, 2018;
-        SentencePiece's `nbest_size=-1`: from every segmentation), different at every call."""
+        """strings [N] -> subword ids of the target side, RaggedTensor int32 [N, (len)], without start
+        or EOS: the most probable segmentation, or with `alpha` > 0 one sampled with smoothing `alpha`
+        (Kudo, 2018; SentencePiece's `nbest_size=-1`: from every segmentation), different at every call."""
+        return self._encode(strings, alpha, target=True)
+
+    def _encode(self, strings, alpha: float, target: bool):
+        """`tokenize` with the target side's model (`target`) or the source side's."""
         if alpha <= 0:
-            return tf.cast(self._tokenizer.tokenize(strings), tf.int32)
+            tokenizer = self._target_tokenizer if target else self._tokenizer
+            return tf.cast(tokenizer.tokenize(strings), tf.int32)
         # Made where it is called: its SentencePiece resource belongs to the graph that uses it (a
         # tokenizer made outside a tf.data function is "Resource ... does not exist" inside it).
-        sampler = tf_text.SentencepieceTokenizer(self.model_proto, nbest_size=-1, alpha=alpha)
+        proto = self.target_proto if target and self.target_proto is not None else self.model_proto
+        sampler = tf_text.SentencepieceTokenizer(proto, nbest_size=-1, alpha=alpha)
         return tf.cast(sampler.tokenize(strings), tf.int32)
 
     def tokenize_source(self, strings, alpha: float = 0.0):
-        """strings [N] -> ragged [N, (len)] int32 as `tokenize`, except that a leading target-language
-        piece ("<2fr> ", its space optional) becomes one id at the front (a vocabulary without such
-        pieces: `tokenize` itself). Regex ops: not in the TFLite text model."""
+        """strings [N] -> ragged [N, (len)] int32 as `tokenize` with the source side's model, except that
+        a leading target-language piece ("<2fr> ", its space optional) becomes one id at the front.
+        Regex ops (a vocabulary with such pieces): not in the TFLite text model."""
         if not self.lang_ids:
-            return self.tokenize(strings, alpha)
+            return self._encode(strings, alpha, target=False)
         strings = tf.convert_to_tensor(strings, tf.string)  # [N]
         tags = "|".join(re.escape(lang_token(lang)) for lang in self.lang_ids)
         tagged = tf.strings.regex_full_match(strings, f"(?s)({tags}).*")  # [N]
@@ -197,7 +249,7 @@ class SubwordTokenizer(tf.Module):
         tag_ids = tf.zeros_like(tagged, tf.int32)  # [N]
         for lang, piece_id in self.lang_ids.items():
             tag_ids = tf.where(tagged & (leading == lang_token(lang)), piece_id, tag_ids)
-        tokens = self.tokenize(rest, alpha)  # [N, (len)]
+        tokens = self._encode(rest, alpha, target=False)  # [N, (len)]
         splits = tokens.row_splits.dtype
         column = tf.RaggedTensor.from_tensor(
             tag_ids[:, None], lengths=tf.cast(tagged, splits), row_splits_dtype=splits
@@ -212,7 +264,7 @@ class SubwordTokenizer(tf.Module):
         return found
 
     def _without_tag_prefix(self, dense, counts):
-        """(dense [B, n], counts [B]) of `tokenize` with the dummy prefix's pieces before a leading
+        """(dense [B, n], counts [B]) of the source side's encoding with the dummy prefix's pieces before a leading
         target-language piece dropped (`_tag_prefix`): `tokenize_source`'s ids without its regex ops."""
         k = len(self._tag_prefix)
         if not k:
@@ -225,13 +277,13 @@ class SubwordTokenizer(tf.Module):
         return tf.where(led[:, None], shifted, dense), counts - k * tf.cast(led, tf.int32)
 
     def detokenize(self, ids):
-        """ids [N, L] int32 -> strings [N]: the tokens before the first EOS or pad; start and
-        unknown ids are dropped, and the spaces they leave behind with them."""
+        """ids [N, L] int32 -> strings [N] by the target side's model: the tokens before the first EOS
+        or pad; start and unknown ids are dropped, and the spaces they leave behind with them."""
         ids = tf.convert_to_tensor(ids, tf.int32)  # [N, L]
         running = tf.math.cumprod(tf.cast((ids != EOS_ID) & (ids != PAD_ID), tf.int32), axis=1)  # [N, L]
         tokens = tf.RaggedTensor.from_tensor(ids, lengths=tf.reduce_sum(running, axis=1))  # [N, (len)]
         tokens = tf.ragged.boolean_mask(tokens, (tokens != START_ID) & (tokens != UNK_ID))
-        text = self._tokenizer.detokenize(tokens)  # [N]
+        text = self._target_tokenizer.detokenize(tokens)  # [N]
         return tf.strings.strip(tf.strings.regex_replace(text, "  +", " "))
 
     def source_ids(self, strings, max_length: int, lite: bool = False):
@@ -242,7 +294,7 @@ class SubwordTokenizer(tf.Module):
         translation path. With `lite`, only ops with TFLite kernels besides the tokenizer's, so it
         runs inside a TFLite model: there a leading target-language piece must be followed by a
         space ("<2fr> Jesus wept.", as `tag` writes it) to give `tokenize_source`'s ids."""
-        tokens = self.tokenize(strings) if lite else self.tokenize_source(strings)  # [B, (n)]
+        tokens = self._encode(strings, 0.0, target=False) if lite else self.tokenize_source(strings)  # [B, (n)]
         counts = tf.cast(tokens.row_lengths(), tf.int32)  # [B]
         dense = tokens.to_tensor(default_value=PAD_ID)  # [B, n]
         if self.lang_ids and lite:

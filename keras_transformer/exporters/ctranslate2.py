@@ -12,6 +12,8 @@ the model has it. Greedy outputs equal ours token for token (tests/test_ctransla
     OUT/config.json             special tokens, layer-norm epsilon, add_source_eos
     OUT/shared_vocabulary.json  token strings; the i-th is our id i
     OUT/tokenizer.model         the SentencePiece model: text -> tokens, tokens -> text
+    OUT/tokenizer.target.model  a model of two SentencePiece models (OPUS-MT's): the target side's,
+                                tokens -> text (tokenizer.model: the source side's, text -> tokens)
 
 CTranslate2 works on token strings. The vocabulary is the SentencePiece pieces, except that
 the pad id is named `<blank>` (CTranslate2's fixed pad name); the start and EOS pieces are
@@ -246,5 +248,5 @@ def export_ctranslate2(model, tokenizer, out: str, quantization: str | None = No
         "vocabulary": os.path.join(out, "shared_vocabulary.json"),
         "tokenizer": os.path.join(out, "tokenizer.model"),
     }
-    tokenizer.save(paths["tokenizer"])
+    paths.update(tokenizer.save(paths["tokenizer"]))
     return paths

@@ -13,6 +13,8 @@
     OUT/translator_text.tflite       text -> ids, scores; builtins + tensorflow-text's
                                      FastSentencepieceTokenize custom op
     OUT/tokenizer.model              the SentencePiece model, to tokenize and detokenize on a device
+    OUT/tokenizer.target.model       a model of two SentencePiece models (OPUS-MT's): the target
+                                     side's, to detokenize with (tokenizer.model: the source side's)
     OUT/translator.json              what a device needs besides the models (`tflite_metadata`)
 
 `tflite=False` (`export --no-tflite`) writes the SavedModels, the tokenizer and translator.json
@@ -40,7 +42,7 @@ from tensorflow.python.framework.convert_to_constants import (
 )
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.data.tokenizer import UNK_ID
+from keras_transformer.data.tokenizer import UNK_ID, target_path
 from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule
 from keras_transformer.inference.controls import suppressed_ids
 from keras_transformer.inference.decoding import beam_search
@@ -117,6 +119,7 @@ def tflite_metadata(
     lang_ids: dict[str, int] | None = None,
     tflite: bool = True,
     checkpoint: dict | None = None,
+    target_tokenizer: bool = False,
 ) -> dict:
     """`OUT/translator.json`: what a device needs besides the TFLite models: the input limit, the
     reserved ids, the search the models run (every `DecodingConfig` field), and the steps around
@@ -124,12 +127,14 @@ def tflite_metadata(
     multilingual model's target-language ids (`lang_ids`), which a device puts first in source_ids;
     without `tflite` (an export of SavedModels only), `models` is empty; `checkpoint`: the weights
     exported, {"name": "latest", "averaged", "best", "ema" or a path, "paths": the checkpoint of
-    each model dir}, with which `export --check` compares the artifacts."""
+    each model dir}, with which `export --check` compares the artifacts; `target_tokenizer`: the
+    tokenizer has a target side's model of its own (tokenizer.target.model, to detokenize with)."""
     multilingual = {"target_lang_ids": dict(lang_ids)} if lang_ids else {}
     return {
         **multilingual,
         "models": dict(TFLITE_MODELS) if tflite else {},
         "tokenizer": "tokenizer.model",
+        **({"target_tokenizer": target_path("tokenizer.model")} if target_tokenizer else {}),
         "vocab_size": config.vocab_size,
         "max_length": config.max_length,
         "pad_id": PAD_ID,
@@ -141,7 +146,7 @@ def tflite_metadata(
         "padded with pad_id (longer rows are cut to max_length - 1 ids + eos_id in the model)",
         "output": "ids int32 [batch, beam_size, length] and scores float32 [batch, beam_size], best first; "
         "keep the ids before the first eos_id or pad_id, drop start_id and unk_id, detokenize with "
-        "SentencePiece, collapse double spaces",
+        "SentencePiece (target_tokenizer's model where there is one), collapse double spaces",
         "saved_model_dtype": decoding.runtime.dtype or "float32",
         "model_dirs": [os.path.abspath(path) for path in model_dirs],
         **({"checkpoint": checkpoint} if checkpoint else {}),
@@ -254,10 +259,10 @@ def export_tensorflow(
             if os.path.isfile(path):  # an earlier export's: not of the version just written
                 log(f"removing the earlier export's {path}")
                 os.remove(path)
-    tokenizer.save(paths["tokenizer"])
+    paths.update(tokenizer.save(paths["tokenizer"]))
+    two = "target_tokenizer" in paths
     with open(paths["metadata"], "w", encoding="utf-8") as f:
-        json.dump(
-            tflite_metadata(model.config, decoding, model_dirs, tokenizer.lang_ids, tflite, checkpoint), f, indent=2
-        )
+        metadata = tflite_metadata(model.config, decoding, model_dirs, tokenizer.lang_ids, tflite, checkpoint, two)
+        json.dump(metadata, f, indent=2)
         f.write("\n")
     return paths

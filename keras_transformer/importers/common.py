@@ -1,5 +1,6 @@
 """What every import shares: the vocabulary laid out on our reserved ids, the weights written into a
-built `Transformer`, and the model directory (config.json, tokenizer.model, one checkpoint).
+built `Transformer`, and the model directory (config.json, tokenizer.model, one checkpoint;
+tokenizer.target.model too where the source and target sides have their own SentencePiece models).
 
 A Marian vocabulary (OPUS-MT's vocab.yml, Hugging Face's vocab.json) numbers its pieces its own
 way: </s> 0, <unk> 1, then the pieces, and <pad> last where it has one. Ours reserves pad 0,
@@ -8,6 +9,11 @@ ids. `vocabulary` rebuilds the SentencePiece model with its pieces in our order 
 of the imported matrices each id takes; a piece the imported model does not have (our start
 token: Marian's decoder starts from a zero vector) gets a zero embedding and the output bias
 `ABSENT_LOGIT`, so that the softmax is the imported model's over its own vocabulary.
+
+OPUS-MT models may segment each side with its own SentencePiece model (source.spm, target.spm) over
+the one vocabulary: each becomes a model of the same pieces in the same order (the tokenizer's
+source and target sides, `SubwordTokenizer(model_proto, target_proto)`), with that side's scores
+and types; a piece that side's SentencePiece lacks gets `UNREACHABLE_SCORE`.
 """
 
 from __future__ import annotations
@@ -31,6 +37,13 @@ from keras_transformer.special_tokens import PIECES, RESERVED_IDS, UNK_ID
 # would turn a fine-tuning step's arithmetic into NaNs).
 ABSENT_LOGIT = -1e4
 ABSENT = -1  # a row index: no row
+# The unigram score of a piece that a decoding side's SentencePiece model lacks (the target side's,
+# or the one model of both): the piece must decode but never come out of encoding; tensorflow-text's
+# SentencePiece rejects the UNUSED type, so it is a normal piece that no segmentation with another
+# way through the text takes (a sentence's pieces score above -1e9 in all). Deviation: where a text
+# holds a character that model lacks (its <unk>), a piece spanning it may be taken instead. The
+# source side of two models never decodes: there such a piece is a CONTROL piece, never encoded.
+UNREACHABLE_SCORE = -1e9
 Piece = sentencepiece_model_pb2.ModelProto.SentencePiece
 RESERVED_TYPES = {piece: Piece.UNKNOWN if i == UNK_ID else Piece.CONTROL for i, piece in PIECES.items()}
 
@@ -41,11 +54,13 @@ class ModelImportError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Vocabulary:
-    """The tokenizer of an imported model and, for each of its ids, the imported model's row of the
-    embedding (`embedding_rows`) and of the output bias (`bias_rows`), `ABSENT` for none; `notes`: what
-    the user should know (pieces that one side has and the other not)."""
+    """The tokenizer of an imported model (`model_proto`; `target_proto` where the target side has its
+    own) and, for each of its ids, the imported model's row of the embedding (`embedding_rows`) and of
+    the output bias (`bias_rows`), `ABSENT` for none; `notes`: what the user should know (pieces that
+    the vocabulary has and SentencePiece not, or the other way round)."""
 
     model_proto: bytes
+    target_proto: bytes | None
     embedding_rows: np.ndarray  # [V] int
     bias_rows: np.ndarray  # [V] int
     notes: tuple[str, ...]
@@ -62,77 +77,98 @@ class Vocabulary:
         return out
 
 
-def sentencepiece_model(directory: str) -> bytes:
-    """The SentencePiece model of `directory`'s source.spm and target.spm, which must be one: OPUS-MT
-    models whose two sides have their own models over one vocabulary (two tokenizers) do not import yet."""
+def sentencepiece_models(directory: str) -> list[tuple[bytes, str]]:
+    """(model, path) of `directory`'s source.spm, then of its target.spm where that one differs."""
     spms = []
     for side in ("source", "target"):
         path = os.path.join(directory, f"{side}.spm")
         if not os.path.isfile(path):
             raise ModelImportError(f"{directory} has no {side}.spm (the SentencePiece model of the {side} side)")
         with open(path, "rb") as f:
-            spms.append(f.read())
-    if spms[0] != spms[1]:
-        raise ModelImportError(
-            f"{directory}'s source.spm and target.spm differ: a model with two SentencePiece models over one "
-            "vocabulary does not import yet (one tokenizer per model here)"
-        )
-    return spms[0]
+            spms.append((f.read(), path))
+    return spms[:1] if spms[0][0] == spms[1][0] else spms
 
 
-def vocabulary(pieces: Sequence[str], spm: bytes, name: str) -> Vocabulary:
-    """The vocabulary of a model whose i-th row is `pieces[i]`, tokenized by the SentencePiece model
-    `spm` (bytes; `name` says where it came from, in errors).
+def vocabulary(pieces: Sequence[str], spms: Sequence[tuple[bytes, str]]) -> Vocabulary:
+    """The vocabulary of a model whose i-th row is `pieces[i]`, tokenized by the SentencePiece models
+    `spms`, (model bytes, where it came from) of the source side and, where it has its own, the target
+    side.
 
     Our ids: the reserved ones (the imported model's row of "<pad>", "<s>", "</s>", "<unk>" where it
-    has one), then its other pieces in its order, each with the score and type SentencePiece gives
-    it (a piece SentencePiece lacks is kept as an unused piece: decodable, never produced by
-    encoding), then the SentencePiece pieces that the imported vocabulary lacks, which its toolkit
-    reads as <unk>: they keep SentencePiece's segmentation, embed as <unk> does, and are never output.
+    has one), then its other pieces in its order, each with the score and type each SentencePiece
+    model gives it (a piece one lacks is never produced by its encoding: `UNREACHABLE_SCORE`, or a
+    CONTROL piece in the source side's model of two), then the SentencePiece pieces that the imported
+    vocabulary lacks, which its toolkit reads as <unk>: they keep SentencePiece's segmentation, embed
+    as <unk> does, and are never output.
     """
-    proto = sentencepiece_model_pb2.ModelProto()
-    try:
-        proto.ParseFromString(spm)
-    except Exception:  # protobuf's DecodeError, whose module differs between its implementations
-        raise ModelImportError(f"{name} is not a SentencePiece model") from None
+    protos = []
+    for spm, name in spms:
+        proto = sentencepiece_model_pb2.ModelProto()
+        try:
+            proto.ParseFromString(spm)
+        except Exception:  # protobuf's DecodeError, whose module differs between its implementations
+            raise ModelImportError(f"{name} is not a SentencePiece model") from None
+        protos.append(proto)
     rows = {piece: i for i, piece in enumerate(pieces)}
     if len(rows) != len(pieces):
         raise ModelImportError(f"the vocabulary names {len(pieces) - len(rows)} piece(s) twice")
     if "<unk>" not in rows:
         raise ModelImportError("the vocabulary has no <unk> piece")
-    ours = {p.piece: p for p in proto.pieces if p.type != Piece.UNKNOWN and p.piece not in RESERVED_TYPES}
+    # {piece: SentencePiece entry} of each side, in its model's order
+    known = [
+        {p.piece: p for p in proto.pieces if p.type != Piece.UNKNOWN and p.piece not in RESERVED_TYPES}
+        for proto in protos
+    ]
     reserved = [PIECES[i] for i in RESERVED_IDS]
-    ordered = [Piece(piece=piece, score=0.0, type=RESERVED_TYPES[piece]) for piece in reserved]
-    embedding_rows = [rows.get(piece, ABSENT) for piece in reserved]
-    missing = [piece for piece in pieces if piece not in RESERVED_TYPES and piece not in ours]
-    for piece in pieces:
-        if piece in RESERVED_TYPES:
-            continue
-        known = ours.get(piece, Piece(piece=piece, score=0.0, type=Piece.UNUSED))
-        ordered.append(Piece(piece=piece, score=known.score, type=known.type))
-        embedding_rows.append(rows[piece])
-    bias_rows = list(embedding_rows)
-    extra = [p for p in ours.values() if p.piece not in rows]
-    for piece in extra:
-        ordered.append(Piece(piece=piece.piece, score=piece.score, type=piece.type))
-        embedding_rows.append(rows["<unk>"])
-        bias_rows.append(ABSENT)
+    inner = [piece for piece in pieces if piece not in RESERVED_TYPES]
+    extra = [[piece for piece in side if piece not in rows] for side in known]
+    extras = list(dict.fromkeys(piece for side in extra for piece in side))  # each side's, the source's first
+    embedding_rows = [rows.get(piece, ABSENT) for piece in reserved] + [rows[piece] for piece in inner]
+    bias_rows = embedding_rows + [ABSENT] * len(extras)
+    embedding_rows += [rows["<unk>"]] * len(extras)
+    names = [name for _, name in spms]
+    missing = [piece for piece in inner if not any(piece in side for side in known)]
     notes = []
     if missing:
-        notes.append(f"{len(missing)} vocabulary piece(s) are not in {name} (e.g. {missing[0]!r}): output only")
-    if extra:
         notes.append(
-            f"{len(extra)} piece(s) of {name} are not in the vocabulary (e.g. {extra[0].piece!r}): "
-            "read as <unk>, as the model's toolkit reads them, and never output"
+            f"{len(missing)} vocabulary piece(s) are not in {' or '.join(names)} (e.g. {missing[0]!r}): output only"
         )
+    for side, name in zip(extra, names):
+        if side:
+            notes.append(
+                f"{len(side)} piece(s) of {name} are not in the vocabulary (e.g. {side[0]!r}): "
+                "read as <unk>, as the model's toolkit reads them, and never output"
+            )
+    order = reserved + inner + extras
+    if len(protos) == 1:
+        source, target = _in_order(protos[0], known[0], order, decodes=True), None
+    else:
+        source, target = (
+            _in_order(proto, side, order, decodes=i == 1) for i, (proto, side) in enumerate(zip(protos, known))
+        )
+    return Vocabulary(source, target, np.array(embedding_rows), np.array(bias_rows), tuple(notes))
+
+
+def _in_order(proto, known: dict, order: Sequence[str], decodes: bool) -> bytes:
+    """`proto` (a SentencePiece model) with the pieces `order`, as `known` (its own entries) scores and
+    types them, and our reserved ids; a piece it lacks never comes out of its encoding: a normal piece
+    of `UNREACHABLE_SCORE` in a model that `decodes`, else a CONTROL piece."""
+    absent = (UNREACHABLE_SCORE, Piece.NORMAL) if decodes else (0.0, Piece.CONTROL)
+    entries = []
+    for piece in order:
+        if piece in RESERVED_TYPES:
+            entries.append(Piece(piece=piece, score=0.0, type=RESERVED_TYPES[piece]))
+        else:
+            entry = known.get(piece, Piece(piece=piece, score=absent[0], type=absent[1]))
+            entries.append(Piece(piece=piece, score=entry.score, type=entry.type))
     spec = proto.trainer_spec
     for i, field in zip(RESERVED_IDS, ("pad", "bos", "eos", "unk")):
         setattr(spec, f"{field}_id", i)
         setattr(spec, f"{field}_piece", PIECES[i])
-    spec.vocab_size = len(ordered)
+    spec.vocab_size = len(entries)
     del proto.pieces[:]
-    proto.pieces.extend(ordered)
-    return Vocabulary(proto.SerializeToString(), np.array(embedding_rows), np.array(bias_rows), tuple(notes))
+    proto.pieces.extend(entries)
+    return proto.SerializeToString()
 
 
 def assign(variables, values, name: str = "model") -> None:
@@ -165,7 +201,7 @@ def write_model_dir(
     checkpoint's path (step 0)."""
     if os.path.exists(model_dir) and (not os.path.isdir(model_dir) or os.listdir(model_dir)):
         raise ModelImportError(f"{model_dir} exists and is not empty: the import needs a new --model-dir")
-    tokenizer = SubwordTokenizer(vocab.model_proto)
+    tokenizer = SubwordTokenizer(vocab.model_proto, vocab.target_proto)
     weights = {
         **weights,
         "embedding": vocab.rows(weights["embedding"], vocab.embedding_rows, 0.0),  # [V, d_model]

@@ -4,8 +4,9 @@
 The directory holds `config.json` (`MarianConfig`), `model.safetensors` (read here with NumPy: an
 8-byte header length, a JSON header of names, dtypes, shapes and byte offsets, then the raw
 little-endian data), `vocab.json` (piece: row, </s> 0, <unk> 1, <pad> last) and `source.spm` /
-`target.spm`. `pytorch_model.bin` (a pickle that needs torch) is not read: save the model as
-safetensors first. Nothing is downloaded; the user points at files they have.
+`target.spm` (one model, or each side its own over the one vocabulary). `pytorch_model.bin` (a
+pickle that needs torch) is not read: save the model as safetensors first. Nothing is downloaded;
+the user points at files they have.
 
 transformers' Marian is a post-LN Transformer (`MarianEncoderLayer`: LayerNorm(x + Sublayer(x)))
 with embeddings scaled by sqrt(d_model), sinusoids at the paper's frequencies in two halves
@@ -26,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.importers.common import ModelImportError, sentencepiece_model, vocabulary, write_model_dir
+from keras_transformer.importers.common import ModelImportError, sentencepiece_models, vocabulary, write_model_dir
 from keras_transformer.layers.embedding import sinusoid_table
 
 TORCH_LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which MarianMTModel's norms keep
@@ -180,7 +181,7 @@ def import_huggingface(directory: str, model_dir: str, warn: Callable[[str], Non
     pieces = {row: piece for piece, row in rows.items()}
     if sorted(pieces) != list(range(len(pieces))):
         raise ModelImportError(f"{files['vocab.json']}: its rows are not 0..{len(pieces) - 1}")
-    spm = sentencepiece_model(directory)
+    spms = sentencepiece_models(directory)
     weights = read_safetensors(files["model.safetensors"])
     embedding = weights.get("model.shared.weight")
     if embedding is None:
@@ -190,6 +191,6 @@ def import_huggingface(directory: str, model_dir: str, warn: Callable[[str], Non
         raise ModelImportError(
             f"{files['vocab.json']} has {len(pieces)} pieces, the embeddings {config.vocab_size} rows"
         )
-    vocab = vocabulary([pieces[i] for i in range(len(pieces))], spm, os.path.join(directory, "source.spm"))
+    vocab = vocabulary([pieces[i] for i in range(len(pieces))], spms)
     config = dataclasses.replace(config, vocab_size=vocab.size)
     return write_model_dir(model_dir, config, marian_weights(weights, config, files["model.safetensors"]), vocab, warn)

@@ -3,7 +3,8 @@
 An OPUS-MT directory (Tiedemann & Thottingal, 2020) holds a Marian model (Junczys-Dowmunt et al.,
 2018): the weights, `*.npz`, with the training options inside as `special:model.yml`; `decoder.yml`,
 which names the weights and the vocabularies; the vocabulary, `vocab.yml` or `*.vocab.yml` (piece:
-row); and the SentencePiece models `source.spm` and `target.spm`. The weight names are Marian's,
+row); and the SentencePiece models `source.spm` and `target.spm` (one model, or each side its own
+over the one vocabulary: the tokenizer's two sides, `importers.common`). The weight names are Marian's,
 as CTranslate2's converter reads them (`ctranslate2/converters/marian.py`): `Wemb` (or
 `encoder_Wemb` / `decoder_Wemb`), `{encoder,decoder}_l{i}_{self,context,ffn}_*`, `*_top_ln_*`
 (pre-LN), `decoder_ff_logit_out_b`.
@@ -15,8 +16,7 @@ and its sinusoids, sines then cosines at tensor2tensor's frequencies (Marian's
 frequencies instead, `sinusoid_layout="halves"`), with Marian's LayerNorm epsilon (1e-9, its
 `layerNorm` default). Refused, in one line each: what is no Transformer (an RNN), a factored
 vocabulary, separate source and target embeddings or vocabularies (ours share one, §3.4), learned
-positions, layer-normed embeddings, average attention, and a source and target SentencePiece
-model that differ (one tokenizer per model here). A guided-alignment head is trained alignment,
+positions, layer-normed embeddings and average attention. A guided-alignment head is trained alignment,
 not a layer: dropped, with a warning.
 """
 
@@ -32,7 +32,7 @@ import numpy as np
 import yaml
 
 from keras_transformer.config import FFN_ACTIVATIONS, TransformerConfig
-from keras_transformer.importers.common import ModelImportError, sentencepiece_model, vocabulary, write_model_dir
+from keras_transformer.importers.common import ModelImportError, sentencepiece_models, vocabulary, write_model_dir
 
 MARIAN_LAYER_NORM_EPSILON = 1e-9  # Marian's `layerNorm(x, gamma, beta, eps = 1e-9)`
 DEFAULT_MAX_LENGTH = 512  # positions of the sinusoid table (Hugging Face's max_position_embeddings for OPUS-MT)
@@ -269,7 +269,7 @@ def import_marian(directory: str, model_dir: str, warn: Callable[[str], None] | 
         raise ModelImportError(
             f"{' and '.join(vocabs)} differ: separate source and target vocabularies do not import (ours is one)"
         )
-    spm = sentencepiece_model(directory)
+    spms = sentencepiece_models(directory)
     config = transformer_config(options, weights, path, **fields)
     if len(pieces[0]) != config.vocab_size:
         raise ModelImportError(f"{vocabs[0]} has {len(pieces[0])} pieces, {path}'s embeddings {config.vocab_size} rows")
@@ -277,6 +277,6 @@ def import_marian(directory: str, model_dir: str, warn: Callable[[str], None] | 
     if guided not in (None, "", "none"):
         layer = options.get("transformer-guided-alignment-layer", "last")
         warn(f"the guided-alignment head (layer {layer}) is dropped: it trained one attention head to align words")
-    vocab = vocabulary(pieces[0], spm, os.path.join(directory, "source.spm"))
+    vocab = vocabulary(pieces[0], spms)
     config = dataclasses.replace(config, vocab_size=vocab.size)
     return write_model_dir(model_dir, config, marian_weights(weights, config, path), vocab, warn)

@@ -54,7 +54,8 @@ class Ensemble:
         models, tokenizer = [], None
         for path in paths:
             model, path_tokenizer, _ = load_model(path, checkpoint, dtype)
-            if tokenizer is not None and path_tokenizer.model_proto != tokenizer.model_proto:
+            protos = (path_tokenizer.model_proto, path_tokenizer.target_proto)
+            if tokenizer is not None and protos != (tokenizer.model_proto, tokenizer.target_proto):
                 raise ValueError(
                     f"{path} has another tokenizer than {paths[0]}: an ensemble's models must share one "
                     f"(train with --tokenizer-model {paths[0]}/tokenizer.model)"
