@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 
-from common import emit, record
+from common import emit, held_out_pairs, record
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.data.sources import read_pairs
 from keras_transformer.inference.translator import Translator
-from keras_transformer.model_dir import ModelDir
 
 NAMES = frozenset(
     "Elimelech Naomi Bethlehem Moab Boaz Ruth Orpah Esther Mordecai Haman Ahasuerus Paul Jesus Christ Israel "
@@ -59,8 +57,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    data = ModelDir(args.model_dir[0]).read()["data_config"]
-    sources, _ = read_pairs(data.data, "test", data.reverse, args.limit)
+    sources = held_out_pairs(args.model_dir[0], args.limit).sources
     with_names = [source for source in sources if NAMES & {bare(word) for word in source.split()}]
     translator = Translator.from_model_dir(args.model_dir, args.checkpoint)
     layers = {}

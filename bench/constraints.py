@@ -19,14 +19,12 @@ import random
 import re
 import time
 
-from common import emit, record
+from common import emit, held_out_pairs, record
 
 from keras_transformer.config import SearchSettings
-from keras_transformer.data.sources import read_pairs
 from keras_transformer.inference.constraints import phrase_rows
 from keras_transformer.inference.evaluation import corpus_scores
 from keras_transformer.inference.translator import Translator
-from keras_transformer.model_dir import ModelDir
 
 MOST_PHRASES = 3
 
@@ -66,8 +64,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    data = ModelDir(args.model_dir).read()["data_config"]
-    sources, references = read_pairs(data.data, "test", data.reverse, args.limit)
+    sources, references = held_out_pairs(args.model_dir, args.limit)[:2]
     translator = Translator.from_model_dir(args.model_dir, args.checkpoint, beam_size=args.beam_size)
     max_length = translator.model.config.max_length
     timed(translator, sources[:2])  # the tracing, before any timing

@@ -88,15 +88,12 @@ def main(argv=None) -> None:
     args = parser().parse_args(argv)
     if args.system:
         return child(args)
-    from common import emit, median, record
+    from common import emit, held_out_pairs, median, record
 
-    from keras_transformer.data.sources import read_pairs
-    from keras_transformer.data.splits import split_source
     from keras_transformer.exporters.ctranslate2 import export_ctranslate2
-    from keras_transformer.model_dir import ModelDir, load_model
+    from keras_transformer.model_dir import load_model
 
-    trained_on = ModelDir(args.model_dir).read()["data_config"]
-    sources, targets = read_pairs(*split_source(trained_on, "test"), trained_on.reverse, args.limit)
+    sources, targets = held_out_pairs(args.model_dir, args.limit)[:2]
     model, tokenizer, _ = load_model(args.model_dir)
     systems = {}
     with tempfile.TemporaryDirectory() as out:

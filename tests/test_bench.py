@@ -98,6 +98,38 @@ def in_process_workers(monkeypatch):
     monkeypatch.setattr(decode_compare, "Worker", InProcessWorker)
 
 
+def test_bench_reads_held_out_pairs_through_the_package_reader(tmp_path):
+    """Weighted sources (no file name), a reversed model, a multilingual model's tagged sources: what
+    `keras_transformer.data.held_out` reads, never `read_pairs` of the spec re-derived."""
+    from common import held_out_pairs
+    from test_held_out import model_dir
+
+    from keras_transformer.data.sources import read_pairs
+
+    weighted = held_out_pairs(model_dir(tmp_path, data="bible-en-de:0.3,software-en-de:0.7"), 3)
+    assert (weighted.sources, weighted.references) == read_pairs("bible-en-de", "test", limit=3)
+    (tmp_path / "reversed").mkdir()
+    reversed_ = held_out_pairs(model_dir(tmp_path / "reversed", data="bible-en-de", reverse=True), 3)
+    assert (reversed_.references, reversed_.sources) == read_pairs("bible-en-de", "test", limit=3)
+    (tmp_path / "multi").mkdir()
+    multilingual = held_out_pairs(model_dir(tmp_path / "multi", data="bible-en-de,bible-en-fr"), 3)
+    english = read_pairs("bible-en-de", "test", limit=3)[0]
+    assert multilingual.sources == [f"<2de> {text}" for text in english]
+    assert not [name for name in sorted(HELD_OUT) if "read_pairs(" in (BENCH / name).read_text()]
+
+
+# the scripts that read a model dir's held-out pairs (bench/translator_time.py also times older checkouts)
+HELD_OUT = {
+    "alignment_names.py",
+    "constraints.py",
+    "controls_cost.py",
+    "decode_compare.py",
+    "score_compare.py",
+    "search_steps.py",
+    "threads.py",
+}
+
+
 def test_no_bench_or_package_file_sets_omp_wait_policy():
     """CTranslate2 runs with OpenMP's default wait policy: a passive one makes it ~3x slower."""
     root = BENCH.parent
