@@ -168,6 +168,22 @@ def record(**fields) -> dict:
     }
 
 
+def command_line(doc: str, commands: dict):
+    """A question's `main(argv=None)`: one parser, a subcommand per entry of `commands` (name:
+    (add_arguments(parser), run(args), help)); the description is `doc`'s first paragraph."""
+    import argparse
+
+    def main(argv=None):
+        parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+        subcommands = parser.add_subparsers(dest="subcommand", required=True)
+        for name, (arguments, _, help) in commands.items():
+            arguments(subcommands.add_parser(name, help=help, description=help))
+        args = parser.parse_args(argv)
+        return commands[args.subcommand][1](args)
+
+    return main
+
+
 def emit(line: dict) -> None:
     """Print the benchmark's one JSON line."""
     import json

@@ -22,7 +22,7 @@ train --help`; `translate` on runs/small (beam 4), on DIR greedy (`--beam-size 1
 match a README command, and a command no rule matches runs):
   - `make demo`, `make test`: install into .venv, then train for 6 minutes or run the suite;
   - `pip install ...`: installs packages from the internet;
-  - `keras-transformer train ...` (all but `train --help`) and `python bench/quality.py`: train for
+  - `keras-transformer train ...` (all but `train --help`) and `python bench/quality.py table`: train for
     30 minutes to 2 hours, or have `...` for their flags (tests/test_cli.py trains on the fixture);
   - `export --model-dir runs/small --out runs/export` and `export --check runs/export`: SavedModels
     and three TFLite conversions, ~20 s (tests/test_export.py runs the same command and check);
