@@ -299,10 +299,10 @@ def test_data_memory(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_profile_decode_splits_a_step(capsys, tmp_path, monkeypatch):
-    argv = ["--models", "tiny", "--batches", "1", "2", "--source-length", "5", "--generate", "3"]
+    argv = ["decode", "--models", "tiny", "--batches", "1", "2", "--source-length", "5", "--generate", "3"]
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # recorded (oneDNN read it when this process started)
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    line = run_main("profile_decode", argv + ["--logdir", str(tmp_path), "--ceiling-size", "256"], capsys)
+    line = run_main("profiles", argv + ["--logdir", str(tmp_path), "--ceiling-size", "256"], capsys)
     assert line["isa_caps"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
     assert [(row["model"], row["batch"]) for row in line["steps"]] == [("tiny", 1), ("tiny", 2)]
     assert line["per_op_cost_us"] > 0 and line["matmul_rate_gflops"] > 0
