@@ -61,7 +61,7 @@ from common import (
 )
 from decode_runners import forbid_eos
 from flops import decode_step_flops, matmul_rate
-from train_throughput import build_ours
+from training import build_ours
 
 from keras_transformer import Transformer, TransformerConfig, beam_search
 

@@ -40,9 +40,8 @@ def test_model_flops_match_the_issue_figures():
 
 @pytest.mark.slow
 def test_train_throughput(capsys):
-    line = run_main(
-        "train_throughput", ["--workload", "tiny", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys
-    )
+    argv = ["throughput", "--workload", "tiny", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"]
+    line = run_main("training", argv, capsys)
     assert line["tgt_tokens_per_s"] > 0 and 0 < line["mfu"] < 1
     assert line["achieved_gflops"] == pytest.approx(
         line["model_flops_per_step"] / line["step_s_median"] / 1e9, rel=0.01
@@ -248,8 +247,8 @@ def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, trained):
 @pytest.mark.slow
 def test_compare(capsys):
     line = run_main(
-        "compare",
-        ["--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"],
+        "training",
+        ["compare", "--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"],
         capsys,
     )
     assert set(line["systems"]) == {"ours", "keras_hub"} and line["speedup_ours_over_keras_hub"] > 0
@@ -272,7 +271,7 @@ def test_seed_parallelism(capsys, tmp_path):
         "--lstm-units",
         "8",
     ]
-    line = run_main("seed_parallelism", argv + ["--plot", str(png)], capsys)
+    line = run_main("training", ["seed-parallelism", *argv, "--plot", str(png)], capsys)
     assert [row["length"] for row in line["rows"]] == [4] and png.stat().st_size > 0
 
 
@@ -281,18 +280,18 @@ def test_input_pipeline(capsys):
     from conftest import FIXTURE
 
     argv = ["--data", str(FIXTURE), "--batches", "2", "--warmup", "1", "--tokenizer-sample", "400"]
-    line = run_main("input_pipeline", argv, capsys)
+    line = run_main("training", ["input-pipeline", *argv], capsys)
     assert line["tgt_tokens_per_s"] > 0 and line["cores_for_1m_tgt_tokens_per_s"] > 0 and line["max_length"] == 256
 
 
 @pytest.mark.slow
 def test_data_memory(capsys, tmp_path):
-    import data_memory
+    import data
     from conftest import FIXTURE
 
-    data_memory.main(["--make-tsv", str(tmp_path / "big.tsv"), "--lines", "3"])
+    data.main(["make-tsv", str(tmp_path / "big.tsv"), "--lines", "3"])
     assert (tmp_path / "big.tsv").read_text(encoding="utf-8").splitlines()[2].endswith(" #2")
-    line = run_main("data_memory", ["--data", str(FIXTURE), "--steps", "1"], capsys)
+    line = run_main("data", ["memory", "--data", str(FIXTURE), "--steps", "1"], capsys)
     run = line["runs"][str(FIXTURE)]
     assert run["peak_rss_mb"] > 100 and 0 < run["first_step_s"] < run["total_s"]
 
