@@ -127,6 +127,18 @@ def cpu_flags() -> list[str]:
     return sorted(set(re.findall(r"avx512[a-z_0-9]*|avx2|amx[a-z_0-9]*", text)))
 
 
+def held_out_pairs(model_dir: str, limit: int | None = None):
+    """The first `limit` (or all) held-out pairs of the `test` split of the data the model in `model_dir`
+    was trained on, through the package's one reader (`keras_transformer.data.held_out`: the first of
+    weighted sources, the model's direction): sources tagged with a multilingual model's target
+    language, as `evaluate` reads them: a `HeldOut` (sources, references, ..., spec: the data read)."""
+    from keras_transformer.data.held_out import held_out
+    from keras_transformer.data.tokenizer import tag
+
+    pairs = held_out(model_dir, "test", limit)
+    return pairs._replace(sources=[tag(text, pairs.target_lang) for text in pairs.sources])
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -154,6 +166,22 @@ def record(**fields) -> dict:
             "keras_transformer": keras_transformer.__version__,
         },
     }
+
+
+def command_line(doc: str, commands: dict):
+    """A question's `main(argv=None)`: one parser, a subcommand per entry of `commands` (name:
+    (add_arguments(parser), run(args), help)); the description is `doc`'s first paragraph."""
+    import argparse
+
+    def main(argv=None):
+        parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+        subcommands = parser.add_subparsers(dest="subcommand", required=True)
+        for name, (arguments, _, help) in commands.items():
+            arguments(subcommands.add_parser(name, help=help, description=help))
+        args = parser.parse_args(argv)
+        return commands[args.subcommand][1](args)
+
+    return main
 
 
 def emit(line: dict) -> None:

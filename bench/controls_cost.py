@@ -12,9 +12,8 @@ import time
 
 import sacrebleu
 import tensorflow as tf
-from common import emit, record
+from common import emit, held_out_pairs, record
 
-from keras_transformer.data.sources import read_pairs
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import load_model
 
@@ -47,9 +46,8 @@ def main(argv=None) -> None:
             tf.config.threading.set_intra_op_parallelism_threads(1)
         except RuntimeError:  # TensorFlow already runs (an in-process caller): its pools stay
             pass
-    model, tokenizer, values = load_model(args.model_dir)
-    data = values["data_config"]
-    sources, references = read_pairs(data.data, "test", data.reverse, args.limit)
+    model, tokenizer, _ = load_model(args.model_dir)
+    sources, references = held_out_pairs(args.model_dir, args.limit)[:2]
     translators = {name: Translator(model, tokenizer, **settings) for name, settings in CONTROLS.items()}
     for translator in translators.values():
         translator.translate(sources[:2])  # tracing

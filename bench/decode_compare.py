@@ -61,7 +61,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import WORKLOADS, cpu_flags, emit, load_average, median, record
+from common import WORKLOADS, cpu_flags, emit, held_out_pairs, load_average, median, record
 
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
@@ -245,14 +245,14 @@ def forced(args) -> dict:
 def verses(args) -> dict:
     from decode_runners import padded_limits
 
-    from keras_transformer.data.sources import read_pairs
     from keras_transformer.exporters.ctranslate2 import export_ctranslate2
     from keras_transformer.inference.evaluation import corpus_scores
     from keras_transformer.inference.translator import Translator
     from keras_transformer.model_dir import load_model
 
-    model, tokenizer, values = load_model(args.model_dir, args.checkpoint)
-    sources, references = read_pairs(values["data_config"].data, "test", limit=args.limit)
+    model, tokenizer, _ = load_model(args.model_dir, args.checkpoint)
+    pairs = held_out_pairs(args.model_dir, args.limit)
+    sources, references = pairs.sources, pairs.references
     common_job = dict(
         mode="verses",
         model_dir=args.model_dir,
@@ -293,7 +293,7 @@ def verses(args) -> dict:
     return dict(
         model_dir=args.model_dir,
         checkpoint=args.checkpoint,
-        data=values["data_config"].data,
+        data=pairs.spec,
         split="test",
         sentences=len(sources),
         beam_size=args.beam_size,

@@ -1,10 +1,10 @@
-"""GPU check on JAX: `gpu_check.sh`'s measurement (`train_throughput.py` with the GPU settings) on a
+"""GPU check on JAX: `gpu_check.sh`'s measurement (`training.py throughput` with the GPU settings) on a
 machine without TensorFlow.
 
 The base preset (Vaswani et al., 2017, Table 3), vocab 32000, mixed_bfloat16, the training step
 jit-compiled by Keras' JAX trainer (XLA), synthetic fixed-shape batches, Adam (§5.3) on Eq. 3 and
 label-smoothed cross-entropy (§5.4). Prints target tokens/s, step time and MFU against this
-device's measured bf16 matmul rate (`flops.matmul_rate`, the helper `train_throughput.py` measures
+device's measured bf16 matmul rate (`flops.matmul_rate`, the helper `training.py throughput` measures
 with), then one JSON line with "backend", the jax and keras versions and the device.
 
 The model is `kt.Transformer` itself (keras_transformer/model.py imports no TensorFlow; the

@@ -1,39 +1,99 @@
-"""The README's quality table: train a preset on the embedded Bible EN-DE for a
-wall-clock budget, then sacreBLEU BLEU and chrF on the held-out books (the whole test split,
-detokenized, cased) with greedy decoding and with beam 4 (alpha 0.6). Prints one JSON line:
+"""Translation quality, one subcommand per question; each prints one JSON line.
 
-    python bench/quality.py --time-budget 30m [--preset small] [--model-dir runs/quality-30m]
+`table`: the README's quality table. Train a preset on the embedded Bible EN-DE for a
+wall-clock budget, then sacreBLEU BLEU and chrF on the held-out books (the whole test split,
+detokenized, cased) with greedy decoding and with beam 4 (alpha 0.6):
+
+    python bench/quality.py table --time-budget 30m [--preset small] [--model-dir runs/quality-30m]
 
 The flags of `keras-transformer train` override the preset's `TransformerConfig` and
-`TrainingConfig` fields (how the recipe was chosen: bench/RESULTS.md, "Quality on a CPU
-budget"), e.g. `--no-norm-first --learning-rate-scale 2`.
+`TrainingConfig` fields (how the recipe was chosen: bench/JOURNAL.md, "Quality on a CPU
+budget"), e.g. `--no-norm-first --learning-rate-scale 2`. Training goes through
+`keras_transformer.training.trainer.train`, exactly as `keras-transformer train --preset small
+--time-budget 30m` does. Epochs and target tokens/s are estimated: the real (non-pad) target
+tokens per batch are averaged over `--sample-batches` batches of the same pipeline, times the
+steps trained, over the training split's target tokens.
 
-Training goes through `keras_transformer.training.trainer.train`, exactly as `keras-transformer train
---preset small --time-budget 30m` does. Epochs and target tokens/s are estimated: the real
-(non-pad) target tokens per batch are averaged over `--sample-batches` batches of the same
-pipeline, times the steps trained, over the training split's target tokens.
+`score-compare`: scoring given translations: ours (`Translator.score`, `keras-transformer score`)
+against CTranslate2's `score_batch` on the same weights (our `export --format ctranslate2`), each
+system in a process of its own (CTranslate2 at its default threading):
+
+    python bench/quality.py score-compare --model-dir runs/demo [--limit N] [--rounds 3] [--batch-size 32]
+
+The pairs: the held-out verses of the model's training data (its `test` split) with their
+reference translations, text in: each system tokenizes (ours in TensorFlow, CTranslate2's user with
+the SentencePiece library; both cut sources and targets to max_length - 1 tokens), then scores in
+length-sorted batches of `--batch-size` pairs. Seconds are the median over rounds after an untimed
+warm-up on two pairs; pairs/s over those seconds. `max_abs_log_prob_difference`: the largest
+difference of a pair's summed log-probability between the systems (CTranslate2 renormalises its
+softmax without pad and start: `exporters.ctranslate2.never_generated_bias`;
+tests/test_ctranslate2.py checks each token to 1e-4).
+
+`alignment-names`: how well the cross-attention word alignments (`Translator.translate_with_alignments`)
+pair names: on a trained model's held-out verses (the `test` split of its training data, as
+`keras-transformer evaluate` reads it), every word of our German output that is a name (of
+`NAMES`, the same string in English and German) also in its English source counts once, and is
+aligned when its source word is that name; per decoder layer asked for:
+
+    python bench/quality.py alignment-names --model-dir runs/a [--model-dir runs/b] [--alignment-layer -2 -1]
+
+Only verses whose source holds a name are translated (the others hold no case). A name that
+German spells otherwise (Paul/Paulus, Christ/Christus, Mordecai/Mordechai) counts only where
+our output keeps the English spelling.
+
+`constraints`: lexically constrained decoding (`inference/constraints.py`, dynamic beam
+allocation) on a trained model's held-out verses, as Post & Vilar (2018) evaluate it: each verse
+gets 1-3 phrases (seeded) from its reference, words or two words in a row that the unconstrained
+output lacks. The share of phrases found in the outputs (goal 1.0), sacreBLEU BLEU and chrF
+without and with the phrases, and the seconds per verse with 0, 1, 2 and 3 phrases, on the verses
+that have three (the slowdown per phrase):
+
+    python bench/quality.py constraints --model-dir runs/small [--limit 200] [--beam-size 4] [--seed 0]
+
+Timing runs after one warm-up call of each search (the tracing), in this process, each count of
+phrases once; measure on a quiet machine (bench/README.md).
+
+Every subcommand that reads a model's held-out verses reads them through the package's one reader
+(`common.held_out_pairs`).
 """
 
 from __future__ import annotations
 
-import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
-from common import emit, load_average, record
+from common import command_line, emit, held_out_pairs, load_average, median, record
 
 import keras_transformer as kt
 from keras_transformer import TrainingConfig, TransformerConfig
 from keras_transformer.cli.flags import add_train_flags, configs
+from keras_transformer.config import DecodingConfig, SearchSettings
 from keras_transformer.data.batching import make_batches
 from keras_transformer.data.sources import pairs_dataset, read_pairs
+from keras_transformer.exporters.ctranslate2 import export_ctranslate2
+from keras_transformer.inference.constraints import phrase_rows
+from keras_transformer.inference.evaluation import corpus_scores
 from keras_transformer.inference.translator import Translator
-from keras_transformer.model_dir import ModelDir
+from keras_transformer.model_dir import ModelDir, load_model
 from keras_transformer.special_tokens import PAD_ID
 from keras_transformer.training.schedules import trained_steps
 from keras_transformer.training.trainer import train
 
 DATA = "bible-en-de"
+MOST_PHRASES = 3
+NAMES = frozenset(
+    "Elimelech Naomi Bethlehem Moab Boaz Ruth Orpah Esther Mordecai Haman Ahasuerus Paul Jesus Christ Israel "
+    "David Abraham Aaron Jerusalem Saul Samuel Simon Joseph Benjamin Levi Eli Jordan Babylon Adam Noah Sarah "
+    "Timothy Titus Silas Barnabas Judas Pilate Herod Moses Jacob Isaac Peter John Egypt Judah".split()
+)
+PUNCTUATION = ".,;:!?'\"()[]„“”‘’«»‚-"
 
 
 def target_tokens_per_batch(
@@ -54,7 +114,7 @@ def target_tokens_per_batch(
     return float(np.mean(counts)), split_tokens
 
 
-def evaluate(model, tokenizer, beam_size: int, alpha: float, limit: int | None) -> dict:
+def scored(model, tokenizer, beam_size: int, alpha: float, limit: int | None) -> dict:
     pairs = read_pairs(DATA, "test", limit=limit)
     start = time.perf_counter()
     scores = kt.evaluate(Translator(model, tokenizer, batch_size=64, beam_size=beam_size, alpha=alpha), pairs)
@@ -68,8 +128,7 @@ def evaluate(model, tokenizer, beam_size: int, alpha: float, limit: int | None) 
     }
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def table_arguments(parser) -> None:
     parser.add_argument("--preset", default="small")
     parser.add_argument(
         "--model-dir", help="default: runs/quality-BUDGET (must not exist: the run starts from scratch)"
@@ -81,11 +140,9 @@ def parse_args(argv=None):
     parser.add_argument("--searches", nargs="+", choices=["greedy", "beam4"], default=["greedy", "beam4"])
     add_train_flags(parser)
     parser.set_defaults(time_budget_s="30m")  # the table's budget
-    return parser.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def table(args) -> None:
     model_dir = args.model_dir or f"runs/quality-{args.time_budget_s}"
     if ModelDir(model_dir).exists():
         raise SystemExit(f"{model_dir} exists: the table's runs start from scratch; remove it or pass --model-dir")
@@ -109,7 +166,7 @@ def main(argv=None):
             train_s=round(train_s, 1),
             epochs=round(steps * per_batch / split_tokens, 2),
             tgt_tokens_per_s=round(steps * per_batch / train_s, 1),
-            **{name: evaluate(model, tokenizer, *searches[name], args.limit) for name in args.searches},
+            **{name: scored(model, tokenizer, *searches[name], args.limit) for name in args.searches},
             config=model.config.to_dict(),
             training={k: v for k, v in vars(training).items() if v is not None},
             load_before=load_before,
@@ -117,6 +174,177 @@ def main(argv=None):
         )
     )
 
+
+def score_compare_arguments(p) -> None:
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--limit", type=int, help="only the first N held-out pairs")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+
+
+def score_compare(args) -> None:
+    sources, targets = held_out_pairs(args.model_dir, args.limit)[:2]
+    model, tokenizer, _ = load_model(args.model_dir)
+    systems = {}
+    with tempfile.TemporaryDirectory() as out:
+        export_ctranslate2(model, tokenizer, os.path.join(out, "ctranslate2"))
+        pairs = os.path.join(out, "pairs.json")
+        with open(pairs, "w", encoding="utf-8") as f:
+            json.dump([sources, targets, model.config.max_length], f)
+        for system in ("ours", "ctranslate2"):
+            job = dict(system=system, pairs=pairs, ctranslate2=os.path.join(out, "ctranslate2"))
+            job.update(model_dir=args.model_dir, rounds=args.rounds, batch_size=args.batch_size)
+            command = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "score_worker.py")]
+            command.append(json.dumps(job))
+            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+            result = subprocess.run(command, capture_output=True, text=True, env=env)
+            if result.returncode != 0:
+                raise RuntimeError(f"{system} failed:\n{result.stderr[-3000:]}")
+            systems[system] = json.loads(result.stdout.strip().splitlines()[-1])
+    difference = max(abs(a - b) for a, b in zip(systems["ours"]["log_probs"], systems["ctranslate2"]["log_probs"]))
+    line = {"pairs": len(sources), "batch_size": args.batch_size, "rounds": args.rounds, "systems": {}}
+    for name, system in systems.items():
+        seconds = median(system["seconds"])
+        line["systems"][name] = {"seconds": round(seconds, 4), "pairs_per_s": round(len(sources) / seconds, 1)}
+    ours, theirs = (line["systems"][name]["pairs_per_s"] for name in ("ours", "ctranslate2"))
+    line["ours_relative_to_ctranslate2"] = round(ours / theirs, 3)
+    line["max_abs_log_prob_difference"] = round(difference, 6)
+    emit(record(**line))
+
+
+def bare(word: str) -> str:
+    """A word without the punctuation around it and an English possessive's "'s"."""
+    word = word.strip(PUNCTUATION)
+    return word[:-2] if word.endswith(("'s", "’s")) else word
+
+
+def name_cases(source: str, translation: str, pairs) -> list[bool]:
+    """For every output word that is a name also in the source: whether it aligns to that name."""
+    source_words = [bare(word) for word in source.split()]
+    target_words = [bare(word) for word in translation.split()]
+    aligned_to = {j: i for i, j in pairs}
+    return [
+        j in aligned_to and source_words[aligned_to[j]] == word
+        for j, word in enumerate(target_words)
+        if word in NAMES and word in source_words
+    ]
+
+
+def alignment_names_arguments(p) -> None:
+    p.add_argument("--model-dir", action="append", required=True, help="repeat for an ensemble")
+    p.add_argument("--checkpoint", default="latest")
+    p.add_argument("--alignment-layer", type=int, nargs="+", default=[DecodingConfig().alignment_layer])
+    p.add_argument("--limit", type=int, help="only the first N verses")
+
+
+def alignment_names(args) -> None:
+    sources = held_out_pairs(args.model_dir[0], args.limit).sources
+    with_names = [source for source in sources if NAMES & {bare(word) for word in source.split()}]
+    translator = Translator.from_model_dir(args.model_dir, args.checkpoint)
+    layers = {}
+    for layer in args.alignment_layer:
+        layered = Translator(translator.model, translator.tokenizer, translator.decoding, alignment_layer=layer)
+        results = layered.translate_with_alignments(with_names)
+        cases = [case for source, (text, pairs) in zip(with_names, results) for case in name_cases(source, text, pairs)]
+        layers[str(layer)] = {
+            "names_in_source_and_output": len(cases),
+            "aligned": sum(cases),
+            "aligned_share": round(sum(cases) / len(cases), 4) if cases else None,
+        }
+    emit(
+        record(
+            benchmark="alignment_names",
+            model_dirs=args.model_dir,
+            verses=len(sources),
+            verses_with_names=len(with_names),
+            layers=layers,
+        )
+    )
+
+
+def candidate_phrases(tokenizer, reference: str, output: str, max_length: int) -> list[str]:
+    """The words and two-word spans of `reference` (letters only) that `output` lacks and that the
+    tokenizer writes without the unknown token, in reference order, without repeats."""
+    words = re.findall(r"[^\W\d_]+", reference)
+    spans = dict.fromkeys([*words, *(" ".join(pair) for pair in zip(words, words[1:]))])
+    usable = []
+    for phrase in spans:
+        if phrase in output:
+            continue
+        try:
+            phrase_rows(tokenizer, [phrase], 1, max_length)
+        except ValueError:
+            continue
+        usable.append(phrase)
+    return usable
+
+
+def timed(translator, texts, constraints=None) -> tuple[list[str], float]:
+    start = time.perf_counter()
+    translations = translator.translate(texts, constraints=constraints)
+    return translations, time.perf_counter() - start
+
+
+def constraints_arguments(p) -> None:
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--checkpoint", default="latest")
+    p.add_argument("--limit", type=int, help="only the first N verses")
+    p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
+    p.add_argument("--seed", type=int, default=0, help="draws the phrases")
+
+
+def constraints(args) -> None:
+    sources, references = held_out_pairs(args.model_dir, args.limit)[:2]
+    translator = Translator.from_model_dir(args.model_dir, args.checkpoint, beam_size=args.beam_size)
+    max_length = translator.model.config.max_length
+    timed(translator, sources[:2])  # the tracing, before any timing
+    timed(translator, sources[:2], [["a"], ["a"]])
+    plain, _ = timed(translator, sources)
+    rng = random.Random(args.seed)
+    candidates = [
+        candidate_phrases(translator.tokenizer, reference, output, max_length)
+        for reference, output in zip(references, plain)
+    ]
+    drawn = [rng.sample(c, min(len(c), rng.randint(1, MOST_PHRASES))) for c in candidates]
+    constrained, _ = timed(translator, sources, drawn)
+    found = [phrase in output for output, phrases in zip(constrained, drawn) for phrase in phrases]
+
+    # The slowdown per phrase: the same verses (those with three usable phrases) with 0-3 of them.
+    full = [i for i, c in enumerate(candidates) if len(c) >= MOST_PHRASES]
+    texts = [sources[i] for i in full]
+    seconds = {}
+    for count in range(MOST_PHRASES + 1):
+        phrases = [rng.sample(candidates[i], MOST_PHRASES)[:count] for i in full] if count else None
+        _, elapsed = timed(translator, texts, phrases) if texts else ([], 0.0)
+        seconds[str(count)] = round(elapsed / len(texts), 5) if texts else None
+    base = seconds["0"]
+    emit(
+        record(
+            benchmark="constraints",
+            model_dir=args.model_dir,
+            checkpoint=args.checkpoint,
+            beam_size=args.beam_size,
+            seed=args.seed,
+            verses=len(sources),
+            phrases=len(found),
+            phrases_per_verse={str(n): sum(len(d) == n for d in drawn) for n in range(MOST_PHRASES + 1)},
+            inclusion_share=round(sum(found) / len(found), 4) if found else None,
+            unconstrained=corpus_scores(plain, references),
+            constrained=corpus_scores(constrained, references),
+            timed_verses=len(texts),
+            seconds_per_verse_by_phrases=seconds,
+            slowdown_by_phrases={k: round(v / base, 3) if base and v else None for k, v in seconds.items()},
+        )
+    )
+
+
+COMMANDS = {
+    "table": (table_arguments, table, "the README's quality table: train a preset for a budget, then score it"),
+    "score-compare": (score_compare_arguments, score_compare, "scoring given pairs: ours against CTranslate2"),
+    "alignment-names": (alignment_names_arguments, alignment_names, "how well word alignments pair names"),
+    "constraints": (constraints_arguments, constraints, "lexically constrained decoding: inclusion, BLEU, cost"),
+}
+main = command_line(__doc__, COMMANDS)
 
 if __name__ == "__main__":
     main()

@@ -16,9 +16,8 @@ from __future__ import annotations
 import argparse
 
 import tensorflow as tf
-from common import emit, record
+from common import emit, held_out_pairs, record
 
-from keras_transformer.data.sources import read_pairs
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import load_model
 
@@ -56,8 +55,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    model, tokenizer, values = load_model(args.model_dir, args.checkpoint)
-    sources, _ = read_pairs(values["data_config"].data, "test", limit=args.limit)
+    model, tokenizer, _ = load_model(args.model_dir, args.checkpoint)
+    sources = held_out_pairs(args.model_dir, args.limit).sources
     rules = {}
     for name, patience in RULES.items():
         counting = CountingModel(model)

@@ -11,9 +11,8 @@ import argparse
 import concurrent.futures
 import time
 
-from common import emit, record
+from common import emit, held_out_pairs, record
 
-from keras_transformer.data.sources import read_pairs
 from keras_transformer.inference.translator import Translator
 
 
@@ -42,7 +41,7 @@ def main(argv=None) -> None:
     p.add_argument("--beam-size", type=int, default=4)
     args = p.parse_args(argv)
     translator = Translator.from_model_dir(args.model_dir, beam_size=args.beam_size)
-    sources, _ = read_pairs("bible-en-de", "test", limit=500)
+    sources = held_out_pairs(args.model_dir, 500).sources
     requests = requests_of(sources, args.requests)
     translator.translate(requests[0])  # tracing
     one_s, one = timed(translator, requests, 1)

@@ -44,7 +44,7 @@ PRESETS = {
         training={},
     ),
     # The CPU recipe (not in the paper), chosen by measurement for budgets of minutes on two CPU
-    # cores (bench/RESULTS.md, "Quality on a CPU budget"; bench/quality.py). Pre-LN leaves the
+    # cores (bench/RESULTS.md, "Quality on a CPU budget"; `bench/quality.py table`). Pre-LN leaves the
     # early plateau that post-LN sits on for hundreds of steps, and within a few epochs dropout
     # only slows learning (pass dropout 0.1 for long runs). Small token batches buy many updates
     # in few minutes; Eq. 3 is fitted to the step budget (StepBudgetSchedule) with its peak at 2x

@@ -40,9 +40,8 @@ def test_model_flops_match_the_issue_figures():
 
 @pytest.mark.slow
 def test_train_throughput(capsys):
-    line = run_main(
-        "train_throughput", ["--workload", "tiny", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"], capsys
-    )
+    argv = ["throughput", "--workload", "tiny", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"]
+    line = run_main("training", argv, capsys)
     assert line["tgt_tokens_per_s"] > 0 and 0 < line["mfu"] < 1
     assert line["achieved_gflops"] == pytest.approx(
         line["model_flops_per_step"] / line["step_s_median"] / 1e9, rel=0.01
@@ -96,6 +95,31 @@ def in_process_workers(monkeypatch):
     import decode_compare
 
     monkeypatch.setattr(decode_compare, "Worker", InProcessWorker)
+
+
+def test_bench_reads_held_out_pairs_through_the_package_reader(tmp_path):
+    """Weighted sources (no file name), a reversed model, a multilingual model's tagged sources: what
+    `keras_transformer.data.held_out` reads, never `read_pairs` of the spec re-derived."""
+    from common import held_out_pairs
+    from test_held_out import model_dir
+
+    from keras_transformer.data.sources import read_pairs
+
+    weighted = held_out_pairs(model_dir(tmp_path, data="bible-en-de:0.3,software-en-de:0.7"), 3)
+    assert (weighted.sources, weighted.references) == read_pairs("bible-en-de", "test", limit=3)
+    (tmp_path / "reversed").mkdir()
+    reversed_ = held_out_pairs(model_dir(tmp_path / "reversed", data="bible-en-de", reverse=True), 3)
+    assert (reversed_.references, reversed_.sources) == read_pairs("bible-en-de", "test", limit=3)
+    (tmp_path / "multi").mkdir()
+    multilingual = held_out_pairs(model_dir(tmp_path / "multi", data="bible-en-de,bible-en-fr"), 3)
+    english = read_pairs("bible-en-de", "test", limit=3)[0]
+    assert multilingual.sources == [f"<2de> {text}" for text in english]
+    assert not [name for name in sorted(HELD_OUT) if "read_pairs(" in (BENCH / name).read_text()]
+
+
+# scripts that read a model dir's held-out pairs and no other data (quality.py's `table` reads the
+# Bible it trains on; translator_time.py also times checkouts older than `held_out`)
+HELD_OUT = {"controls_cost.py", "decode_compare.py", "search_steps.py", "threads.py"}
 
 
 def test_no_bench_or_package_file_sets_omp_wait_policy():
@@ -223,8 +247,8 @@ def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, trained):
 @pytest.mark.slow
 def test_compare(capsys):
     line = run_main(
-        "compare",
-        ["--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"],
+        "training",
+        ["compare", "--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1", "--ceiling-size", "256"],
         capsys,
     )
     assert set(line["systems"]) == {"ours", "keras_hub"} and line["speedup_ours_over_keras_hub"] > 0
@@ -247,7 +271,7 @@ def test_seed_parallelism(capsys, tmp_path):
         "--lstm-units",
         "8",
     ]
-    line = run_main("seed_parallelism", argv + ["--plot", str(png)], capsys)
+    line = run_main("training", ["seed-parallelism", *argv, "--plot", str(png)], capsys)
     assert [row["length"] for row in line["rows"]] == [4] and png.stat().st_size > 0
 
 
@@ -256,28 +280,28 @@ def test_input_pipeline(capsys):
     from conftest import FIXTURE
 
     argv = ["--data", str(FIXTURE), "--batches", "2", "--warmup", "1", "--tokenizer-sample", "400"]
-    line = run_main("input_pipeline", argv, capsys)
+    line = run_main("training", ["input-pipeline", *argv], capsys)
     assert line["tgt_tokens_per_s"] > 0 and line["cores_for_1m_tgt_tokens_per_s"] > 0 and line["max_length"] == 256
 
 
 @pytest.mark.slow
 def test_data_memory(capsys, tmp_path):
-    import data_memory
+    import data
     from conftest import FIXTURE
 
-    data_memory.main(["--make-tsv", str(tmp_path / "big.tsv"), "--lines", "3"])
+    data.main(["make-tsv", str(tmp_path / "big.tsv"), "--lines", "3"])
     assert (tmp_path / "big.tsv").read_text(encoding="utf-8").splitlines()[2].endswith(" #2")
-    line = run_main("data_memory", ["--data", str(FIXTURE), "--steps", "1"], capsys)
+    line = run_main("data", ["memory", "--data", str(FIXTURE), "--steps", "1"], capsys)
     run = line["runs"][str(FIXTURE)]
     assert run["peak_rss_mb"] > 100 and 0 < run["first_step_s"] < run["total_s"]
 
 
 @pytest.mark.slow
 def test_profile_decode_splits_a_step(capsys, tmp_path, monkeypatch):
-    argv = ["--models", "tiny", "--batches", "1", "2", "--source-length", "5", "--generate", "3"]
+    argv = ["decode", "--models", "tiny", "--batches", "1", "2", "--source-length", "5", "--generate", "3"]
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # recorded (oneDNN read it when this process started)
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    line = run_main("profile_decode", argv + ["--logdir", str(tmp_path), "--ceiling-size", "256"], capsys)
+    line = run_main("profiles", argv + ["--logdir", str(tmp_path), "--ceiling-size", "256"], capsys)
     assert line["isa_caps"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
     assert [(row["model"], row["batch"]) for row in line["steps"]] == [("tiny", 1), ("tiny", 2)]
     assert line["per_op_cost_us"] > 0 and line["matmul_rate_gflops"] > 0
@@ -314,12 +338,13 @@ def test_decode_step_flops_by_hand():
 
 @pytest.mark.slow
 def test_alignment_names_counts_the_names_of_source_and_output(capsys, trained):
-    import alignment_names
+    import quality as alignment_names
 
     pairs = [(0, 0), (1, 1), (2, 2), (3, 3), (2, 4)]  # "Ruth" to "said"
     assert alignment_names.name_cases("And Naomi said to Ruth,", "Und Naomi sprach zu Ruth:", pairs) == [True, False]
     assert alignment_names.name_cases("Naomi's sons", "Naomis Söhne", [(0, 0), (1, 1)]) == []  # not the same string
-    line = run_main("alignment_names", ["--model-dir", trained.model_dir, "--alignment-layer", "-2", "-1"], capsys)
+    argv = ["alignment-names", "--model-dir", trained.model_dir, "--alignment-layer", "-2", "-1"]
+    line = run_main("quality", argv, capsys)
     assert line["verses"] == 8 and 0 <= line["verses_with_names"] <= 8 and set(line["layers"]) == {"-2", "-1"}
     for layer in line["layers"].values():
         assert 0 <= layer["aligned"] <= layer["names_in_source_and_output"]
@@ -327,7 +352,8 @@ def test_alignment_names_counts_the_names_of_source_and_output(capsys, trained):
 
 @pytest.mark.slow
 def test_score_compare(capsys, trained):
-    line = run_main("score_compare", ["--model-dir", trained.model_dir, "--limit", "3", "--rounds", "1"], capsys)
+    argv = ["score-compare", "--model-dir", trained.model_dir, "--limit", "3", "--rounds", "1"]
+    line = run_main("quality", argv, capsys)
     assert line["pairs"] == 3 and set(line["systems"]) == {"ours", "ctranslate2"}
     assert all(system["pairs_per_s"] > 0 for system in line["systems"].values())
     assert 0 <= line["max_abs_log_prob_difference"] < 1.0
@@ -335,7 +361,7 @@ def test_score_compare(capsys, trained):
 
 @pytest.mark.slow
 def test_constraints_puts_every_phrase_in_the_outputs(capsys, trained):
-    line = run_main("constraints", ["--model-dir", trained.model_dir, "--limit", "4"], capsys)
+    line = run_main("quality", ["constraints", "--model-dir", trained.model_dir, "--limit", "4"], capsys)
     assert line["verses"] == 4 and line["phrases"] >= 4 and line["inclusion_share"] == 1.0
     assert set(line["seconds_per_verse_by_phrases"]) == {"0", "1", "2", "3"}
     assert line["unconstrained"]["sentences"] == line["constrained"]["sentences"] == 4

@@ -26,7 +26,7 @@ matches runs):
   - `make demo`, `make test`: install into .venv, then train for 6 minutes or run the suite;
   - `pip install ...`: installs packages from the internet;
   - `keras-transformer train ...` (all but `train --help` and the fine-tuning of an import) and
-    `python bench/quality.py`: train for 30 minutes to 2 hours, or have `...` for their flags
+    `python bench/quality.py table`: train for 30 minutes to 2 hours, or have `...` for their flags
     (tests/test_cli.py trains on the fixture);
   - `export --model-dir runs/small --out runs/export` and `export --check runs/export`: SavedModels
     and three TFLite conversions, ~20 s (tests/test_export.py runs the same command and check);

@@ -13,7 +13,7 @@ class Linear(keras.layers.Dense):
 
     The same weights and arithmetic as `Dense`, whose TensorFlow backend runs `tf.tensordot` on
     [B, T, d] inputs: about 15 shape ops per call, which made up a quarter of a beam-search
-    step's ops (measured with bench/profile_decode.py); here a reshape on each side, to a shape
+    step's ops (measured with `python bench/profiles.py decode`); here a reshape on each side, to a shape
     known when traced wherever only the first dimension is not (a decoding step's [B', 1, d]).
     """
 

@@ -15,7 +15,7 @@ def predicted_ids(logits):
         import tensorflow as tf
 
         # tf.argmax, not ops.argmax: Keras' TensorFlow argmax first rewrites -0.0 in all B x T x V
-        # logits (four extra passes, ~5% of a medium-workload training step; bench/profile_step.py).
+        # logits (four extra passes, ~5% of a medium-workload training step; `bench/profiles.py step`).
         return tf.argmax(logits, axis=-1, output_type=tf.int32)
     return ops.cast(ops.argmax(logits, axis=-1), "int32")
 

@@ -1,12 +1,13 @@
-"""Peak memory (RSS) and time to the first training step of a short `tiny` training, per data source.
+"""Data, one subcommand per question; `memory` prints one JSON line.
 
-Each source trains in a fresh process (`--steps` steps of the tiny preset, one epoch, the
+`memory`: peak memory (RSS) and time to the first training step of a short `tiny` training, per
+data source. Each source trains in a fresh process (`--steps` steps of the tiny preset, one epoch, the
 validation capped by --valid-pairs), which reports its peak RSS (`ru_maxrss`) and the seconds
 from its start to the end of its first training step (tokenizer, graph tracing included).
 The goal: a large TSV costs at most a few hundred MB more than the embedded Bible.
 
-    python bench/data_memory.py --make-tsv /tmp/big.tsv --lines 2000000   # the Bible repeated, numbered
-    python bench/data_memory.py --data bible-en-de /tmp/big.tsv
+    python bench/data.py make-tsv /tmp/big.tsv --lines 2000000   # the Bible repeated, numbered
+    python bench/data.py memory --data bible-en-de /tmp/big.tsv
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import resource
 import subprocess
 import sys
 import tempfile
+
+from common import command_line
 
 
 def make_tsv(path: str, lines: int) -> None:
@@ -62,22 +65,19 @@ def child(data: str, steps: int, valid_pairs: int) -> None:
     print(json.dumps({"peak_rss_mb": round(peak_mb), "first_step_s": round(first.at, 1), "total_s": round(total_s, 1)}))
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def memory_arguments(parser) -> None:
     parser.add_argument("--data", nargs="+", default=["bible-en-de"], help="data sources, each in a fresh process")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--valid-pairs", type=int, default=3000)
-    parser.add_argument("--make-tsv", metavar="PATH", help="only write a TSV of --lines lines: the Bible repeated")
-    parser.add_argument("--lines", type=int, default=2_000_000)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    if args.make_tsv:
-        make_tsv(args.make_tsv, args.lines)
-        return
+def make_tsv_arguments(parser) -> None:
+    parser.add_argument("path", help="the TSV to write")
+    parser.add_argument("--lines", type=int, default=2_000_000)
+
+
+def memory(args) -> None:
     if args.child:
         child(args.data[0], args.steps, args.valid_pairs)
         return
@@ -85,7 +85,7 @@ def main(argv=None):
 
     runs = {}
     for data in args.data:
-        command = [sys.executable, __file__, "--child", "--data", data, "--steps", str(args.steps)]
+        command = [sys.executable, __file__, "memory", "--child", "--data", data, "--steps", str(args.steps)]
         command += ["--valid-pairs", str(args.valid_pairs)]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": os.pathsep.join(sys.path)}
         result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
@@ -105,6 +105,12 @@ def main(argv=None):
         )
     )
 
+
+COMMANDS = {
+    "memory": (memory_arguments, memory, "peak RSS and time to the first step of a tiny training, per data source"),
+    "make-tsv": (make_tsv_arguments, lambda args: make_tsv(args.path, args.lines), "a TSV of the Bible repeated"),
+}
+main = command_line(__doc__, COMMANDS)
 
 if __name__ == "__main__":
     main()

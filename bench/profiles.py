@@ -1,8 +1,16 @@
-"""Where beam search's time goes: a TensorFlow profiler trace of `beam_search` (the `tf.function`
+"""Where the time goes, one subcommand per question; each prints one JSON line.
+
+`step`: where a training step's time goes: a TensorFlow profiler trace of `--steps` `model.fit` steps
+(after warm-up), summarised per op type by self time. Writes the trace for TensorBoard's profile
+plugin under `--logdir` and prints one JSON line with the top op types:
+
+    python bench/profiles.py step --workload medium --steps 3 --logdir /tmp/kt-profile
+
+`decode`: where beam search's time goes: a TensorFlow profiler trace of `beam_search` (the `tf.function`
 that `Translator`, the SavedModel and TFLite run) on random weights with a forced output length,
 one decoding step split by what its ops do, against the FLOPs the step needs. Prints one JSON line:
 
-    python bench/profile_decode.py --models small base --batches 1 32 --logdir /tmp/kt-decode-profile
+    python bench/profiles.py decode --models small base --batches 1 32 --logdir /tmp/kt-decode-profile
 
 For every model and batch (beam 4: batch x 4 hypotheses per step), the ops of the search's loop
 body (scope `while/`) are split by host self time per step into
@@ -27,24 +35,106 @@ Encoder and setup ops (outside the loop, once per call) are `outside_loop_ms`.
 
 `small` is the `small` preset (vocabulary 8000), `base` the paper's base (32000). Capped at AVX2 on
 an AVX-512 CPU (as `decode_compare.py --isa avx2` caps its workers):
-`ONEDNN_MAX_CPU_ISA=AVX2 python bench/profile_decode.py`; the line's `isa_caps` names the caps set.
+`ONEDNN_MAX_CPU_ISA=AVX2 python bench/profiles.py decode`; the line's `isa_caps` names the caps set.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
+import glob
+import json
 import os
 import time
 
 import numpy as np
 import tensorflow as tf
-from common import FIRST_TOKEN, emit, load_average, record
+from common import (
+    FIRST_TOKEN,
+    WORKLOADS,
+    command_line,
+    emit,
+    fit_steps,
+    load_average,
+    record,
+    repeated,
+    synthetic_batch,
+)
 from decode_runners import forbid_eos
 from flops import decode_step_flops, matmul_rate
-from profile_step import op_rows
+from training import build_ours
 
 from keras_transformer import Transformer, TransformerConfig, beam_search
+
+
+def op_rows(logdir: str) -> list[tuple[str, str, float, float]]:
+    """(op type, op name, executions, self time in microseconds) of every TF op on the host, from
+    the trace's framework op stats."""
+    from tensorflow.python.profiler.internal import _pywrap_profiler_plugin as plugin
+
+    paths = sorted(glob.glob(f"{logdir}/plugins/profile/*/*.xplane.pb"))[-1:]
+    data, ok = plugin.xspace_to_tools_data(paths, "framework_op_stats", {})
+    if not ok:
+        raise SystemExit(f"cannot read the trace in {logdir}")
+    table = json.loads(data if isinstance(data, str) else data.decode())[0]  # Google Charts DataTable
+    columns = [c["id"] for c in table["cols"]]
+    rows = []
+    for row in table["rows"]:
+        values = dict(zip(columns, (cell["v"] if cell else None for cell in row["c"])))
+        if values.get("host_or_device") == "Host" and values.get("type") not in ("IDLE", None):
+            executions, self_us = float(values["occurrences"]), float(values["total_self_time"])
+            rows.append((values["type"], values["operation"], executions, self_us))
+    return rows
+
+
+def op_type_self_times(logdir: str) -> dict[str, float]:
+    """Self time (microseconds) per TF op type on the host."""
+    totals: dict[str, float] = collections.defaultdict(float)
+    for op_type, _, _, self_us in op_rows(logdir):
+        totals[op_type] += self_us
+    return totals
+
+
+def profiled(run, logdir: str, top: int):
+    """Run `run()` under the TensorFlow profiler: the `top` op types by host self time, as
+    [(type, microseconds)] largest first, and the self time of all of them."""
+    import tensorflow as tf
+
+    tf.profiler.experimental.start(logdir)
+    run()
+    tf.profiler.experimental.stop()
+    totals = op_type_self_times(logdir)
+    return sorted(totals.items(), key=lambda item: -item[1])[:top], sum(totals.values())
+
+
+def step_arguments(parser) -> None:
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="medium")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--jit-compile", action="store_true")
+    parser.add_argument("--logdir", default="/tmp/kt-profile")
+    parser.add_argument("--top", type=int, default=15)
+
+
+def step(args) -> None:
+    workload = WORKLOADS[args.workload]
+    load_before = load_average()
+    model = build_ours(workload, args.jit_compile)
+    dataset = repeated(synthetic_batch(workload))
+    fit_steps(model, dataset, args.warmup)
+    top, everything = profiled(lambda: fit_steps(model, dataset, args.steps), args.logdir, args.top)
+    emit(
+        record(
+            benchmark="profile_step",
+            workload=args.workload,
+            jit_compile=args.jit_compile,
+            steps=args.steps,
+            op_self_time_ms_per_step={name: round(us / 1e3 / args.steps, 1) for name, us in top},
+            op_self_time_share={name: round(us / everything, 3) for name, us in top},
+            logdir=args.logdir,
+            load_before=load_before,
+        )
+    )
+
 
 MODELS = {
     "small": TransformerConfig.small(vocab_size=8000),
@@ -158,8 +248,7 @@ def profile(name: str, batch: int, args, logdir: str, per_op_us: float, ceiling_
     }
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def decode_arguments(parser) -> None:
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["small", "base"])
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 32], help="sentences (x beam hypotheses)")
     parser.add_argument("--source-length", type=int, default=32)
@@ -167,11 +256,9 @@ def parse_args(argv=None):
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--logdir", default="/tmp/kt-decode-profile")
     parser.add_argument("--ceiling-size", type=int, default=2048, help="n of the n x n matmul rate")
-    return parser.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def decode(args) -> None:
     load_before = load_average()
     per_op_us = per_op_cost_us()
     ceiling = matmul_rate(args.ceiling_size) / 1e9
@@ -196,6 +283,12 @@ def main(argv=None):
         )
     )
 
+
+COMMANDS = {
+    "step": (step_arguments, step, "a profiler trace of training steps, summarised by op type"),
+    "decode": (decode_arguments, decode, "where a decoding step's time goes, against the FLOPs it needs"),
+}
+main = command_line(__doc__, COMMANDS)
 
 if __name__ == "__main__":
     main()
