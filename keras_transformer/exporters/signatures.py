@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import tensorflow as tf
+from tensorflow.python.trackable.data_structures import NoDependency
 
 from keras_transformer.config import DecodingConfig, SearchSettings
 from keras_transformer.inference import alignment
@@ -134,10 +135,12 @@ class TranslationModule(tf.Module):
         decoding: DecodingConfig | None = None,
     ):
         super().__init__(name="translator")
-        self.model = model
-        # Tracked one by one as well, so the SavedModel's saver (what TF Serving and the
-        # tf.compat.v1 loader restore with) holds every variable the signatures read, whatever
-        # the model's own tracking (Keras 3 sublayer lists are not in TF's object graph).
+        # The weights are saved once, as the variables the signatures read: tracked one by one,
+        # so the SavedModel's saver (what TF Serving and the tf.compat.v1 loader restore with)
+        # holds every one of them whatever the model's own tracking (Keras 3 sublayer lists are
+        # not in TF's object graph). The model itself is not tracked: through it each Keras
+        # variable would be saved a second time beside its tf.Variable (twice the bytes).
+        self.model = NoDependency(model)
         self.model_variables = [variable.value for variable in model.variables]
         self.tokenizer = tokenizer
         self._decode = decode
