@@ -1,5 +1,5 @@
-"""Our decoding systems for `decode_compare.py`'s workers (TensorFlow side; CTranslate2's are in
-`decode_worker.py`, which never imports TensorFlow).
+"""Our decoding systems for the workers of `decoding.py forced` and `verses` (TensorFlow side;
+CTranslate2's are in `decode_worker.py`, which never imports TensorFlow).
 
 `forced` work: base dimensions (or `--workload`), random weights, a fixed batch of random source
 tokens, exactly `generate` target tokens per hypothesis (EOS is never chosen; see `forbid_eos`).
