@@ -44,9 +44,10 @@ PRESETS = {
         training={},
     ),
     # The CPU recipe (not in the paper), chosen by measurement for budgets of minutes on two CPU
-    # cores (bench/RESULTS.md, "Quality on a CPU budget"; `bench/quality.py table`). Pre-LN leaves the
-    # early plateau that post-LN sits on for hundreds of steps, and within a few epochs dropout
-    # only slows learning (pass dropout 0.1 for long runs). Small token batches buy many updates
+    # cores (bench/RESULTS.md, "Quality on a CPU budget"; `bench/quality.py table`; the search:
+    # bench/JOURNAL.md, "How the recipe was chosen"). Pre-LN leaves the early plateau that post-LN
+    # sits on for hundreds of steps, and within a few epochs dropout only slows learning (pass
+    # dropout 0.1 for long runs). Small token batches buy many updates
     # in few minutes; Eq. 3 is fitted to the step budget (StepBudgetSchedule) with its peak at 2x
     # the paper's (this pre-LN model trains well at 2-4x; at 8x it stalls).
     "small": Preset(

@@ -181,10 +181,12 @@ class Transformer(keras.Model):
 
     def with_dtype(self, dtype: str) -> Transformer:
         """A copy of this model whose weights and computation are in `dtype`, for decoding: with
-        "bfloat16", the matmuls run on the bf16 units of CPUs that have them (AVX512_BF16, AMX;
-        base at batch 64: ~1.6x float32's decoding speed, bench/RESULTS.md) and half the weights'
-        memory; elsewhere oneDNN emulates them, slower than float32. LayerNorm and the softmax
-        over the vocabulary stay float32 (Keras' LayerNormalization; `decoding`'s log-softmax).
+        "bfloat16", the matmuls run on the bf16 units of CPUs that have them (AVX512_BF16, AMX) in
+        half the weights' memory: at base, 16 x 64 forced tokens, 1.43x float32's decoding speed on
+        one thread of a CPU with AMX, 0.88-1.56x on CPUs with AVX512_BF16 alone (bench/RESULTS.md,
+        "bf16 against float32"); a CPU without bf16 units was never measured (oneDNN has no bf16
+        kernel below AVX-512). LayerNorm and the softmax over the vocabulary stay float32 (Keras'
+        LayerNormalization; `decoding`'s log-softmax).
         This model itself if it is in `dtype` already."""
         if dtype == self.dtype_policy.name:
             return self

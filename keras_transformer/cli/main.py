@@ -80,7 +80,7 @@ def _add_op_threads(p):
         metavar="N",
         help="threads TensorFlow gives one op, set before it starts (default 1, or $TF_NUM_INTRAOP_THREADS; 0: "
         "TensorFlow's own default, every core). The cores search batches side by side (--concurrent-batches): on "
-        "2 cores, one thread per op was fastest (bench/RESULTS.md)",
+        '2 cores, one thread per op was fastest (bench/RESULTS.md, "One thread per op, batches side by side")',
     )
 
 
@@ -525,7 +525,7 @@ def _check_export(args) -> int:
 def export_decoding(args):
     """The decoding settings an export serves: the flags', with `disable_unk` on unless the flags
     say otherwise (an `<unk>` prints as a gap; never generating it cost no BLEU on the held-out
-    verses: bench/RESULTS.md, "2026-12-03: one search loop")."""
+    verses: bench/RESULTS.md, "Decoding controls")."""
     settings = decoding(args)
     return settings if args.disable_unk is not None else settings.replace(disable_unk=True)
 

@@ -326,7 +326,7 @@ class Translator:
 
         A search's ops are too small to spread over cores (TensorFlow's intra-op pool): one search
         on two cores took as long as on one, and two at once on two cores, one thread per op, 0.55x
-        as long (the held-out verses, bench/RESULTS.md, "2026-12-02 (midday)"); so a CPU's cores
+        as long (the held-out verses, bench/RESULTS.md, "One thread per op, batches side by side"); so a CPU's cores
         translate side by side, as CTranslate2's `inter_threads` do."""
         batches = list(self._batches(texts))
         workers = min(self.concurrent_batches(), len(batches))

@@ -55,7 +55,7 @@ class SharedEmbedding(keras.layers.Layer):
         """E^T [d_model, vocab] in `dtype`: the pre-softmax linear transformation's matrix laid out
         for x E^T. Decoding makes it once per search and multiplies every step by it: oneDNN's
         matmul against the [vocab, d_model] matrix itself, transposed inside the op (what `project`
-        alone runs), took 1.3-2.2x as long on a decoding step's shapes (bench/RESULTS.md,
+        alone runs), took 1.3-2.2x as long on a decoding step's shapes (bench/JOURNAL.md,
         "2026-12-02 (midday)")."""
         return ops.transpose(ops.cast(self.embeddings, dtype))  # [d_model, vocab]
 
