@@ -399,3 +399,20 @@ def test_pretrained_imports_exports_and_times_every_engine_on_the_same_weights(c
     assert all(system["batch1_latency_s"] > 0 for system in line["systems"].values())
     assert line["same_output"]["savedmodel"]  # the two engines compute the same model
     assert line["cpu_flags"] == line["machine"]["cpu_flags"] and len(line["load_before"]) == 3
+
+
+@pytest.mark.slow
+def test_threads_and_translator_time_translate_the_held_out_verses(capsys, trained):
+    line = run_main(
+        "decoding", ["threads", "--model-dir", trained.model_dir, "--requests", "3", "--threads", "2"], capsys
+    )
+    assert line["sentences"] == 1 + 2 + 3 and line["identical_outputs"] and line["sentences_per_s_1_thread"] > 0
+    line = run_main("decoding", ["translator-time", trained.model_dir], capsys)
+    assert len(line["seconds"]) == 3 and line["median"] == sorted(line["seconds"])[1] and 0 <= line["bleu"] <= 100
+
+
+@pytest.mark.slow
+def test_translate_memory_samples_a_translate_process(capsys, trained):
+    line = run_main("data", ["translate-memory", "--model-dir", trained.model_dir, "--lines", "4"], capsys)
+    assert line["exit_status"] == 0 and line["lines_in"] == line["lines_out"] == 4
+    assert line["repeated_lines_translated_alike"] and line["rss_mb_peak"] > 100
