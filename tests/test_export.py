@@ -146,6 +146,20 @@ def test_export_writes_every_artifact(exported):
     assert exported.paths["saved_model_ids"].endswith(os.path.join("translator_ids", "1"))
 
 
+def test_both_readmes_name_every_signature(exported):
+    """README's Export section and export/README.md's table name each signature the SavedModel
+    serves (a multilingual model's `translate_to` too)."""
+    names = set(TranslationModule(exported.model, exported.tokenizer).signatures()) | {"translate_to"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        export_section = f.read().split("\n## Export\n")[1].split("\n## ")[0]
+    with open(os.path.join(root, "export", "README.md"), encoding="utf-8") as f:
+        table = next(line for line in f if line.startswith("| `saved_model/translator/N/`"))
+    assert len(names) >= 10
+    assert [n for n in sorted(names) if f"`{n}`" not in export_section] == []
+    assert [n for n in sorted(names) if f"`{n}`" not in table] == []
+
+
 def test_each_saved_model_holds_every_weight_once(exported):
     """The SavedModel's checkpoint holds the model's weights once (tracked through the Keras model
     as well, each was saved a second time: a base OPUS-MT model's SavedModel took 624 MB, not 296)."""
