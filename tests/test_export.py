@@ -44,12 +44,16 @@ class Exported:
         self.sentences = read_pairs(str(FIXTURE), "test")[0] + read_pairs(str(FIXTURE), "validation")[0]
 
     def source_ids(self, texts):
-        """[B, S] padded ids, exactly as the Python Translator builds them."""
-        rows = self.translator.source_ids(texts)
-        batch = np.zeros((len(rows), max(len(r) for r in rows)), np.int32)
-        for i, row in enumerate(rows):
-            batch[i, : len(row)] = row
-        return batch
+        return padded_source_ids(self.translator, texts)
+
+
+def padded_source_ids(translator, texts):
+    """[B, S] padded ids, exactly as the Python `translator` builds them."""
+    rows = translator.source_ids(texts)
+    batch = np.zeros((len(rows), max(len(r) for r in rows)), np.int32)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    return batch
 
 
 @pytest.fixture(scope="module")
@@ -292,18 +296,33 @@ def tflite_calls(exported):
 
 @pytest.mark.slow
 def test_tflite_ids_equal_the_saved_model(probed):
-    """Two batch sizes x two lengths, on held-out sentences; the int8 model runs with the same shapes."""
+    """Two batch sizes x two lengths, on held-out sentences; the int8 model runs with the same shapes
+    (its translations: `test_int8_tflite_keeps_the_translations_of_a_model_that_translates`)."""
     expected, *lite = probed[tflite_calls]
     for kind, outputs in zip(("tflite", "tflite_int8"), lite):
-        same_best, rows = 0, 0
         for want, got in zip(expected, outputs):
             assert got["ids"].shape == want["ids"].shape and got["ids"].dtype == np.int32
             if kind == "tflite":
                 assert_same_beams(got["ids"], want["ids"], got["scores"], want["scores"])
-            same_best += sum(np.array_equal(a, b) for a, b in zip(got["ids"][:, 0], want["ids"][:, 0]))
-            rows += len(want["ids"])
-        if kind == "tflite_int8":  # int8 weights round: most best hypotheses stay the float model's
-            assert same_best >= 0.5 * rows, f"{same_best} of {rows} int8 best hypotheses equal float's"
+
+
+@pytest.mark.slow
+def test_int8_tflite_keeps_the_translations_of_a_model_that_translates(translating, tmp_path):
+    """int8 weights round (dynamic-range quantization): on a model that translates its 32 pairs
+    (conftest's `translating`), the int8 model's best hypothesis is the float model's for at least
+    90% of them. Measured (2026-12-04): the float TFLite model gives 29 of the 32 references, the
+    int8 one the float one's 32 of 32 (weights rounded to 4 bits before the int8 conversion: 25).
+    The 30-step `trained` model this was measured on before says nothing to the test split (empty
+    translations), so its int8 model agreed with the float one by default."""
+    model, tokenizer, _ = load_model(translating.model_dir)
+    paths = export_tensorflow(model, tokenizer, str(tmp_path / "export"), log=lambda message: None)
+    calls = [("serving_default", {"source_ids": padded_source_ids(Translator(model, tokenizer), translating.sources)})]
+    [floats], [int8] = (run_artifact("litert", paths[key], calls) for key in ("tflite", "tflite_int8"))
+    translations = tokenizer.detokenize(floats["ids"][:, 0]).numpy().tolist()
+    references = sum(t.decode("utf-8") == r for t, r in zip(translations, translating.targets))
+    assert references >= 0.8 * len(translations), f"the float model gives {references} references"
+    same = sum(np.array_equal(a, b) for a, b in zip(int8["ids"][:, 0], floats["ids"][:, 0]))
+    assert same >= 0.9 * len(translations), f"{same} of {len(translations)} int8 best hypotheses equal float's"
 
 
 @probe
