@@ -546,13 +546,18 @@ class SamplingSettings:
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeSettings:
-    """Where and how a search runs; none of these changes a translation (but bfloat16's rounding)."""
+    """Where and how a search runs; none of these changes a translation (but bfloat16's and int8's rounding)."""
 
     dtype: str | None = setting(
         None,
         "float32 (as trained, the default) or bfloat16: its speed depends on the CPU (faster with AMX, 0.88-1.56x "
         "float32's with AVX512_BF16 alone, unmeasured without bf16 units)",
         choices=DTYPES,
+    )
+    int8: bool = setting(
+        False,
+        "decode with int8 weights (every weight matrix, the embedding's too, in a quarter of the memory; float "
+        "activations: Transformer.with_int8); the translations may differ a little from float32's",
     )
     jit_compile: bool = setting(
         False, "decode with XLA: seconds to compile each bucket shape, then faster at small batches"

@@ -6,6 +6,7 @@ Backend-neutral: `keras.ops` only, no TensorFlow, so the same model runs on Kera
 
 from __future__ import annotations
 
+import gc
 from typing import Any, NamedTuple
 
 import keras
@@ -13,6 +14,7 @@ from keras import ops
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, SharedEmbedding
+from keras_transformer.layers.linear import Linear
 from keras_transformer.layers.masking import padding_mask
 from keras_transformer.special_tokens import PAD_ID, START_ID
 
@@ -196,6 +198,31 @@ class Transformer(keras.Model):
         model.build()
         model.set_weights(self.get_weights())
         return model
+
+    def with_int8(self) -> Transformer:
+        """A copy of this model with int8 weights (`quantize("int8")`), for decoding and export: every
+        weight matrix, the shared embedding's included, in a quarter of float32's bytes; activations,
+        biases and layer norms stay float (dynamic-range quantisation: `Linear`, `SharedEmbedding`).
+        This model itself if its weights are int8 already."""
+        if self.embedding.quantization_mode == "int8":
+            return self
+        if not self.built:
+            self.build()
+        model = Transformer(self.config, dtype=self.dtype_policy.name, name=self.name)
+        model.build()
+        model.set_weights(self.get_weights())
+        gc.freeze()  # Keras runs gc.collect() after each float weight it deletes: with the process's
+        try:  # objects frozen (out of the collector's sight), each takes a moment, not ~0.25 s
+            model.quantize("int8")
+        finally:
+            gc.unfreeze()
+        return model
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Keras' `Model.quantize`, by default of the layers that hold the weight matrices (`Linear`,
+        `SharedEmbedding`; int8 only): not of the layer norms and dropouts, for which Keras warns."""
+        weight_matrices = lambda layer: isinstance(layer, (Linear, SharedEmbedding))
+        super().quantize(mode, config, weight_matrices if filters is None else filters, **kwargs)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

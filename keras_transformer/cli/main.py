@@ -144,7 +144,7 @@ def _add_translate(subparsers):
 
 
 # What scoring reads of the decoding settings: the length penalty, and where it runs.
-SCORING_FIELDS = ("alpha", "disable_unk", "dtype", "batch_size")
+SCORING_FIELDS = ("alpha", "disable_unk", "dtype", "int8", "batch_size")
 
 
 def _add_score(subparsers):
@@ -203,7 +203,7 @@ def _add_export(subparsers):
         "earlier export into OUT",
     )
     p.add_argument("--checkpoint", default="latest", help=CHECKPOINT_HELP)
-    add_decoding_flags(p, exclude=("batch_size", "concurrent_batches"))
+    add_decoding_flags(p, exclude=("batch_size", "concurrent_batches", "int8"))  # int8: its own SavedModel
     p.add_argument(
         "--check",
         metavar="OUT",

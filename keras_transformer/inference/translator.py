@@ -76,7 +76,8 @@ class Translator:
     stderr. An empty (or all-space) source translates to the empty string (score 0). A score is
     the sum of the hypothesis's token log-probabilities divided by the length penalty
     ((5 + |y|) / 6)^alpha (Wu et al., 2016). With `dtype` "bfloat16" the model decodes
-    in a bf16 copy (`Transformer.with_dtype`). With sampling on (`sampling_topk` 0 or
+    in a bf16 copy (`Transformer.with_dtype`), with `int8` in a copy with int8 weights
+    (`Transformer.with_int8`). With sampling on (`sampling_topk` 0 or
     K > 1) translations are drawn (`sampling.py`) instead of searched: `translate` gives each
     text's best-scoring of `num_samples` samples, `translate_nbest` all of them.
 
@@ -95,7 +96,8 @@ class Translator:
     def __init__(self, model, tokenizer, decoding: DecodingConfig | None = None, **overrides):
         self.decoding = (decoding or DecodingConfig()).replace(**overrides)
         dtype = self.decoding.runtime.dtype
-        self.model = model if dtype is None else model.with_dtype(dtype)
+        model = model if dtype is None else model.with_dtype(dtype)
+        self.model = model.with_int8() if self.decoding.runtime.int8 else model
         self.tokenizer = tokenizer
         self._alignment_function = None
         self.suppress_ids = suppressed_ids(tokenizer, self.decoding.search.suppress_sequences)
