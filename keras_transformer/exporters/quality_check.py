@@ -12,13 +12,14 @@ every artifact it finds in `out`, the checkpoint being the one exported (transla
 | --- | --- | --- |
 | `saved_model/<name>/<N>/` serving_default | TensorFlow | the export's dtype |
 | `saved_model/<name>_ids/<N>/` + the tokenizer | TensorFlow | the export's dtype |
+| `saved_model/<name>_int8/<N>/` serving_default | TensorFlow | int8 weights |
 | `translator.tflite`, `translator_int8.tflite` | LiteRT, else `tf.lite.Interpreter` | float32, int8 weights |
 | a CTranslate2 model directory (`model.bin`) | CTranslate2 (the `ctranslate2` extra) | its weights' |
 
 and reports, per artifact, the share of outputs identical to the checkpoint's and the sacreBLEU
 difference. An artifact fails past the tolerance: one in float32 must give at least
 `min_identical` (default 90%) of the checkpoint's outputs and lose at most `max_bleu_drop`
-(default 1.0) BLEU; a reduced-precision one (bf16, int8) or another engine (CTranslate2,
+(default 1.0) BLEU; a reduced-precision one (bf16, the int8 SavedModel and TFLite model) or another engine (CTranslate2,
 whose length penalty is |y|^alpha, not GNMT's) need only the BLEU bound. An artifact whose
 runtime is not installed (CTranslate2's) is reported as not checked, with the package to install;
 the TFLite models run on TensorFlow's own interpreter when LiteRT (the `export` extra) is not there.
@@ -36,6 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from keras_transformer.config import DecodingConfig
+from keras_transformer.exporters.tensorflow import INT8_SUFFIX
 from keras_transformer.inference.evaluation import corpus_scores
 from keras_transformer.inference.translator import Translator
 
@@ -132,10 +134,11 @@ def _runners(out: str, translator: Translator, metadata: dict) -> dict:
         if path is None:
             continue
         signature = tf.saved_model.load(path).signatures["serving_default"]
+        precise = exact and not os.path.basename(base).endswith(INT8_SUFFIX)  # int8 weights: the BLEU bound
         if "text" in signature.structured_input_signature[1]:
-            runners[path] = (text_signature(signature), exact)
+            runners[path] = (text_signature(signature), precise)
         else:
-            runners[path] = (best(lambda ids, s=signature: s(source_ids=tf.constant(ids))), exact)
+            runners[path] = (best(lambda ids, s=signature: s(source_ids=tf.constant(ids))), precise)
     for key, exact in (("ids", True), ("ids_int8", False)):
         path = os.path.join(out, metadata.get("models", {}).get(key, ""))
         if not os.path.isfile(path):

@@ -8,6 +8,9 @@
                                      tensorflow-text's ops (TF Serving links them);
                                      assets.extra/tf_serving_warmup_requests
     OUT/saved_model/<name>_ids/N/    serving_default = translate_ids; TensorFlow ops only
+    OUT/saved_model/<name>_int8/N/   <name>'s signatures with int8 weights (`Transformer.with_int8`:
+                                     every weight matrix in a quarter of the bytes, float
+                                     activations); TF Serving serves it as another model
     OUT/translator.tflite            source_ids -> ids, scores; TFLite builtin ops only
     OUT/translator_int8.tflite       the same with dynamic-range quantized (int8) weights
     OUT/translator_text.tflite       text -> ids, scores; builtins + tensorflow-text's
@@ -49,6 +52,7 @@ from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.search import graph_function
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
+INT8_SUFFIX = "_int8"  # the int8 SavedModel's name: <name>_int8
 WARMUP_TEXTS = ("In the beginning God created the heavens and the earth.", "Jesus wept.")
 METADATA = "translator.json"
 
@@ -67,10 +71,15 @@ def versions(base: str) -> list[int]:
     return sorted(int(name) for name in names if name.isdigit())
 
 
+def int8_saved_model_dir(out: str, name: str, version: int = 1) -> str:
+    return os.path.join(out, "saved_model", f"{name}{INT8_SUFFIX}", str(version))
+
+
 def next_version(out: str, name: str) -> int:
-    """One above every version of both SavedModels of `name` in `out` (1 in a new OUT), so that
+    """One above every version of the SavedModels of `name` in `out` (1 in a new OUT), so that
     TF Serving, which serves the highest version, picks the new export up."""
-    bases = (os.path.dirname(saved_model_dir(out, name)), os.path.dirname(ids_saved_model_dir(out, name)))
+    dirs = (saved_model_dir, ids_saved_model_dir, int8_saved_model_dir)
+    bases = [os.path.dirname(path(out, name)) for path in dirs]
     return 1 + max((v for base in bases for v in versions(base)), default=0)
 
 
@@ -211,8 +220,10 @@ def export_tensorflow(
     `overrides` of its fields (`DecodingConfig`; default the paper's search, §6.1); returns
     {artifact: path}.
 
-    `jit_compile`: the SavedModels' search runs compiled by XLA, which TF Serving runs on CPU
-    only with `--xla_cpu_compilation_enabled`; `dtype`: the SavedModels compute in it
+    The int8 SavedModel is the text one's with int8 weights, whatever `int8` says (not read: the
+    float ones stay float32 or `dtype`). `jit_compile`: the SavedModels' search runs compiled by
+    XLA, which TF Serving runs on CPU only with `--xla_cpu_compilation_enabled`; `dtype`: the
+    SavedModels compute in it
     (`Transformer.with_dtype`, e.g. "bfloat16"). The TFLite models run the same search in
     float32 (and int8 weights), never with XLA (`tflite_decoding`). `model` may be an `Ensemble`
     (`inference/ensemble.py`): every artifact then runs the ensemble's search. `model_dirs`: the
@@ -220,7 +231,7 @@ def export_tensorflow(
     the artifacts' translations with its checkpoint's, `checkpoint` which one (`tflite_metadata`).
     `tflite=False`: no TFLite model (and none left from an earlier export into `out`); the
     returned paths then have no TFLite key."""
-    decoding = (decoding or DecodingConfig()).replace(**overrides)
+    decoding = (decoding or DecodingConfig()).replace(**overrides).replace(int8=False)
     suppress_ids = suppressed_ids(tokenizer, decoding.search.suppress_sequences)
     served = functools.partial(beam_search, decoding=decoding, suppress_ids=suppress_ids)
     decode = functools.partial(beam_search, decoding=tflite_decoding(decoding), suppress_ids=suppress_ids)
@@ -229,6 +240,7 @@ def export_tensorflow(
     paths = {
         "saved_model": saved_model_dir(out, name, version),
         "saved_model_ids": ids_saved_model_dir(out, name, version),
+        "saved_model_int8": int8_saved_model_dir(out, name, version),
         "tflite": os.path.join(out, TFLITE_MODELS["ids"]),
         "tflite_int8": os.path.join(out, TFLITE_MODELS["ids_int8"]),
         "tflite_text": os.path.join(out, TFLITE_MODELS["text"]),
@@ -243,6 +255,9 @@ def export_tensorflow(
     _save_version(TranslationModule(served_model, tokenizer, served, decoding=decoding), paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
     _save_version(TranslationModule(served_model, decode=served), paths["saved_model_ids"])
+    log(f"writing the int8 SavedModel {paths['saved_model_int8']}")
+    int8_model = TranslationModule(served_model.with_int8(), tokenizer, served, decoding=decoding)
+    _save_version(int8_model, paths["saved_model_int8"], {**warmup, "model_name": f"{name}{INT8_SUFFIX}"})
     if tflite:
         log("converting to TFLite (builtin ops only) and int8")
         lite_ids = TranslationModule(model, decode=decode).translate_ids
