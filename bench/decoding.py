@@ -44,6 +44,15 @@ shape: read the median. Differences CTranslate2 keeps: its length penalty divide
 where ours is GNMT's ((5 + |y|) / 6)^alpha, and its length limit is per batch (the longest
 source's), ours per sentence.
 
+`int8`: `verses` with int8 weights against float32, per sentence: `Translator` and the ids-only
+SavedModel in float32 and with int8 weights (`python_int8`, `savedmodel_int8`: `Transformer.with_int8`,
+the weights of `export`'s saved_model/translator_int8/) against CTranslate2 fp32 and int8 on the same
+weights; batches of one verse, every engine on one thread (`--batch-size`, `--intra-threads` and
+`--inter-threads` change that); the same record as `verses` (BLEU and chrF per system: int8's cost
+in quality beside its speed):
+
+    python bench/decoding.py int8 --model-dir runs/demo [--systems ...] [--limit N] [--rounds 3]
+
 `--isa avx2` caps every worker at AVX2 on an AVX-512 machine: `ONEDNN_MAX_CPU_ISA=AVX2` (oneDNN,
 TensorFlow's matmuls), `XLA_FLAGS=--xla_cpu_max_isa=AVX2` (XLA's generated code) and
 `CT2_FORCE_CPU_ISA=AVX2` (CTranslate2's documented override of its own kernels), and
@@ -128,6 +137,8 @@ FORCED_TF = [
     "savedmodel",
     "python_bfloat16",
     "savedmodel_bfloat16",
+    "python_int8",
+    "savedmodel_int8",
     "tflite",
     "tflite_int8",
     "keras_hub",
@@ -141,10 +152,13 @@ VERSES_TF = [
     "savedmodel_xla",
     "python_bfloat16",
     "savedmodel_bfloat16",
+    "python_int8",
+    "savedmodel_int8",
     "python_exact",
     "savedmodel_exact",
 ]  # decode_runners.VERSES_SYSTEMS
 DEFAULT_SYSTEMS = ["python", "xla", "savedmodel", "python_bfloat16", "ctranslate2", "ctranslate2_int8"]
+INT8_SYSTEMS = ["python", "python_int8", "savedmodel", "savedmodel_int8", "ctranslate2", "ctranslate2_int8"]
 ISA_CAPS = {
     "native": {},
     "avx2": {
@@ -411,12 +425,18 @@ def verses_arguments(parser) -> None:
     systems_argument(parser, "--systems", VERSES_TF + list(CTRANSLATE2))
 
 
+def int8_arguments(parser) -> None:
+    verses_arguments(parser)
+    parser.set_defaults(batch_size=1, intra_threads=1, inter_threads=1)
+
+
 def chosen_systems(args) -> list[str]:
     """The systems asked for (`--runners` of `forced`, `--systems` of `verses`), or the default ones
     (without bf16 under `--isa avx2`); bf16 asked for under `--isa avx2` is refused."""
     names = args.runners if args.subcommand == "forced" else args.systems
     if names is None:
-        return [name for name in DEFAULT_SYSTEMS if not (args.isa == "avx2" and "bfloat16" in name)]
+        defaults = INT8_SYSTEMS if args.subcommand == "int8" else DEFAULT_SYSTEMS
+        return [name for name in defaults if not (args.isa == "avx2" and "bfloat16" in name)]
     if args.isa == "avx2" and any("bfloat16" in name for name in names):
         raise SystemExit(f"decoding.py {args.subcommand}: error: {NO_BFLOAT16_UNDER_CAPS}")
     return names
@@ -831,6 +851,7 @@ def controls_cost(args) -> None:
 COMMANDS = {
     "forced": (forced_arguments, compared(forced_fields), "systems against each other on fixed work, random weights"),
     "verses": (verses_arguments, compared(verses_fields), "systems against each other on a model's held-out verses"),
+    "int8": (int8_arguments, compared(verses_fields), "int8 weights against float32 and CTranslate2, per sentence"),
     "export-latency": (export_latency_arguments, export_latency, "the exported artifacts' latency, sizes, int8 BLEU"),
     "search-steps": (search_steps_arguments, search_steps, "the work of each stopping rule (counts, not timings)"),
     "threads": (threads_arguments, threads, "one Translator called from N threads vs from 1"),
