@@ -249,13 +249,15 @@ def test_decoding_verses_with_bfloat16(capsys, trained, in_process_workers):
 @pytest.mark.slow
 def test_decoding_int8_compares_int8_weights_per_sentence(capsys, trained, in_process_workers):
     """`int8`: Translator and the SavedModel in float32 and with int8 weights, and CTranslate2 fp32
-    and int8, one verse per batch on one thread each; the int8 SavedModel runs the int8 Translator's search."""
+    and int8, one verse per batch on one thread each (by default; in-process workers cannot set
+    TensorFlow's threads: engines' defaults here); the int8 SavedModel runs the int8 Translator's search."""
     import decoding
 
+    defaults = decoding.main.parser().parse_args(["int8", "--model-dir", "m"])
+    assert (defaults.batch_size, defaults.intra_threads, defaults.inter_threads) == (1, 1, 1)
     argv = ["int8", "--model-dir", trained.model_dir, "--limit", "2", "--beam-size", "2", "--rounds", "1"]
-    line = run_main("decoding", argv, capsys)
-    assert list(line["systems"]) == decoding.INT8_SYSTEMS and line["mode"] == "int8"
-    assert line["batch_size"] == 1 and line["intra_threads"] == 1 and line["inter_threads"] == 1
+    line = run_main("decoding", [*argv, "--intra-threads", "0", "--inter-threads", "0"], capsys)
+    assert list(line["systems"]) == decoding.INT8_SYSTEMS and line["mode"] == "int8" and line["batch_size"] == 1
     assert line["tgt_tokens_per_s_over_reference"]["ctranslate2"] == 1.0
     int8, served = line["systems"]["python_int8"], line["systems"]["savedmodel_int8"]
     assert int8["target_tokens"] == served["target_tokens"] > 0 and int8["bleu"] == served["bleu"]

@@ -169,10 +169,12 @@ def test_both_readmes_name_every_signature(exported):
 def test_each_saved_model_holds_every_weight_once(exported):
     """The SavedModel's checkpoint holds the model's weights once (tracked through the Keras model
     as well, each was saved a second time: a base OPUS-MT model's SavedModel took 624 MB, not 296)."""
-    weights = sum(int(np.prod(v.shape)) for v in exported.model.variables)  # dropout's seeds too
-    for key in ("saved_model", "saved_model_ids"):
+    count = lambda model: sum(int(np.prod(v.shape)) for v in model.variables)  # dropout's seeds too
+    weights = {"saved_model": count(exported.model), "saved_model_ids": count(exported.model)}
+    weights["saved_model_int8"] = count(exported.model.with_int8())  # and the int8 weights' scales
+    for key, size in weights.items():
         saved = tf.train.list_variables(os.path.join(exported.paths[key], "variables", "variables"))
-        assert sum(int(np.prod(shape)) for _, shape in saved) == weights + 1, key  # + the object graph
+        assert sum(int(np.prod(shape)) for _, shape in saved) == size + 1, key  # + the object graph
 
 
 @pytest.mark.slow

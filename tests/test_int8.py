@@ -107,3 +107,17 @@ def test_a_translator_decodes_with_int8_weights(models, tokenizer):
     assert translator.decoding == DecodingConfig(int8=True)
     assert {v.dtype for v in translator.model.variables if len(v.shape) == 2} == {"int8"}
     assert isinstance(translator.translate("Jesus wept."), str)
+
+
+def test_the_int8_flag_reaches_the_decoding_settings_but_not_export():
+    """`translate --int8` (and evaluate, score) decodes with int8 weights; export has no such flag:
+    it writes the int8 SavedModel beside the float ones whatever the flags."""
+    from keras_transformer.cli.flags import decoding
+    from keras_transformer.cli.main import parser
+
+    for command in ("translate", "evaluate", "score"):
+        args = parser().parse_args([command, "--model-dir", "m", "--int8"])
+        assert decoding(args).runtime.int8, command
+    assert not decoding(parser().parse_args(["translate", "--model-dir", "m"])).runtime.int8
+    with pytest.raises(SystemExit):
+        parser().parse_args(["export", "--model-dir", "m", "--out", "o", "--int8"])
