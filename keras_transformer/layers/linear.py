@@ -5,8 +5,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-# int8 weights without activation quantisation: Keras' `Dense._int8_call` then multiplies float
-# activations by the int8 kernel cast to float (weight-only, dynamic-range quantisation).
+# `Linear.quantize`'s config: Keras' int8 weights, no activation quantizer (`_int8_call` multiplies
+# float activations by the int8 kernel; the config is what `get_config` records of it).
 WEIGHTS_ONLY = keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
 
 
