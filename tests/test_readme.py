@@ -273,6 +273,7 @@ def check_decoding(values, namespace):
     check_result(exact, 2, 4)
     assert np.all(exact.scores[:, 0].numpy() >= result.scores[:, 0].numpy() - 1e-5)  # searches at least as long
     check_result(values['kt.beam_search(model.with_dtype("bfloat16"), source_ids)'], 2, 4)
+    check_result(values["kt.beam_search(model.with_int8(), source_ids)"], 2, 4)
     greedy = values["kt.greedy_search(model, source_ids)"]
     greedy_tokens = check_result(greedy, 2, 1)  # ids [batch, 1, length]
     chosen, best = token_log_probs(model, source_ids, greedy.ids.numpy())
