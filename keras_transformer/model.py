@@ -137,7 +137,7 @@ class Transformer(keras.Model):
         - context: a `DecodingContext`, its rows per sentence every decoder layer's
           cross-attention keys and values [B, h, S, d_k] and the source padding mask [B, S];
           what every sentence shares, the output projection E^T [d_model, vocab], transposed
-          once per search (`SharedEmbedding.output_projection`);
+          (and with int8 weights dequantised) once per search (`SharedEmbedding.output_projection`);
         - cache: per hypothesis, [B * hypotheses, ...] leaves (the hypotheses of sentence b on
           rows b*hypotheses ...), every decoder layer's self-attention keys and values: empty and
           growing by one position per step, or with `max_length` fixed slots (static shapes,
