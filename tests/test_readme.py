@@ -17,7 +17,8 @@ Shell commands run with bash, one after another in their block, in the same dire
 and `DIR` are copies of `runs/demo`), with the venv's `keras-transformer` on PATH and this checkout
 on PYTHONPATH; each must exit 0, and SH_CHECKS check what their comments promise. Run: `--version;
 train --help`; `translate` on runs/small (beam 4), on DIR greedy (`--beam-size 1 --alpha 0`) and
-`--nbest 4`; `average --last 5`; `evaluate --checkpoint averaged` (the fixture's last 2%: 8 pairs);
+`--nbest 4`; `--glossary` (a glossary of one term: the line holds its target); `average --last 5`;
+`evaluate --checkpoint averaged` (the fixture's last 2%: 8 pairs);
 `export --format ctranslate2` (if ctranslate2 is installed); "Start from a pretrained model"'s
 import of `opus-mt-en-de` (a tiny OPUS-MT directory made by tests/marian_maker.py), its translate,
 its fine-tuning and export with TINY_SETTINGS appended (2 steps; SavedModels only, 4 pairs
@@ -378,6 +379,10 @@ def check_fine_tuned(result, workspace):
     assert tuned.read()["data_config"].data == "software-en-de" and tuned.resolve_checkpoint("latest")
 
 
+def check_glossary(result, workspace):
+    assert "König" in result.stdout and len(result.stdout.splitlines()) == 1
+
+
 def check_ctranslate2(result, workspace):
     assert os.path.exists(workspace / "runs" / "ct2" / "model.bin")
 
@@ -390,6 +395,7 @@ SH_CHECKS = {
     r"--nbest 4": check_nbest,
     r"--alternatives 3": check_alternatives,
     r"--no-repeat-ngram-size 3": check_one_line,
+    r"--glossary": check_glossary,
     r"^keras-transformer evaluate": check_evaluate,
     r"average --model-dir DIR --last 5": check_averaged,
     r"--format ctranslate2": check_ctranslate2,

@@ -103,6 +103,28 @@ def _add_target_lang(p, what):
     p.add_argument("--target-lang", metavar="LANG", help=f"a multilingual model: {what} (e.g. fr)")
 
 
+def _add_glossary(p, what):
+    p.add_argument(
+        "--glossary",
+        metavar="FILE",
+        help=f"terminology, a TSV of 'source term<TAB>target term' lines ('term<TAB>': keep it untranslated): {what}",
+    )
+    p.add_argument(
+        "--glossary-case-sensitive", action="store_true", help="match glossary terms case-sensitively (default: not)"
+    )
+
+
+def _glossary(args):
+    """The `Glossary` of --glossary FILE, or None."""
+    if not args.glossary:
+        if args.glossary_case_sensitive:
+            raise ValueError("--glossary-case-sensitive needs --glossary FILE")
+        return None
+    from keras_transformer.inference.glossary import Glossary
+
+    return Glossary.from_tsv(args.glossary, args.glossary_case_sensitive)
+
+
 def _add_translate(subparsers):
     p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
     _add_model_dirs(p)
@@ -119,6 +141,7 @@ def _add_translate(subparsers):
     constraint.add_argument(
         "--constraints", metavar="FILE", help="one line per input line: its phrases, tab-separated (empty: none)"
     )
+    _add_glossary(p, "each translation holds the target terms of the terms its input holds")
     p.add_argument(
         "--strict-input",
         action="store_true",
@@ -176,6 +199,7 @@ def _add_evaluate(subparsers):
     )
     p.add_argument("--limit", type=int, help="only the first N pairs")
     _add_target_lang(p, "the language to translate into (default data: the training source of that language)")
+    _add_glossary(p, "each translation holds the target terms of the terms its source holds")
     _add_decoding(p)
     _add_op_threads(p)
     p.add_argument("--show", type=int, default=3, help="print N example translations")
@@ -203,6 +227,7 @@ def _add_export(subparsers):
         "earlier export into OUT",
     )
     p.add_argument("--checkpoint", default="latest", help=CHECKPOINT_HELP)
+    _add_glossary(p, "the SavedModel's translate holds the target terms of the terms a text holds")
     add_decoding_flags(p, exclude=("batch_size", "concurrent_batches", "int8"))  # int8: its own SavedModel
     p.add_argument(
         "--check",
@@ -286,7 +311,8 @@ def _train(args):
 def _translator(args):
     from keras_transformer.inference.translator import Translator
 
-    return Translator.from_model_dir(args.model_dir, args.checkpoint, decoding(args))
+    glossary = _glossary(args) if "glossary" in args else None  # translate's and evaluate's, not score's
+    return Translator.from_model_dir(args.model_dir, args.checkpoint, decoding(args), glossary)
 
 
 STDIN_CHUNK = 1000  # stdin lines translated at once: memory stays flat over any input length
@@ -565,6 +591,7 @@ def _export(args):
             model_dirs=args.model_dir,
             tflite=args.tflite,
             checkpoint={"name": args.checkpoint, "paths": [os.path.abspath(path) for path in exported]},
+            glossary=_glossary(args),
         )
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")

@@ -19,6 +19,8 @@
     OUT/tokenizer.target.model       a model of two SentencePiece models (OPUS-MT's): the target
                                      side's, to detokenize with (tokenizer.model: the source side's)
     OUT/translator.json              what a device needs besides the models (`tflite_metadata`)
+    OUT/glossary.tsv                 with `export --glossary FILE`: the terms the text SavedModels'
+                                     `translate` holds (the ids-only and TFLite models hold none)
 
 `tflite=False` (`export --no-tflite`) writes the SavedModels, the tokenizer and translator.json
 only (its `models` then empty), for a deployment to TF Serving alone: the three TFLite
@@ -49,12 +51,14 @@ from keras_transformer.data.tokenizer import UNK_ID, target_path
 from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule
 from keras_transformer.inference.controls import suppressed_ids
 from keras_transformer.inference.decoding import beam_search
+from keras_transformer.inference.glossary import Glossary
 from keras_transformer.inference.search import graph_function
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 INT8_SUFFIX = "_int8"  # the int8 SavedModel's name: <name>_int8
 WARMUP_TEXTS = ("In the beginning God created the heavens and the earth.", "Jesus wept.")
 METADATA = "translator.json"
+GLOSSARY = "glossary.tsv"  # the terms the text SavedModels' translate holds, as export --glossary read them
 
 
 def saved_model_dir(out: str, name: str, version: int = 1) -> str:
@@ -214,6 +218,7 @@ def export_tensorflow(
     model_dirs: Sequence[str] = (),
     tflite: bool = True,
     checkpoint: dict | None = None,
+    glossary: Glossary | None = None,
     **overrides,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding with `decoding` and
@@ -230,8 +235,11 @@ def export_tensorflow(
     model directory exported, recorded in translator.json so that `export --check` can compare
     the artifacts' translations with its checkpoint's, `checkpoint` which one (`tflite_metadata`).
     `tflite=False`: no TFLite model (and none left from an earlier export into `out`); the
-    returned paths then have no TFLite key."""
+    returned paths then have no TFLite key. `glossary`: the text SavedModels' `translate` holds
+    its terms (`signatures.py`); written to `out`/glossary.tsv and named in translator.json."""
     decoding = (decoding or DecodingConfig()).replace(**overrides).replace(int8=False)
+    if glossary is not None:
+        glossary.check(tokenizer, model.config.max_length)
     suppress_ids = suppressed_ids(tokenizer, decoding.search.suppress_sequences)
     served = functools.partial(beam_search, decoding=decoding, suppress_ids=suppress_ids)
     decode = functools.partial(beam_search, decoding=tflite_decoding(decoding), suppress_ids=suppress_ids)
@@ -252,11 +260,12 @@ def export_tensorflow(
     log(f"writing the SavedModel {paths['saved_model']}")
     texts = np.array(WARMUP_TEXTS, dtype=object)
     warmup = {"model_name": name, "signature": "serving_default", "inputs": {"text": texts}}
-    _save_version(TranslationModule(served_model, tokenizer, served, decoding=decoding), paths["saved_model"], warmup)
+    text_module = TranslationModule(served_model, tokenizer, served, decoding=decoding, glossary=glossary)
+    _save_version(text_module, paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
     _save_version(TranslationModule(served_model, decode=served), paths["saved_model_ids"])
     log(f"writing the int8 SavedModel {paths['saved_model_int8']}")
-    int8_model = TranslationModule(served_model.with_int8(), tokenizer, served, decoding=decoding)
+    int8_model = TranslationModule(served_model.with_int8(), tokenizer, served, decoding=decoding, glossary=glossary)
     _save_version(int8_model, paths["saved_model_int8"], {**warmup, "model_name": f"{name}{INT8_SUFFIX}"})
     if tflite:
         log("converting to TFLite (builtin ops only) and int8")
@@ -278,6 +287,10 @@ def export_tensorflow(
     two = "target_tokenizer" in paths
     with open(paths["metadata"], "w", encoding="utf-8") as f:
         metadata = tflite_metadata(model.config, decoding, model_dirs, tokenizer.lang_ids, tflite, checkpoint, two)
+        if glossary is not None:
+            paths["glossary"] = os.path.join(out, GLOSSARY)
+            glossary.save(paths["glossary"])
+            metadata["glossary"] = {"path": GLOSSARY, "case_sensitive": glossary.case_sensitive}
         json.dump(metadata, f, indent=2)
         f.write("\n")
     return paths

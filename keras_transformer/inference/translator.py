@@ -8,6 +8,7 @@ translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
 translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
 translator.translate("Jesus wept.", prefixes="Jesus")  # continues the given start of a translation
 translator.translate("Jesus wept.", constraints=["Jesus"])  # every output holds the phrases (constraints.py)
+kt.Translator.from_model_dir("runs/small", glossary=kt.Glossary.from_tsv("terms.tsv"))  # terminology (glossary.py)
 translator.translate("Jesus wept.", target_lang="fr")  # a multilingual model: into French (or one per text)
 translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
@@ -35,6 +36,7 @@ from keras_transformer.inference.alternatives import alternatives as expand
 from keras_transformer.inference.controls import suppressed_ids
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.ensemble import Ensemble
+from keras_transformer.inference.glossary import Glossary
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.inference.search import graph_function
@@ -87,14 +89,26 @@ class Translator:
     list of phrases for every text, or one list per text ([] for none).
     `model` may be an `Ensemble` of models that share `tokenizer`.
 
+    `glossary` (a `Glossary`): where a text holds one of its terms, `translate` and
+    `translate_nbest` constrain the search to the term's target (`glossary.py`), beside any
+    `constraints` given; a ValueError at once for a target term the constraint search cannot
+    hold (characters the vocabulary lacks, more than max_length - 1 tokens) and for sampling.
+
     `target_lang` (of `translate`, `translate_nbest`, `score`): a multilingual model's target language for
     every text (a str), or one per text (a list); it puts that language's piece before each text
     (`SubwordTokenizer.tagged`: "<2fr> Jesus wept."), which a text may also carry itself. A
     multilingual model needs one of the two; an unknown language is a `ValueError`.
     """
 
-    def __init__(self, model, tokenizer, decoding: DecodingConfig | None = None, **overrides):
+    def __init__(
+        self, model, tokenizer, decoding: DecodingConfig | None = None, glossary: Glossary | None = None, **overrides
+    ):
         self.decoding = (decoding or DecodingConfig()).replace(**overrides)
+        if glossary is not None:
+            if self.decoding.sampling:
+                raise ValueError("a glossary constrains beam search, not sampling: set sampling_topk 1")
+            glossary.check(tokenizer, model.config.max_length)
+        self.glossary = glossary
         dtype = self.decoding.runtime.dtype
         model = model if dtype is None else model.with_dtype(dtype)
         self.model = model.with_int8() if self.decoding.runtime.int8 else model
@@ -104,12 +118,18 @@ class Translator:
 
     @classmethod
     def from_model_dir(
-        cls, path: str | Sequence[str], checkpoint: str = "latest", decoding: DecodingConfig | None = None, **overrides
+        cls,
+        path: str | Sequence[str],
+        checkpoint: str = "latest",
+        decoding: DecodingConfig | None = None,
+        glossary: Glossary | None = None,
+        **overrides,
     ) -> Translator:
         """The translator of a model directory (`keras-transformer train --model-dir PATH`), with the
         weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path,
-        decoding with `decoding` and `overrides` of its fields (`DecodingConfig`). A list of
-        several directories gives their `Ensemble` (which must share one tokenizer)."""
+        decoding with `decoding` and `overrides` of its fields (`DecodingConfig`), constrained by
+        `glossary`. A list of several directories gives their `Ensemble` (which must share one
+        tokenizer)."""
         from keras_transformer.model_dir import load_model
 
         paths = [path] if isinstance(path, str) else list(path)
@@ -117,7 +137,7 @@ class Translator:
             model, tokenizer = Ensemble.from_model_dirs(paths, checkpoint)
         else:
             model, tokenizer, _ = load_model(paths[0], checkpoint)
-        return cls(model, tokenizer, decoding, **overrides)
+        return cls(model, tokenizer, decoding, glossary, **overrides)
 
     def source_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each text, truncated to max_length - 1, then EOS (`SubwordTokenizer.source_ids`)."""
@@ -369,6 +389,8 @@ class Translator:
     ) -> list[list[tuple[str, float]]]:
         texts = self._with_language(texts, target_lang)
         prefix_rows = self._prefix_rows(prefixes, len(texts))
+        if self.glossary is not None and not alternatives:
+            constraints = self.glossary.with_terms(texts, lexical.per_text(constraints, len(texts)))
         phrase_rows = lexical.phrase_rows(self.tokenizer, constraints, len(texts), self.model.config.max_length)
 
         def search(indices, start, batch):
