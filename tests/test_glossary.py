@@ -124,8 +124,8 @@ def test_the_command_line_translates_and_evaluates_with_a_glossary(held_out, tra
 
 @pytest.mark.slow
 def test_an_exported_glossary_is_held_by_the_saved_models_translate_and_checked(held_out, trained, tmp_path):
-    """`export --glossary` bakes the terms into the text SavedModel's translate; `export --check`
-    compares it with the checkpoint's translations under the same glossary (and passes)."""
+    """`export --glossary` bakes the terms into the text SavedModels' translate (float and int8);
+    `export --check` compares them with the checkpoint's translations under the same glossary."""
     plain, sources = held_out
     path = tmp_path / "terms.tsv"
     Glossary(TERMS).save(str(path))
@@ -137,4 +137,8 @@ def test_an_exported_glossary_is_held_by_the_saved_models_translate_and_checked(
     translations = [t.decode("utf-8") for t in served(text=tf.constant(sources))["translation"].numpy()]
     exported = kt.Translator.from_model_dir(trained.model_dir, glossary=Glossary(TERMS), disable_unk=True)
     assert translations == exported.translate(sources)
+    int8 = tf.saved_model.load(str(out / "saved_model" / "translator_int8" / "1")).signatures["serving_default"]
+    int8_translations = [t.decode("utf-8") for t in int8(text=tf.constant(sources))["translation"].numpy()]
+    wanted = Glossary(TERMS).with_terms(sources, None)
+    assert all(p in text for text, phrases in zip(int8_translations, wanted) for p in phrases)
     assert main(["export", "--check", str(out), "--sample", "8"]) == 0
