@@ -43,6 +43,7 @@ def test_the_package_exports_the_translator_and_the_loader_and_no_module_names()
             "DecodeResult",
             "DecodingConfig",
             "Ensemble",
+            "Glossary",
             "TrainingConfig",
             "Transformer",
             "TransformerConfig",
