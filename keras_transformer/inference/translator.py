@@ -12,6 +12,7 @@ translator.translate("Jesus wept.", target_lang="fr")  # a multilingual model: i
 translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
+kt.Translator.from_model_dir("runs/small", shortlist=True)  # over the vocabulary shortlist (shortlist.py)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
+from keras_transformer.data.shortlist import Shortlist
 from keras_transformer.data.tokenizer import lang_token
 from keras_transformer.inference import alignment
 from keras_transformer.inference import constraints as lexical
@@ -38,6 +40,7 @@ from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.inference.search import graph_function
+from keras_transformer.inference.shortlist import check_shortlist
 from keras_transformer.special_tokens import PAD_ID
 
 _ALIGNING = threading.Lock()  # threads' first alignments (a service's pool) build one function
@@ -86,17 +89,25 @@ class Translator:
     list of phrases for every text, or one list per text ([] for none).
     `model` may be an `Ensemble` of models that share `tokenizer`.
 
+    With the `shortlist` setting, every search (not `score`) runs over the union of its batch's
+    vocabulary shortlists (`inference/shortlist.py`), those of `lexical_shortlist` (a
+    `data.shortlist.Shortlist`; `from_model_dir` reads the model dir's `shortlist.npz`).
+
     `target_lang` (of `translate`, `translate_nbest`, `score`): a multilingual model's target language for
     every text (a str), or one per text (a list); it puts that language's piece before each text
     (`SubwordTokenizer.tagged`: "<2fr> Jesus wept."), which a text may also carry itself. A
     multilingual model needs one of the two; an unknown language is a `ValueError`.
     """
 
-    def __init__(self, model, tokenizer, decoding: DecodingConfig | None = None, **overrides):
+    def __init__(
+        self, model, tokenizer, decoding: DecodingConfig | None = None, *, lexical_shortlist=None, **overrides
+    ):
         self.decoding = (decoding or DecodingConfig()).replace(**overrides)
+        check_shortlist(self.decoding, lexical_shortlist)
         dtype = self.decoding.runtime.dtype
         self.model = model if dtype is None else model.with_dtype(dtype)
         self.tokenizer = tokenizer
+        self.lexical_shortlist = lexical_shortlist if self.decoding.search.shortlist else None
         self._alignment_function = None
         self.suppress_ids = suppressed_ids(tokenizer, self.decoding.search.suppress_sequences)
 
@@ -107,7 +118,8 @@ class Translator:
         """The translator of a model directory (`keras-transformer train --model-dir PATH`), with the
         weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path,
         decoding with `decoding` and `overrides` of its fields (`DecodingConfig`). A list of
-        several directories gives their `Ensemble` (which must share one tokenizer)."""
+        several directories gives their `Ensemble` (which must share one tokenizer). With the
+        `shortlist` setting, the (first) directory's vocabulary shortlist is read."""
         from keras_transformer.model_dir import load_model
 
         paths = [path] if isinstance(path, str) else list(path)
@@ -115,7 +127,9 @@ class Translator:
             model, tokenizer = Ensemble.from_model_dirs(paths, checkpoint)
         else:
             model, tokenizer, _ = load_model(paths[0], checkpoint)
-        return cls(model, tokenizer, decoding, **overrides)
+        settings = (decoding or DecodingConfig()).replace(**overrides)
+        shortlist = Shortlist.load(paths[0], model.config.vocab_size) if settings.search.shortlist else None
+        return cls(model, tokenizer, settings, lexical_shortlist=shortlist)
 
     def source_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each text, truncated to max_length - 1, then EOS (`SubwordTokenizer.source_ids`)."""
@@ -158,7 +172,9 @@ class Translator:
                 raise ValueError("alternatives are searched by beam search, without constraints: set sampling_topk 1")
             if target_prefix is None:
                 target_prefix = np.zeros([len(source_ids), 0], np.int32)
-            result = expand(self.model, source_ids, target_prefix, n, self.decoding, self.suppress_ids)
+            result = expand(
+                self.model, source_ids, target_prefix, n, self.decoding, self.suppress_ids, self.lexical_shortlist
+            )
             return result.ids, result.scores
         if self.decoding.sampling:
             if target_prefix is not None:
@@ -168,7 +184,9 @@ class Translator:
             seed = self.decoding.sampling.seed if seed is None else seed
             seed = random.getrandbits(62) if seed is None else seed
             seed = tf.constant([seed, 0], tf.int64)
-            ids, scores = sample_with_seed(self.model, source_ids, seed, self.decoding, self.suppress_ids)
+            ids, scores = sample_with_seed(
+                self.model, source_ids, seed, self.decoding, self.suppress_ids, self.lexical_shortlist
+            )
             return ids[:, :n], scores[:, :n]
         result = beam_search(
             self.model,
@@ -178,6 +196,7 @@ class Translator:
             target_prefix=target_prefix,
             constraints=constraints,
             suppress_ids=self.suppress_ids,
+            lexical_shortlist=self.lexical_shortlist,
         )
         return result.ids, result.scores
 

@@ -51,20 +51,25 @@ class SharedEmbedding(keras.layers.Layer):
             scale = ops.where(ops.expand_dims(ops.equal(ids, zero_id), -1), ops.zeros((), x.dtype), scale)  # [B, L, 1]
         return x * scale
 
-    def output_projection(self, dtype="float32"):
-        """E^T [d_model, vocab] in `dtype`: the pre-softmax linear transformation's matrix laid out
-        for x E^T. Decoding makes it once per search and multiplies every step by it: oneDNN's
-        matmul against the [vocab, d_model] matrix itself, transposed inside the op (what `project`
-        alone runs), took 1.3-2.2x as long on a decoding step's shapes (bench/RESULTS.md,
-        "2026-12-02 (midday)")."""
-        return ops.transpose(ops.cast(self.embeddings, dtype))  # [d_model, vocab]
+    def output_projection(self, dtype="float32", ids=None):
+        """(E^T [d_model, vocab] in `dtype`, the output bias [vocab] float32 or None): the pre-softmax
+        linear transformation laid out for x E^T + b; with `ids` [V'] int32 (a vocabulary shortlist,
+        `inference/shortlist.py`), only those tokens' columns [d_model, V'] and biases [V'].
+        Decoding makes it once per search and multiplies every step by it: oneDNN's matmul against
+        the [vocab, d_model] matrix itself, transposed inside the op (what `project` alone runs),
+        took 1.3-2.2x as long on a decoding step's shapes (bench/RESULTS.md, "2026-12-02 (midday)")."""
+        embeddings, bias = self.embeddings, self.logit_bias
+        if ids is not None:
+            embeddings = ops.take(embeddings, ids, axis=0)  # [V', d_model]
+            bias = None if bias is None else ops.take(bias, ids, axis=0)  # [V']
+        return ops.transpose(ops.cast(embeddings, dtype)), None if bias is None else ops.cast(bias, "float32")
 
     def project(self, x, output_projection=None):
         """The pre-softmax linear transformation x E^T (§3.4), plus the output bias if any, in float32;
-        `output_projection`: E^T made beforehand (`output_projection()`), as a decoding step reads it."""
-        weights = self.output_projection(x.dtype) if output_projection is None else output_projection
+        `output_projection`: (E^T, b) made beforehand (`output_projection()`), as a decoding step reads it."""
+        weights, bias = self.output_projection(x.dtype) if output_projection is None else output_projection
         logits = ops.cast(ops.matmul(x, weights), "float32")  # [..., vocab]
-        return logits if self.logit_bias is None else logits + ops.cast(self.logit_bias, "float32")
+        return logits if bias is None else logits + bias
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.d_model)
