@@ -15,7 +15,9 @@ every artifact it finds in `out`, the checkpoint being the one exported (transla
 | `translator.tflite`, `translator_int8.tflite` | LiteRT, else `tf.lite.Interpreter` | float32, int8 weights |
 | a CTranslate2 model directory (`model.bin`) | CTranslate2 (the `ctranslate2` extra) | its weights' |
 
-and reports, per artifact, the share of outputs identical to the checkpoint's and the sacreBLEU
+(the SavedModels of an export with a vocabulary shortlist, translator.json's
+`saved_model_shortlist`, against the checkpoint's translations over the same shortlist), and
+reports, per artifact, the share of outputs identical to the checkpoint's and the sacreBLEU
 difference. An artifact fails past the tolerance: one in float32 must give at least
 `min_identical` (default 90%) of the checkpoint's outputs and lose at most `max_bleu_drop`
 (default 1.0) BLEU; a reduced-precision one (bf16, int8) or another engine (CTranslate2,
@@ -214,19 +216,28 @@ def check_quality(
         pairs = held_out(model_dirs[0], "validation", sample)
     references = pairs.references
     sources = [tag(text, pairs.target_lang) for text in pairs.sources]  # a multilingual model's: tagged
-    translator = Translator.from_model_dir(list(model_dirs), _exported_checkpoint(metadata, model_dirs), decoding)
+    checkpoint = _exported_checkpoint(metadata, model_dirs)
+    translator = Translator.from_model_dir(list(model_dirs), checkpoint, decoding)
     expected = translator.translate(sources)
     reference_bleu = corpus_scores(expected, references)["bleu"]
+    saved_expected, saved_bleu = expected, reference_bleu  # what the SavedModels must give
+    if metadata.get("saved_model_shortlist"):
+        shortlisted = Translator.from_model_dir(list(model_dirs), checkpoint, decoding.replace(shortlist=True))
+        saved_expected = shortlisted.translate(sources)
+        saved_bleu = corpus_scores(saved_expected, references)["bleu"]
+    saved_models = os.path.join(out, "saved_model", "")
     reports, problems = [], []
     for path, runner in _runners(out, translator, metadata).items():
         if isinstance(runner, str):
             reports.append(ArtifactQuality(path, None, None, None, False, runner))
             continue
         translate, exact = runner
+        saved = path.startswith(saved_models)
+        wanted, wanted_bleu = (saved_expected, saved_bleu) if saved else (expected, reference_bleu)
         translations = translate(sources)
-        identical = float(np.mean([a == b for a, b in zip(translations, expected)]))
+        identical = float(np.mean([a == b for a, b in zip(translations, wanted)]))
         bleu = corpus_scores(translations, references)["bleu"]
-        report = ArtifactQuality(path, identical, bleu, round(reference_bleu - bleu, 2), exact)
+        report = ArtifactQuality(path, identical, bleu, round(wanted_bleu - bleu, 2), exact)
         reports.append(report)
         problem = report.problem(min_identical, max_bleu_drop)
         if problem:
