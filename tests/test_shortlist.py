@@ -247,3 +247,20 @@ def test_the_saved_model_searches_over_the_shortlist_as_translator_does(shortlis
     served = loaded(source_ids=tf.constant(source_ids))
     np.testing.assert_array_equal(served["ids"].numpy(), expected_ids.numpy())
     np.testing.assert_allclose(served["scores"].numpy(), expected_scores.numpy(), rtol=1e-5)
+
+
+def test_train_builds_the_shortlist_when_asked(monkeypatch, tmp_path):
+    """`train --build-shortlist` counts the model dir's training pairs once training ends."""
+    from keras_transformer.cli import main as cli
+    from keras_transformer.data import shortlist as module
+    from keras_transformer.training import trainer
+
+    calls = []
+    monkeypatch.setattr(trainer, "train", lambda model_dir, *args, **kwargs: calls.append(("train", model_dir)))
+    monkeypatch.setattr(module, "build_shortlist", lambda model_dir, **kwargs: calls.append(("shortlist", model_dir)))
+    path = str(tmp_path / "m")
+    assert cli.main(["train", "--model-dir", path, "--data", "x.tsv", "--build-shortlist"]) in (0, None)
+    assert calls == [("train", path), ("shortlist", path)]
+    calls.clear()
+    assert cli.main(["train", "--model-dir", path, "--data", "x.tsv"]) in (0, None)
+    assert calls == [("train", path)]

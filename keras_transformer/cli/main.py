@@ -53,6 +53,12 @@ def _add_train(subparsers):
     d.add_argument(
         "--collective-timeout", type=float, default=600.0, help="seconds before a multi-worker collective fails"
     )
+    p.add_argument(
+        "--build-shortlist",
+        action="store_true",
+        help="after training, count the training pairs into the model dir's vocabulary shortlist (shortlist.npz, "
+        "as `keras-transformer shortlist` does), which translate/evaluate/export --shortlist search over",
+    )
     add_train_flags(p)
     add_config_flags(p, DataConfig, "data (DataConfig; the README's Data)")
 
@@ -313,6 +319,10 @@ def _train(args):
     config, training, data = train_configs(args, "small")
     strategy = resolve_strategy(args.strategy, args.collective_timeout)
     train(args.model_dir, config, training, data, strategy=strategy, log=_log)
+    if args.build_shortlist:
+        from keras_transformer.data.shortlist import build_shortlist
+
+        build_shortlist(args.model_dir, log=_log)
 
 
 def _translator(args):
