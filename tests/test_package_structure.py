@@ -4,6 +4,7 @@ command line)."""
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -75,3 +76,30 @@ def test_nothing_imports_the_command_line():
         if imported.startswith("keras_transformer.cli")
     ]
     assert not importers, importers
+
+
+def test_the_readmes_layout_names_every_module():
+    """README's Layout block lists each package folder and, on that folder's lines, each of its
+    modules (a module added without a word in the Layout fails here)."""
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("\n## Layout\n")[1].split("```text\n")[1].split("```")[0]
+    entries, folder = {}, None
+    for line in block.splitlines():
+        if not line.startswith("    "):  # a folder's or a top-level module's first line
+            folder = line.split()[0]
+        entries[folder] = entries.get(folder, "") + line
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).parts
+        if len(parts) == 1:
+            found = any(key == parts[0] for key in entries)
+        else:
+            found = parts[-1] == "__init__.py" or path.stem in entries.get(f"{parts[0]}/", "").replace("-", "_")
+        missing += [] if found else ["/".join(parts)]
+    assert missing == []
+
+
+def test_the_paths_that_pyproject_names_exist():
+    pyproject = (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
+    named = set(re.findall(r"keras_transformer/[\w/]+\.py", pyproject))
+    assert [p for p in sorted(named) if not (PACKAGE.parent / p).exists()] == []

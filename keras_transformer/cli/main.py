@@ -86,7 +86,7 @@ def _add_op_threads(p):
         metavar="N",
         help="threads TensorFlow gives one op, set before it starts (default 1, or $TF_NUM_INTRAOP_THREADS; 0: "
         "TensorFlow's own default, every core). The cores search batches side by side (--concurrent-batches): on "
-        "2 cores, one thread per op was fastest (bench/RESULTS.md)",
+        '2 cores, one thread per op was fastest (bench/RESULTS.md, "One thread per op, batches side by side")',
     )
 
 
@@ -109,6 +109,28 @@ def _add_target_lang(p, what):
     p.add_argument("--target-lang", metavar="LANG", help=f"a multilingual model: {what} (e.g. fr)")
 
 
+def _add_glossary(p, what):
+    p.add_argument(
+        "--glossary",
+        metavar="FILE",
+        help=f"terminology, a TSV of 'source term<TAB>target term' lines ('term<TAB>': keep it untranslated): {what}",
+    )
+    p.add_argument(
+        "--glossary-case-sensitive", action="store_true", help="match glossary terms case-sensitively (default: not)"
+    )
+
+
+def _glossary(args):
+    """The `Glossary` of --glossary FILE, or None."""
+    if not args.glossary:
+        if args.glossary_case_sensitive:
+            raise ValueError("--glossary-case-sensitive needs --glossary FILE")
+        return None
+    from keras_transformer.inference.glossary import Glossary
+
+    return Glossary.from_tsv(args.glossary, args.glossary_case_sensitive)
+
+
 def _add_translate(subparsers):
     p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
     _add_model_dirs(p)
@@ -125,6 +147,7 @@ def _add_translate(subparsers):
     constraint.add_argument(
         "--constraints", metavar="FILE", help="one line per input line: its phrases, tab-separated (empty: none)"
     )
+    _add_glossary(p, "each translation holds the target terms of the terms its input holds")
     p.add_argument(
         "--strict-input",
         action="store_true",
@@ -150,7 +173,7 @@ def _add_translate(subparsers):
 
 
 # What scoring reads of the decoding settings: the length penalty, and where it runs.
-SCORING_FIELDS = ("alpha", "disable_unk", "dtype", "batch_size")
+SCORING_FIELDS = ("alpha", "disable_unk", "dtype", "int8", "batch_size")
 
 
 def _add_score(subparsers):
@@ -182,6 +205,7 @@ def _add_evaluate(subparsers):
     )
     p.add_argument("--limit", type=int, help="only the first N pairs")
     _add_target_lang(p, "the language to translate into (default data: the training source of that language)")
+    _add_glossary(p, "each translation holds the target terms of the terms its source holds")
     _add_decoding(p)
     _add_op_threads(p)
     p.add_argument("--show", type=int, default=3, help="print N example translations")
@@ -209,7 +233,8 @@ def _add_export(subparsers):
         "earlier export into OUT",
     )
     p.add_argument("--checkpoint", default="latest", help=CHECKPOINT_HELP)
-    add_decoding_flags(p, exclude=("batch_size", "concurrent_batches"))
+    _add_glossary(p, "the SavedModel's translate holds the target terms of the terms a text holds")
+    add_decoding_flags(p, exclude=("batch_size", "concurrent_batches", "int8"))  # int8: its own SavedModel
     p.add_argument(
         "--check",
         metavar="OUT",
@@ -328,7 +353,8 @@ def _train(args):
 def _translator(args):
     from keras_transformer.inference.translator import Translator
 
-    return Translator.from_model_dir(args.model_dir, args.checkpoint, decoding(args))
+    glossary = _glossary(args) if "glossary" in args else None  # translate's and evaluate's, not score's
+    return Translator.from_model_dir(args.model_dir, args.checkpoint, decoding(args), glossary)
 
 
 STDIN_CHUNK = 1000  # stdin lines translated at once: memory stays flat over any input length
@@ -567,7 +593,7 @@ def _check_export(args) -> int:
 def export_decoding(args):
     """The decoding settings an export serves: the flags', with `disable_unk` on unless the flags
     say otherwise (an `<unk>` prints as a gap; never generating it cost no BLEU on the held-out
-    verses: bench/RESULTS.md, "2026-12-03: one search loop")."""
+    verses: bench/RESULTS.md, "Decoding controls")."""
     settings = decoding(args)
     return settings if args.disable_unk is not None else settings.replace(disable_unk=True)
 
@@ -612,6 +638,7 @@ def _export(args):
             model_dirs=args.model_dir,
             tflite=args.tflite,
             checkpoint={"name": args.checkpoint, "paths": [os.path.abspath(path) for path in exported]},
+            glossary=_glossary(args),
             lexical_shortlist=shortlist,
         )
     for artifact, path in paths.items():

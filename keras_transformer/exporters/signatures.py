@@ -4,7 +4,10 @@
 saved: the SentencePiece tokenizer (tensorflow-text ops), the search and the detokenizer are
 all in the graph.
 
-- `translate(text [B]) -> {translation [B] string, score [B] float32}`: `serving_default`.
+- `translate(text [B]) -> {translation [B] string, score [B] float32}`: `serving_default`. With a
+  glossary (`export --glossary FILE`; `inference/glossary.py`, its terms constants of the graph),
+  each translation holds the target terms of the glossary terms its text holds, by the
+  constrained search of `translate_constrained`.
 - `translate_ids(source_ids [B, S] int32) -> {ids [B, beam, L] int32, scores [B, beam] float32}`;
   a row of more than `max_length` ids is cut to its first `max_length - 1`, then EOS.
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
@@ -58,6 +61,7 @@ from keras_transformer.inference import alignment
 from keras_transformer.inference.beam import BeamSearch
 from keras_transformer.inference.controls import MinLength, NoRepeatNgram, RepetitionPenalty, controls, suppressed_ids
 from keras_transformer.inference.decoding import beam_search
+from keras_transformer.inference.glossary import Glossary
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score_targets
 from keras_transformer.inference.search import DecodeResult, graph_function, search
@@ -147,6 +151,7 @@ class TranslationModule(tf.Module):
         *,
         lite_text: bool = False,
         decoding: DecodingConfig | None = None,
+        glossary: Glossary | None = None,
         lexical_shortlist=None,
     ):
         super().__init__(name="translator")
@@ -164,6 +169,7 @@ class TranslationModule(tf.Module):
         self._decode = decode
         self._lite_text = lite_text
         self._decoding = decoding or DecodingConfig()
+        self._glossary = glossary
         self._banned = never_generated(self._decoding.search.disable_unk)
         self._suppress_ids = (
             () if tokenizer is None else suppressed_ids(tokenizer, self._decoding.search.suppress_sequences)
@@ -227,6 +233,8 @@ class TranslationModule(tf.Module):
         return tf.reshape(flat, shape[:2])
 
     def _translate(self, text):
+        if self._glossary is not None:  # constants of the graph: the terms' patterns and phrases
+            return self._translate_constrained(text, self._glossary.constraint_phrases(text))
         ids, scores = self._search_text(text, nbest=1)  # one translation (the exact rule stops sooner)
         return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
 

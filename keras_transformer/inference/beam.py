@@ -9,7 +9,7 @@ the log-softmax: `special_tokens.never_generated`) divided by the length penalty
 counting EOS. A sentence stops once round(patience x K) of its hypotheses have ended (patience 1
 by default: the rule of fairseq and CTranslate2; Kasai et al., 2022), or, with `patience=None`,
 once no alive hypothesis can beat the kept ones (exact, as tensor2tensor; slower, and the same
-BLEU on the held-out verses: bench/RESULTS.md).
+BLEU on the held-out verses: bench/RESULTS.md, "Stopping rules: patience 1 against exact").
 
 Modifiers may add candidates (`Modifier.candidates`: a constraint's next token) and order them
 (`Modifier.rank`: dynamic beam allocation's banks); then "the best K" means the first K in that

@@ -185,13 +185,9 @@ def meets(ids, phrases) -> bool:
     )
 
 
-def phrase_rows(tokenizer, constraints, count: int, max_length: int) -> list[list[np.ndarray]] | None:
-    """The token ids of every text's phrases, for `Translator`: `constraints` None (none), one
-    phrase (a str) or one list of phrases for all `count` texts, or one list per text. A phrase
-    is tokenized alone, which is the tokenization SentencePiece gives it after a space (its first
-    piece starts with the word-boundary mark), so the detokenized output holds the phrase's text.
-    A ValueError for an empty phrase, one with the unknown token (it detokenizes to nothing), or
-    one of more than max_length - 1 tokens (no output is longer)."""
+def per_text(constraints, count: int) -> list[list[str]] | None:
+    """`constraints` as `Translator` takes them (None, one phrase, one list of phrases for all
+    `count` texts, or one list per text) as one list of phrases per text (None for None)."""
     if constraints is None:
         return None
     if isinstance(constraints, str):
@@ -201,6 +197,19 @@ def phrase_rows(tokenizer, constraints, count: int, max_length: int) -> list[lis
         constraints = [constraints] * count
     if len(constraints) != count:
         raise ValueError(f"{count} texts but {len(constraints)} lists of constraints")
+    return [list(text) for text in constraints]
+
+
+def phrase_rows(tokenizer, constraints, count: int, max_length: int) -> list[list[np.ndarray]] | None:
+    """The token ids of every text's phrases, for `Translator`: `constraints` None (none), one
+    phrase (a str) or one list of phrases for all `count` texts, or one list per text. A phrase
+    is tokenized alone, which is the tokenization SentencePiece gives it after a space (its first
+    piece starts with the word-boundary mark), so the detokenized output holds the phrase's text.
+    A ValueError for an empty phrase, one with the unknown token (it detokenizes to nothing), or
+    one of more than max_length - 1 tokens (no output is longer)."""
+    constraints = per_text(constraints, count)
+    if constraints is None:
+        return None
     from keras_transformer.data.tokenizer import UNK_ID
 
     phrases = sorted({phrase for text in constraints for phrase in text})

@@ -83,6 +83,10 @@ class Ensemble:
         """The ensemble of the models in `dtype` (`Transformer.with_dtype`)."""
         return Ensemble([model.with_dtype(dtype) for model in self.models])
 
+    def with_int8(self) -> Ensemble:
+        """The ensemble of the models with int8 weights (`Transformer.with_int8`)."""
+        return Ensemble([model.with_int8() for model in self.models])
+
     def start_decoding(self, source_ids, hypotheses: int, max_length=None, vocabulary=None):
         """`Transformer.start_decoding` of every model (over the same `vocabulary`, if given): (one
         `DecodingContext` of every model's rows and shared entries, the tuple of their caches)."""

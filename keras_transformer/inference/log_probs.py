@@ -2,7 +2,7 @@
 
 The search reads a few tokens of each row (`best_tokens`, `LogProbs.take`), so it never writes
 the [N, V] log-probabilities, whose `log_softmax` costs as much as the blocked top-k over them
-(128 x 8000 here: 1.3 and 1.0 ms; `bench/token_selection.py`).
+(128 x 8000 here: 1.3 and 1.0 ms; `bench/decoding.py token-selection`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def top_k_block(vocab_size: int) -> int:
     sqrt(V) / 2 to sqrt(V) (8000: 50; 32000: 100), so that the rows are cut into blocks without a
     padded copy, or else ceil(sqrt(V) / 2) and a padded copy. Near sqrt(V) / 2 the two top-k stages
     read about as much, and TensorFlow's top-k costs ~5 ns per value it reads
-    (`bench/token_selection.py`)."""
+    (`bench/decoding.py token-selection`)."""
     low, high = math.ceil(math.sqrt(vocab_size) / 2), math.isqrt(vocab_size)
     return next((width for width in range(low, high + 1) if vocab_size % width == 0), low)
 
