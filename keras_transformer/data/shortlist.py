@@ -70,7 +70,7 @@ class Shortlist:
             directory = path if os.path.isdir(path) else os.path.dirname(path)
             raise ValueError(
                 f"{directory} has no {FILE}: build one with `keras-transformer shortlist --model-dir {directory}` "
-                "(or kt.build_shortlist), or decode without --shortlist"
+                "(or keras_transformer.data.shortlist.build_shortlist), or decode without --shortlist"
             )
         with np.load(file) as arrays:
             shortlist = cls(arrays["table"].astype(np.int32), arrays["frequent"].astype(np.int32), int(arrays["pairs"]))
