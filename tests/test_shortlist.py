@@ -86,14 +86,15 @@ def test_the_restricted_output_layers_logits_equal_the_full_layers_on_the_kept_i
     logits [B, V'] are the full step's [B, V] at those ids."""
     kept = tf.constant([0, 1, 2, 3, 7, 19, 38], tf.int32)
     tokens = tf.constant([1, 1], tf.int32)
-    (context, cache), (full_context, full_cache) = (
-        model.start_decoding(SOURCE, 1, vocabulary=kept),
-        model.start_decoding(SOURCE, 1),
-    )
-    logits, _ = model.decode_step(tokens, 0, cache, context)
-    full, _ = model.decode_step(tokens, 0, full_cache, full_context)
-    assert logits.shape == (2, 7)
-    np.testing.assert_allclose(logits.numpy(), tf.gather(full, kept, axis=1).numpy(), rtol=1e-5, atol=1e-5)
+    for weights in (model, model.with_int8()):  # float32, and int8 rows with their scales
+        (context, cache), (full_context, full_cache) = (
+            weights.start_decoding(SOURCE, 1, vocabulary=kept),
+            weights.start_decoding(SOURCE, 1),
+        )
+        logits, _ = weights.decode_step(tokens, 0, cache, context)
+        full, _ = weights.decode_step(tokens, 0, full_cache, full_context)
+        assert logits.shape == (2, 7)
+        np.testing.assert_allclose(logits.numpy(), tf.gather(full, kept, axis=1).numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_a_shortlist_of_every_token_gives_the_full_searchs_tokens_and_scores(model):
