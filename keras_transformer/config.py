@@ -485,6 +485,11 @@ class SearchSettings:
     suppress_sequences: tuple[str, ...] = setting(
         (), "a text whose tokens are never generated in that order", metavar="TEXT", flag="--suppress-sequence"
     )
+    shortlist: bool = setting(
+        False,
+        "search over the union of the batch's vocabulary shortlists (the model dir's shortlist.npz, built by "
+        "keras-transformer shortlist; CTranslate2's vmap): faster, scores over the shortlist's softmax",
+    )
 
     def __post_init__(self):
         _check(self.beam_size >= 1, f"beam_size must be >= 1, got {self.beam_size}")

@@ -130,14 +130,16 @@ class Transformer(keras.Model):
             "decoder_cross": [w["cross"] for w in decoder_weights],
         }
 
-    def start_decoding(self, source_ids, hypotheses: int, max_length=None):
+    def start_decoding(self, source_ids, hypotheses: int, max_length=None, vocabulary=None):
         """Encode `source_ids` [B, S] once for decoding `hypotheses` continuations of each sentence.
         Returns `(context, cache)`:
 
         - context: a `DecodingContext`, its rows per sentence every decoder layer's
           cross-attention keys and values [B, h, S, d_k] and the source padding mask [B, S];
-          what every sentence shares, the output projection E^T [d_model, vocab], transposed
-          (and with int8 weights dequantised) once per search (`SharedEmbedding.output_projection`);
+          what every sentence shares, the output projection (E^T [d_model, vocab], transposed and
+          with int8 weights dequantised once per search, and the output bias if any:
+          `SharedEmbedding.output_projection`), of only the tokens `vocabulary` [V'] int32 if given
+          (a vocabulary shortlist: the steps' logits are then [B', V'], over those tokens in that order);
         - cache: per hypothesis, [B * hypotheses, ...] leaves (the hypotheses of sentence b on
           rows b*hypotheses ...), every decoder layer's self-attention keys and values: empty and
           growing by one position per step, or with `max_length` fixed slots (static shapes,
@@ -150,7 +152,7 @@ class Transformer(keras.Model):
         memory, source_mask = self.encode(source_ids, training=False)
         context = DecodingContext(
             rows=(self.decoder.project_memory(memory), source_mask),
-            shared=self.embedding.output_projection(self.compute_dtype),
+            shared=self.embedding.output_projection(self.compute_dtype, vocabulary),
             fixed_cache=max_length is not None,
         )
         # A growing cache starts with no slot, of a length not known when traced: TFLite's converter
@@ -159,7 +161,8 @@ class Transformer(keras.Model):
         return context, self.decoder.init_cache(ops.shape(source_ids)[0] * hypotheses, slots)
 
     def decode_step(self, token_ids, position, cache, context):
-        """token_ids [B'] at `position` (scalar) -> (logits [B', vocab] float32, updated cache).
+        """token_ids [B'] at `position` (scalar) -> (logits [B', vocab] float32, updated cache); the
+        logits are over the context's `vocabulary` [V'] where `start_decoding` had one.
 
         Equals `decode` on the whole prefix, at its last position.
         """

@@ -398,6 +398,19 @@ def test_constraints_puts_every_phrase_in_the_outputs(capsys, trained):
 
 
 @pytest.mark.slow
+def test_shortlist_builds_it_and_compares_bleu_and_speed(capsys, trained, tmp_path):
+    import shutil
+
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(trained.model_dir, model_dir)
+    argv = ["shortlist", "--model-dir", model_dir, "--limit", "4", "--rounds", "1", "--beam-size", "2"]
+    line = run_main("quality", argv, capsys)
+    assert line["verses"] == 4 and (tmp_path / "model" / "shortlist.npz").is_file()
+    assert line["full"]["sentences"] == line["shortlist"]["sentences"] == 4
+    assert line["speedup"] > 0 and 0 <= line["identical_share"] <= 1
+
+
+@pytest.mark.slow
 def test_controls_cost_times_every_control(capsys, trained):
     argv = ["controls-cost", "--model-dir", trained.model_dir, "--limit", "3", "--rounds", "1"]
     line = run_main("decoding", argv, capsys)

@@ -1,4 +1,4 @@
-"""`keras-transformer train | translate | score | evaluate | average | export | import`: the command line.
+"""`keras-transformer train | translate | score | evaluate | average | export | import | shortlist`: the command line.
 
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
@@ -52,6 +52,12 @@ def _add_train(subparsers):
     d.add_argument("--cpu-devices", type=int, help="split the CPU into N logical devices (try mirrored without GPUs)")
     d.add_argument(
         "--collective-timeout", type=float, default=600.0, help="seconds before a multi-worker collective fails"
+    )
+    p.add_argument(
+        "--build-shortlist",
+        action="store_true",
+        help="after training, count the training pairs into the model dir's vocabulary shortlist (shortlist.npz, "
+        "as `keras-transformer shortlist` does), which translate/evaluate/export --shortlist search over",
     )
     add_train_flags(p)
     add_config_flags(p, DataConfig, "data (DataConfig; the README's Data)")
@@ -270,6 +276,37 @@ def _add_import(subparsers):
     )
 
 
+def _add_shortlist(subparsers):
+    from keras_transformer.data.shortlist import FREQUENT, PER_SOURCE
+
+    p = subparsers.add_parser(
+        "shortlist",
+        help="count the training pairs into the model dir's vocabulary shortlist (shortlist.npz), which "
+        "translate, evaluate and export --shortlist search over",
+    )
+    p.add_argument("--model-dir", required=True, help="the model directory: its tokenizer, data and shortlist.npz")
+    p.add_argument(
+        "--data",
+        help="count these pairs instead (a source as train's --data takes it: its training split, or all the "
+        "pairs of a file without splits)",
+    )
+    p.add_argument(
+        "--per-source",
+        type=int,
+        default=PER_SOURCE,
+        metavar="K",
+        help=f"targets kept per source token, by Dice coefficient (default {PER_SOURCE})",
+    )
+    p.add_argument(
+        "--frequent",
+        type=int,
+        default=FREQUENT,
+        metavar="N",
+        help=f"the N most frequent target tokens, in every search's vocabulary (default {FREQUENT})",
+    )
+    p.add_argument("--limit", type=int, help="only the first N pairs of each source")
+
+
 def _add_verbose(p, default):
     p.add_argument(
         "-v",
@@ -292,6 +329,7 @@ def parser() -> argparse.ArgumentParser:
     _add_export(subparsers)
     _add_average(subparsers)
     _add_import(subparsers)
+    _add_shortlist(subparsers)
     for command in subparsers.choices.values():  # --verbose before or after the command
         _add_verbose(command, argparse.SUPPRESS)
     return p
@@ -306,6 +344,10 @@ def _train(args):
     config, training, data = train_configs(args, "small")
     strategy = resolve_strategy(args.strategy, args.collective_timeout)
     train(args.model_dir, config, training, data, strategy=strategy, log=_log)
+    if args.build_shortlist:
+        from keras_transformer.data.shortlist import build_shortlist
+
+        build_shortlist(args.model_dir, log=_log)
 
 
 def _translator(args):
@@ -577,21 +619,27 @@ def _export(args):
     if args.format == "ctranslate2":
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
+        if args.shortlist:
+            raise ValueError("--shortlist applies to --format tensorflow (the SavedModels)")
         paths = export_ctranslate2(model, tokenizer, args.out, args.quantization)
     else:
+        from keras_transformer.data.shortlist import Shortlist
         from keras_transformer.exporters.tensorflow import export_tensorflow
 
+        settings = export_decoding(args)
+        shortlist = Shortlist.load(args.model_dir[0], model.config.vocab_size) if settings.search.shortlist else None
         paths = export_tensorflow(
             model,
             tokenizer,
             args.out,
             args.name,
-            export_decoding(args),
+            settings,
             log=_log,
             model_dirs=args.model_dir,
             tflite=args.tflite,
             checkpoint={"name": args.checkpoint, "paths": [os.path.abspath(path) for path in exported]},
             glossary=_glossary(args),
+            lexical_shortlist=shortlist,
         )
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")
@@ -605,6 +653,15 @@ def _import(args):
     layout = {"sinusoid_layout": args.sinusoid_layout} if args.sinusoid_layout else {}
     checkpoint = importer(args.directory, args.model_dir, warn=lambda line: _log(f"warning: {line}"), **layout)
     print(f"model_dir\t{args.model_dir}\ncheckpoint\t{checkpoint}")
+
+
+def _shortlist(args):
+    from keras_transformer.data.shortlist import build_shortlist
+
+    path = build_shortlist(
+        args.model_dir, args.data, per_source=args.per_source, frequent=args.frequent, limit=args.limit, log=_log
+    )
+    print(f"shortlist\t{path}")
 
 
 def _log(message: str) -> None:
@@ -625,7 +682,8 @@ def main(argv=None) -> int:
     from keras_transformer.training.callbacks.budget import Interrupted
 
     commands = {"train": _train, "translate": _translate, "score": _score, "evaluate": _evaluate}
-    command = {**commands, "average": _average, "export": _export, "import": _import}[args.command]
+    others = {"average": _average, "export": _export, "import": _import, "shortlist": _shortlist}
+    command = {**commands, **others}[args.command]
     try:
         status = command(args)
     except (DataError, ModelDirError, TokenizerError, ValueError, OSError) as error:

@@ -17,7 +17,9 @@ every artifact it finds in `out`, the checkpoint being the one exported (transla
 | a CTranslate2 model directory (`model.bin`) | CTranslate2 (the `ctranslate2` extra) | its weights' |
 
 (an export with a glossary, `export --glossary`: its text SavedModels against the checkpoint's
-translations under the same glossary, the others against the plain ones), and reports, per
+translations under the same glossary, the others against the plain ones; an export with a
+vocabulary shortlist, translator.json's `saved_model_shortlist`: every artifact against the
+checkpoint's translations over the same shortlist), and reports, per
 artifact, the share of outputs identical to the checkpoint's and the sacreBLEU difference. An
 artifact fails past the tolerance: one in float32 must give at least `min_identical` (default
 90%) of the checkpoint's outputs and lose at most `max_bleu_drop` (default 1.0) BLEU; a
@@ -233,6 +235,8 @@ def check_quality(
         pairs = held_out(model_dirs[0], "validation", sample)
     references = pairs.references
     sources = [tag(text, pairs.target_lang) for text in pairs.sources]  # a multilingual model's: tagged
+    if metadata.get("saved_model_shortlist"):
+        decoding = decoding.replace(shortlist=True)
     translator = Translator.from_model_dir(list(model_dirs), _exported_checkpoint(metadata, model_dirs), decoding)
     expected = {False: translator.translate(sources)}
     expected[True] = _glossary_translations(out, metadata, translator, sources) or expected[False]

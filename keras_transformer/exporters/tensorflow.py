@@ -22,6 +22,10 @@
     OUT/glossary.tsv                 with `export --glossary FILE`: the terms the text SavedModels'
                                      `translate` holds (the ids-only and TFLite models hold none)
 
+With the `shortlist` setting (`export --shortlist`) both SavedModels hold the model dir's
+vocabulary shortlist and search over it (`inference/shortlist.py`; translator.json's
+`saved_model_shortlist`); the TFLite models never do (static shapes there), nor does `score`.
+
 `tflite=False` (`export --no-tflite`) writes the SavedModels, the tokenizer and translator.json
 only (its `models` then empty), for a deployment to TF Serving alone: the three TFLite
 conversions are about half of an export's time. TFLite models that an earlier export wrote to
@@ -48,11 +52,12 @@ from tensorflow.python.framework.convert_to_constants import (
 
 from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import UNK_ID, target_path
-from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule
+from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule, variables
 from keras_transformer.inference.controls import suppressed_ids
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.glossary import Glossary
 from keras_transformer.inference.search import graph_function
+from keras_transformer.inference.shortlist import check_shortlist
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 INT8_SUFFIX = "_int8"  # the int8 SavedModel's name: <name>_int8
@@ -161,14 +166,16 @@ def tflite_metadata(
         "keep the ids before the first eos_id or pad_id, drop start_id and unk_id, detokenize with "
         "SentencePiece (target_tokenizer's model where there is one), collapse double spaces",
         "saved_model_dtype": decoding.runtime.dtype or "float32",
+        "saved_model_shortlist": decoding.search.shortlist,
         "model_dirs": [os.path.abspath(path) for path in model_dirs],
         **({"checkpoint": checkpoint} if checkpoint else {}),
     }
 
 
 def tflite_decoding(decoding: DecodingConfig) -> DecodingConfig:
-    """The search the TFLite models run: the SavedModels', in float32 and without XLA."""
-    return decoding.replace(dtype=None, jit_compile=False)
+    """The search the TFLite models run: the SavedModels', in float32, without XLA and without a
+    vocabulary shortlist (whose size depends on the batch)."""
+    return decoding.replace(dtype=None, jit_compile=False, shortlist=False)
 
 
 def tflite_models(function, spec: tf.TensorSpec, quantize=(False,), *, custom_ops: bool = False) -> list[bytes]:
@@ -219,6 +226,7 @@ def export_tensorflow(
     tflite: bool = True,
     checkpoint: dict | None = None,
     glossary: Glossary | None = None,
+    lexical_shortlist=None,
     **overrides,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding with `decoding` and
@@ -236,12 +244,16 @@ def export_tensorflow(
     the artifacts' translations with its checkpoint's, `checkpoint` which one (`tflite_metadata`).
     `tflite=False`: no TFLite model (and none left from an earlier export into `out`); the
     returned paths then have no TFLite key. `glossary`: the text SavedModels' `translate` holds
-    its terms (`signatures.py`); written to `out`/glossary.tsv and named in translator.json."""
+    its terms (`signatures.py`); written to `out`/glossary.tsv and named in translator.json.
+    `shortlist`: the SavedModels (float and int8) search over `lexical_shortlist` (a
+    `data.shortlist.Shortlist`, the model dir's), saved in them."""
     decoding = (decoding or DecodingConfig()).replace(**overrides).replace(int8=False)
+    check_shortlist(decoding, lexical_shortlist)
+    shortlist = variables(lexical_shortlist) if decoding.search.shortlist else None
     if glossary is not None:
         glossary.check(tokenizer, model.config.max_length)
     suppress_ids = suppressed_ids(tokenizer, decoding.search.suppress_sequences)
-    served = functools.partial(beam_search, decoding=decoding, suppress_ids=suppress_ids)
+    served = functools.partial(beam_search, decoding=decoding, suppress_ids=suppress_ids, lexical_shortlist=shortlist)
     decode = functools.partial(beam_search, decoding=tflite_decoding(decoding), suppress_ids=suppress_ids)
     served_model = model if decoding.runtime.dtype is None else model.with_dtype(decoding.runtime.dtype)
     version = next_version(out, name)
@@ -260,12 +272,16 @@ def export_tensorflow(
     log(f"writing the SavedModel {paths['saved_model']}")
     texts = np.array(WARMUP_TEXTS, dtype=object)
     warmup = {"model_name": name, "signature": "serving_default", "inputs": {"text": texts}}
-    text_module = TranslationModule(served_model, tokenizer, served, decoding=decoding, glossary=glossary)
+    text_module = TranslationModule(
+        served_model, tokenizer, served, decoding=decoding, glossary=glossary, lexical_shortlist=shortlist
+    )
     _save_version(text_module, paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
-    _save_version(TranslationModule(served_model, decode=served), paths["saved_model_ids"])
+    _save_version(TranslationModule(served_model, decode=served, lexical_shortlist=shortlist), paths["saved_model_ids"])
     log(f"writing the int8 SavedModel {paths['saved_model_int8']}")
-    int8_model = TranslationModule(served_model.with_int8(), tokenizer, served, decoding=decoding, glossary=glossary)
+    int8_model = TranslationModule(
+        served_model.with_int8(), tokenizer, served, decoding=decoding, glossary=glossary, lexical_shortlist=shortlist
+    )
     _save_version(int8_model, paths["saved_model_int8"], {**warmup, "model_name": f"{name}{INT8_SUFFIX}"})
     if tflite:
         log("converting to TFLite (builtin ops only) and int8")

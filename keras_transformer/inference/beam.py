@@ -77,7 +77,7 @@ class BeamSearch:
         slots = list(zip(modifiers, state.modifiers))
         # The best 2K of the K x V one-token extensions are among each hypothesis' best 2K tokens.
         token_log_probs, tokens = best_tokens(log_probs, 2 * k, self.banned)  # [B*K, P]
-        per_beam = tokens.shape[-1] if isinstance(k, int) else tf.shape(tokens)[-1]
+        per_beam = tokens.shape[-1] if tokens.shape[-1] is not None else tf.shape(tokens)[-1]
         tokens = tf.reshape(tokens, [-1, k, per_beam])  # [B, K, P]
         values = tf.reshape(token_log_probs, [-1, k, per_beam])  # [B, K, P]
         beams = tf.range(k * per_beam) // per_beam  # [N]: the hypothesis each candidate extends

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.inference.log_probs import NEG_INF, gather_beams
+from keras_transformer.inference.log_probs import NEG_INF, gather_beams, vocabulary_size
 from keras_transformer.inference.search import Modifier, ModifierState, Step, refuse_reserved
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
@@ -86,6 +86,7 @@ class Constraints(Modifier):
     completes = True
 
     def __init__(self, constraints):
+        self.constraints = tf.cast(constraints, tf.int32)  # [B, C, T]
         self.phrases = padded_constraints(constraints)  # [B, C + 1, T + 1]
 
     def start(self, batch, hypotheses, length) -> ModifierState:
@@ -99,7 +100,7 @@ class Constraints(Modifier):
         met, _ = state.alive
         unmet = tf.reduce_any(~met, axis=-1)  # [B, K]
         ban_eos = unmet & (step.position + 1 < tf.expand_dims(step.limits, 1))  # [B, K]
-        is_eos = tf.range(log_probs.logits.shape[-1]) == EOS_ID  # [V]
+        is_eos = tf.range(vocabulary_size(log_probs.logits)) == EOS_ID  # [V]
         return log_probs.rule_out(tf.reshape(ban_eos, [-1, 1]) & is_eos)  # [B*K, V]
 
     def candidates(self, state: ModifierState, log_probs, tokens, step: Step):
@@ -151,6 +152,12 @@ class Constraints(Modifier):
     def complete(self, alive):
         met, _ = alive
         return tf.reduce_all(met, axis=-1)  # [B, M]
+
+    def token_ids(self) -> tuple:
+        return (self.constraints,)
+
+    def over(self, vocabulary) -> Constraints:
+        return Constraints(vocabulary.to_columns(self.constraints))
 
 
 def check_constraints(constraints, batch: int) -> tf.Tensor:

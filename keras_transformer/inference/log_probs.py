@@ -17,6 +17,12 @@ import tensorflow as tf
 NEG_INF = float("-inf")
 
 
+def vocabulary_size(values):
+    """The size V of the last axis of `values` [N, V]: an int where the shape says it, else a
+    scalar tensor (a search over a vocabulary shortlist, whose size depends on the batch)."""
+    return values.shape[-1] if values.shape[-1] is not None else tf.shape(values)[-1]
+
+
 class LogProbs(NamedTuple):
     """One decoding step's log-probabilities log_softmax(logits) over the full vocabulary, kept as
     `logits` [N, V] float32 (-inf where a token is ruled out: a forced prefix, a banned EOS),
@@ -52,7 +58,8 @@ class LogProbs(NamedTuple):
 
     def dense(self, banned: tuple[int, ...]):
         """[N, V] float32: every token's log-probability, -inf at the `banned` ids (sampling reads them all)."""
-        is_banned = tf.reduce_any(tf.range(self.logits.shape[-1])[:, None] == tf.constant(banned), axis=-1)  # [V]
+        ids = tf.range(vocabulary_size(self.logits))  # [V]
+        is_banned = tf.reduce_any(ids[:, None] == tf.constant(banned), axis=-1)  # [V]
         return tf.where(is_banned, NEG_INF, self.logits - self.normalized().log_z)
 
 
@@ -61,9 +68,9 @@ def best_tokens(log_probs: LogProbs, count, banned: tuple[int, ...]):
     (`special_tokens.never_generated`), best first: (log-probabilities, ids) [N, count +
     len(banned)] with every banned id among them at -inf, so that they rank last. Masking after
     the top-k reads K x (2K + 2) values instead of the whole [N, V]. `count` may be a tensor (a
-    beam size given per request)."""
-    vocab_size = log_probs.logits.shape[-1]
-    if isinstance(count, int):
+    beam size given per request); the vocabulary's size V may be one too (a shortlist)."""
+    vocab_size = vocabulary_size(log_probs.logits)
+    if isinstance(count, int) and isinstance(vocab_size, int):
         values, ids = top_k_rows(log_probs.logits, min(count + len(banned), vocab_size))  # [N, count + banned]
     else:
         values, ids = tf.math.top_k(log_probs.logits, k=tf.minimum(count + len(banned), vocab_size))

@@ -13,6 +13,7 @@ translator.translate("Jesus wept.", target_lang="fr")  # a multilingual model: i
 translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
+kt.Translator.from_model_dir("runs/small", shortlist=True)  # over the vocabulary shortlist (shortlist.py)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
+from keras_transformer.data.shortlist import Shortlist
 from keras_transformer.data.tokenizer import lang_token
 from keras_transformer.inference import alignment
 from keras_transformer.inference import constraints as lexical
@@ -40,6 +42,7 @@ from keras_transformer.inference.glossary import Glossary
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.inference.search import graph_function
+from keras_transformer.inference.shortlist import check_shortlist
 from keras_transformer.special_tokens import PAD_ID
 
 _ALIGNING = threading.Lock()  # threads' first alignments (a service's pool) build one function
@@ -89,6 +92,10 @@ class Translator:
     list of phrases for every text, or one list per text ([] for none).
     `model` may be an `Ensemble` of models that share `tokenizer`.
 
+    With the `shortlist` setting, every search (not `score`) runs over the union of its batch's
+    vocabulary shortlists (`inference/shortlist.py`), those of `lexical_shortlist` (a
+    `data.shortlist.Shortlist`; `from_model_dir` reads the model dir's `shortlist.npz`).
+
     `glossary` (a `Glossary`): where a text holds one of its terms, `translate` and
     `translate_nbest` constrain the search to the term's target (`glossary.py`), beside any
     `constraints` given; a ValueError at once for a target term the constraint search cannot
@@ -101,9 +108,17 @@ class Translator:
     """
 
     def __init__(
-        self, model, tokenizer, decoding: DecodingConfig | None = None, glossary: Glossary | None = None, **overrides
+        self,
+        model,
+        tokenizer,
+        decoding: DecodingConfig | None = None,
+        glossary: Glossary | None = None,
+        *,
+        lexical_shortlist=None,
+        **overrides,
     ):
         self.decoding = (decoding or DecodingConfig()).replace(**overrides)
+        check_shortlist(self.decoding, lexical_shortlist)
         if glossary is not None:
             if self.decoding.sampling:
                 raise ValueError("a glossary constrains beam search, not sampling: set sampling_topk 1")
@@ -113,6 +128,7 @@ class Translator:
         model = model if dtype is None else model.with_dtype(dtype)
         self.model = model.with_int8() if self.decoding.runtime.int8 else model
         self.tokenizer = tokenizer
+        self.lexical_shortlist = lexical_shortlist if self.decoding.search.shortlist else None
         self._alignment_function = None
         self.suppress_ids = suppressed_ids(tokenizer, self.decoding.search.suppress_sequences)
 
@@ -129,7 +145,7 @@ class Translator:
         weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path,
         decoding with `decoding` and `overrides` of its fields (`DecodingConfig`), constrained by
         `glossary`. A list of several directories gives their `Ensemble` (which must share one
-        tokenizer)."""
+        tokenizer). With the `shortlist` setting, the (first) directory's vocabulary shortlist is read."""
         from keras_transformer.model_dir import load_model
 
         paths = [path] if isinstance(path, str) else list(path)
@@ -137,7 +153,9 @@ class Translator:
             model, tokenizer = Ensemble.from_model_dirs(paths, checkpoint)
         else:
             model, tokenizer, _ = load_model(paths[0], checkpoint)
-        return cls(model, tokenizer, decoding, glossary, **overrides)
+        settings = (decoding or DecodingConfig()).replace(**overrides)
+        shortlist = Shortlist.load(paths[0], model.config.vocab_size) if settings.search.shortlist else None
+        return cls(model, tokenizer, settings, glossary, lexical_shortlist=shortlist)
 
     def source_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each text, truncated to max_length - 1, then EOS (`SubwordTokenizer.source_ids`)."""
@@ -180,7 +198,9 @@ class Translator:
                 raise ValueError("alternatives are searched by beam search, without constraints: set sampling_topk 1")
             if target_prefix is None:
                 target_prefix = np.zeros([len(source_ids), 0], np.int32)
-            result = expand(self.model, source_ids, target_prefix, n, self.decoding, self.suppress_ids)
+            result = expand(
+                self.model, source_ids, target_prefix, n, self.decoding, self.suppress_ids, self.lexical_shortlist
+            )
             return result.ids, result.scores
         if self.decoding.sampling:
             if target_prefix is not None:
@@ -190,7 +210,9 @@ class Translator:
             seed = self.decoding.sampling.seed if seed is None else seed
             seed = random.getrandbits(62) if seed is None else seed
             seed = tf.constant([seed, 0], tf.int64)
-            ids, scores = sample_with_seed(self.model, source_ids, seed, self.decoding, self.suppress_ids)
+            ids, scores = sample_with_seed(
+                self.model, source_ids, seed, self.decoding, self.suppress_ids, self.lexical_shortlist
+            )
             return ids[:, :n], scores[:, :n]
         result = beam_search(
             self.model,
@@ -200,6 +222,7 @@ class Translator:
             target_prefix=target_prefix,
             constraints=constraints,
             suppress_ids=self.suppress_ids,
+            lexical_shortlist=self.lexical_shortlist,
         )
         return result.ids, result.scores
 

@@ -84,23 +84,32 @@ class SharedEmbedding(keras.layers.Layer):
             scale = ops.where(ops.expand_dims(ops.equal(ids, zero_id), -1), ops.zeros((), x.dtype), scale)  # [B, L, 1]
         return x * scale
 
-    def output_projection(self, dtype="float32"):
-        """E^T [d_model, vocab] in `dtype`: the pre-softmax linear transformation's matrix laid out
-        for x E^T. Decoding makes it once per search and multiplies every step by it: oneDNN's
-        matmul against the [vocab, d_model] matrix itself, transposed inside the op (what `project`
-        alone runs), took 1.3-2.2x as long on a decoding step's shapes (bench/JOURNAL.md,
-        "2026-12-02 (midday)"). With int8 weights: E_q^T / s in `dtype`, transposed while int8."""
-        if self.quantization_mode == "int8":
-            table = ops.transpose(self.quantized_embeddings)  # [d_model, vocab] int8
-            return ops.cast(table, dtype) / ops.cast(self.embeddings_scale, dtype)  # [d_model, vocab]
-        return ops.transpose(ops.cast(self.embeddings, dtype))  # [d_model, vocab]
+    def output_projection(self, dtype="float32", ids=None):
+        """(E^T [d_model, vocab] in `dtype`, the output bias [vocab] float32 or None): the pre-softmax
+        linear transformation laid out for x E^T + b; with `ids` [V'] int32 (a vocabulary shortlist,
+        `inference/shortlist.py`), only those tokens' columns [d_model, V'] and biases [V'].
+        Decoding makes it once per search and multiplies every step by it: oneDNN's matmul against
+        the [vocab, d_model] matrix itself, transposed inside the op (what `project` alone runs),
+        took 1.3-2.2x as long on a decoding step's shapes (bench/JOURNAL.md, "2026-12-02 (midday)").
+        With int8 weights: E_q^T / s in `dtype`, transposed while int8."""
+        int8 = self.quantization_mode == "int8"
+        table = self.quantized_embeddings if int8 else self.embeddings  # [vocab, d_model]
+        scale, bias = (self.embeddings_scale if int8 else None), self.logit_bias  # [vocab]
+        if ids is not None:
+            table = ops.take(table, ids, axis=0)  # [V', d_model]
+            scale = None if scale is None else ops.take(scale, ids, axis=0)  # [V']
+            bias = None if bias is None else ops.take(bias, ids, axis=0)  # [V']
+        bias = None if bias is None else ops.cast(bias, "float32")
+        if int8:
+            return ops.cast(ops.transpose(table), dtype) / ops.cast(scale, dtype), bias  # [d_model, V']
+        return ops.transpose(ops.cast(table, dtype)), bias  # [d_model, V']
 
     def project(self, x, output_projection=None):
         """The pre-softmax linear transformation x E^T (§3.4), plus the output bias if any, in float32;
-        `output_projection`: E^T made beforehand (`output_projection()`), as a decoding step reads it."""
-        weights = self.output_projection(x.dtype) if output_projection is None else output_projection
+        `output_projection`: (E^T, b) made beforehand (`output_projection()`), as a decoding step reads it."""
+        weights, bias = self.output_projection(x.dtype) if output_projection is None else output_projection
         logits = ops.cast(ops.matmul(x, weights), "float32")  # [..., vocab]
-        return logits if self.logit_bias is None else logits + ops.cast(self.logit_bias, "float32")
+        return logits if bias is None else logits + bias
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.d_model)
