@@ -53,7 +53,9 @@ def test_an_int8_shared_embedding_rounds_each_row_for_the_lookup_and_the_project
     np.testing.assert_allclose(layer(ids, zero_id=3)[1, 1:], 0.0)
     x = rng.normal(size=(2, 3, 4)).astype("float32")
     np.testing.assert_allclose(layer.project(x), x @ by_hand.T + bias, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(layer.output_projection(), by_hand.T, rtol=1e-6)
+    projection, projection_bias = layer.output_projection()  # E^T [d_model, vocab], b [vocab]
+    np.testing.assert_allclose(projection, by_hand.T, rtol=1e-6)
+    np.testing.assert_allclose(projection_bias, bias, rtol=1e-6)
     other = SharedEmbedding(vocab_size=11, d_model=4)
     other.build()
     with pytest.raises(NotImplementedError, match="SharedEmbedding quantizes to int8 only, not int4"):
