@@ -13,7 +13,16 @@ to the power a, afresh at every call; the training pipeline uses it to show the 
 segmentations of a sentence, while inference always takes the most probable one.
 
 Every vocabulary reserves the ids of `special_tokens` (pad, start = SentencePiece's BOS, EOS,
-unknown). Characters that the model never saw map to the unknown id; `detokenize` drops it.
+unknown). Byte fallback: a vocabulary of `BYTE_FALLBACK_MIN_VOCAB` pieces or more is learned with
+SentencePiece's `byte_fallback`, 256 pieces "<0x00>" ... "<0xFF>" that spell a character the
+pieces lack as its UTF-8 bytes, so every character round-trips (an emoji, a CJK name, a rare
+symbol); a smaller one would give a quarter or more of its slots to bytes, and is learned without.
+Without byte fallback (smaller vocabularies, and every model dir of 0.1.x) a character that the
+model never saw maps to the unknown id, which `detokenize` drops. tensorflow-text's
+`FastSentencepieceTokenizer` ignores byte pieces (it gives the unknown id), so a byte-fallback
+vocabulary is encoded and decoded by its regular `SentencepieceTokenizer` (the SentencePiece
+library's op), made where it is called (`_sentencepiece`); the text TFLite model, which needs the
+fast one's TFLite kernel, maps such characters to the unknown id (`source_ids(lite=True)`).
 
 Two SentencePiece models over one vocabulary (OPUS-MT's layout, Tiedemann & Thottingal, 2020):
 `SubwordTokenizer(source_proto, target_proto)` encodes sources with the first and targets with the
@@ -41,6 +50,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, RESERVED_IDS, START_ID, UNK_ID
+
+BYTE_FALLBACK_MIN_VOCAB = 1000  # the smallest vocabulary learned with byte fallback (256 of its pieces bytes)
 
 
 class TokenizerError(ValueError):
@@ -75,6 +86,13 @@ def _processor(model_proto: bytes) -> sentencepiece.SentencePieceProcessor:
     return processor
 
 
+def _sentencepiece(model_proto: bytes) -> tf_text.SentencepieceTokenizer:
+    """tensorflow-text's SentencePiece op (byte pieces, offsets), made where it is called: its
+    resource belongs to the graph that uses it (one made outside a tf.data function is "Resource
+    ... does not exist" inside it), and eagerly it lives as long as the call."""
+    return tf_text.SentencepieceTokenizer(model_proto)
+
+
 def _pieces(processor: sentencepiece.SentencePieceProcessor) -> list[str]:
     """Every piece of a SentencePiece model, in id order."""
     return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
@@ -91,6 +109,8 @@ class SubwordTokenizer(tf.Module):
         self.target_proto = target_proto
         self._processor = processor
         self.vocab_size = processor.get_piece_size()
+        # Byte fallback (see the module docstring): the vocabulary holds the 256 byte pieces.
+        self.byte_fallback = any(processor.IsByte(i) for i in range(self.vocab_size))
         self._tokenizer = tf_text.FastSentencepieceTokenizer(model_proto)
         self._target_tokenizer = self._tokenizer
         if target_proto is not None:
@@ -145,14 +165,24 @@ class SubwordTokenizer(tf.Module):
         sample_sentences: int = 400_000,
         seed: int = 0,
         target_langs: Sequence[str] = (),
+        byte_fallback: bool | None = None,
     ) -> SubwordTokenizer:
         """Learn a unigram vocabulary of at most `vocab_size` pieces from `texts` (source and target),
-        with one user-defined piece per language of `target_langs` (`lang_token`; ids 4, 5, ...).
+        with one user-defined piece per language of `target_langs` (`lang_token`; ids 4, 5, ...), and
+        with `byte_fallback` (None: where `vocab_size` >= `BYTE_FALLBACK_MIN_VOCAB`; True below that
+        is a TokenizerError) the 256 byte pieces (see the module docstring).
 
         `texts` may stream a whole corpus: SentencePiece keeps a uniform random sample of
         `sample_sentences` of them (reservoir sampling, drawn with `seed`), so memory is bounded
         by the sample, not the corpus. An error raised by `texts` is raised as it is.
         """
+        if byte_fallback is None:
+            byte_fallback = vocab_size >= BYTE_FALLBACK_MIN_VOCAB
+        elif byte_fallback and vocab_size < BYTE_FALLBACK_MIN_VOCAB:
+            raise TokenizerError(
+                f"byte fallback takes 256 pieces: it needs a vocab_size of {BYTE_FALLBACK_MIN_VOCAB} or more, "
+                f"got {vocab_size}"
+            )
         model = io.BytesIO()
         failures = []
 
@@ -176,6 +206,7 @@ class SubwordTokenizer(tf.Module):
                 eos_id=EOS_ID,
                 unk_id=UNK_ID,
                 hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary, not an error
+                byte_fallback=byte_fallback,
                 user_defined_symbols=[lang_token(lang) for lang in target_langs],
                 input_sentence_size=sample_sentences,
                 shuffle_input_sentence=True,
@@ -224,16 +255,27 @@ class SubwordTokenizer(tf.Module):
         (Kudo, 2018; SentencePiece's `nbest_size=-1`: from every segmentation), different at every call."""
         return self._encode(strings, alpha, target=True)
 
-    def _encode(self, strings, alpha: float, target: bool):
-        """`tokenize` with the target side's model (`target`) or the source side's."""
-        if alpha <= 0:
+    def _proto(self, target: bool) -> bytes:
+        return self.target_proto if target and self.target_proto is not None else self.model_proto
+
+    def _encode(self, strings, alpha: float, target: bool, lite: bool = False):
+        """`tokenize` with the target side's model (`target`) or the source side's; `lite`: by the
+        fast tokenizer (TFLite kernels), which has no byte fallback."""
+        if alpha <= 0 and (lite or not self.byte_fallback):
             tokenizer = self._target_tokenizer if target else self._tokenizer
             return tf.cast(tokenizer.tokenize(strings), tf.int32)
-        # Made where it is called: its SentencePiece resource belongs to the graph that uses it (a
-        # tokenizer made outside a tf.data function is "Resource ... does not exist" inside it).
-        proto = self.target_proto if target and self.target_proto is not None else self.model_proto
-        sampler = tf_text.SentencepieceTokenizer(proto, nbest_size=-1, alpha=alpha)
+        if alpha <= 0:
+            return tf.cast(_sentencepiece(self._proto(target)).tokenize(strings), tf.int32)
+        # Made where it is called, as `_sentencepiece`.
+        sampler = tf_text.SentencepieceTokenizer(self._proto(target), nbest_size=-1, alpha=alpha)
         return tf.cast(sampler.tokenize(strings), tf.int32)
+
+    def source_offsets(self, strings):
+        """strings [N] -> (ids [N, (n)] int32, starts [N, (n)] int64): the source side's segmentation
+        (SentencePiece's op; the ids `tokenize_source` gives a text without a target-language piece)
+        and the byte where each token starts in its string."""
+        ids, starts, _ = _sentencepiece(self.model_proto).tokenize_with_offsets(strings)
+        return tf.cast(ids, tf.int32), starts
 
     def tokenize_source(self, strings, alpha: float = 0.0):
         """strings [N] -> ragged [N, (len)] int32 as `tokenize` with the source side's model, except that
@@ -283,7 +325,8 @@ class SubwordTokenizer(tf.Module):
         running = tf.math.cumprod(tf.cast((ids != EOS_ID) & (ids != PAD_ID), tf.int32), axis=1)  # [N, L]
         tokens = tf.RaggedTensor.from_tensor(ids, lengths=tf.reduce_sum(running, axis=1))  # [N, (len)]
         tokens = tf.ragged.boolean_mask(tokens, (tokens != START_ID) & (tokens != UNK_ID))
-        text = self._target_tokenizer.detokenize(tokens)  # [N]
+        detokenizer = _sentencepiece(self._proto(True)) if self.byte_fallback else self._target_tokenizer
+        text = detokenizer.detokenize(tokens)  # [N]
         return tf.strings.strip(tf.strings.regex_replace(text, "  +", " "))
 
     def source_ids(self, strings, max_length: int, lite: bool = False):
@@ -291,10 +334,11 @@ class SubwordTokenizer(tf.Module):
         string's first `max_length - 1` tokens (a leading target-language piece one of them,
         `tokenize_source`), then EOS, padded; and each string's token count before that cut (0:
         nothing to translate, also for a target-language piece alone). The one rule for every
-        translation path. With `lite`, only ops with TFLite kernels besides the tokenizer's, so it
-        runs inside a TFLite model: there a leading target-language piece must be followed by a
-        space ("<2fr> Jesus wept.", as `tag` writes it) to give `tokenize_source`'s ids."""
-        tokens = self._encode(strings, 0.0, target=False) if lite else self.tokenize_source(strings)  # [B, (n)]
+        translation path. With `lite`, only ops with TFLite kernels besides the fast tokenizer's (no byte
+        fallback: a character the pieces lack is the unknown id), so it runs inside a TFLite model:
+        there a leading target-language piece must be followed by a space ("<2fr> Jesus wept.", as
+        `tag` writes it) to give `tokenize_source`'s ids."""
+        tokens = self._encode(strings, 0.0, target=False, lite=True) if lite else self.tokenize_source(strings)
         counts = tf.cast(tokens.row_lengths(), tf.int32)  # [B]
         dense = tokens.to_tensor(default_value=PAD_ID)  # [B, n]
         if self.lang_ids and lite:

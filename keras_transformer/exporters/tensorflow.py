@@ -63,6 +63,13 @@ from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 INT8_SUFFIX = "_int8"  # the int8 SavedModel's name: <name>_int8
 WARMUP_TEXTS = ("In the beginning God created the heavens and the earth.", "Jesus wept.")
 METADATA = "translator.json"
+# translator.json's note on a byte-fallback tokenizer (data/tokenizer.py): what the TFLite text model cannot do
+BYTE_FALLBACK = (
+    "the tokenizer spells characters outside its pieces as UTF-8 byte pieces (SentencePiece's byte_fallback), "
+    "which the SavedModels and SentencePiece (tokenizer.model) encode and decode; the text TFLite model "
+    "(tensorflow-text's fast SentencePiece) encodes such characters as unk_id: to keep them on a device, encode "
+    "with SentencePiece and run the ids model"
+)
 GLOSSARY = "glossary.tsv"  # the terms the text SavedModels' translate holds, as export --glossary read them
 
 
@@ -303,6 +310,10 @@ def export_tensorflow(
     two = "target_tokenizer" in paths
     with open(paths["metadata"], "w", encoding="utf-8") as f:
         metadata = tflite_metadata(model.config, decoding, model_dirs, tokenizer.lang_ids, tflite, checkpoint, two)
+        if tokenizer.byte_fallback:
+            metadata["byte_fallback"] = BYTE_FALLBACK
+            if tflite:
+                log(f"note: {BYTE_FALLBACK}")
         if glossary is not None:
             paths["glossary"] = os.path.join(out, GLOSSARY)
             glossary.save(paths["glossary"])
