@@ -61,6 +61,17 @@ that have three (the slowdown per phrase):
 Timing runs after one warm-up call of each search (the tracing), in this process, each count of
 phrases once; measure on a quiet machine (bench/README.md).
 
+`paragraphs`: documents, not sentences (issue 36 item 1): the held-out verses joined `--per-line`
+(5) to a line with a space, each line translated as a paragraph (`Translator.translate(...,
+split=True)`: sentence by sentence, `inference/sentences.py`), as one sequence (`split=False`,
+what `translate --no-split` does: cut at max_length) and the verses one per line. Verses dropped:
+unsplit, those whose every token lies past the line's first max_length - 1; as paragraphs, at most
+the verses of a line whose sentences lost a token past max_length - 1 (goal 0); sacreBLEU BLEU and
+chrF of each way on the lines (the verse translations joined as their sources were, against the
+references joined likewise); the seconds of each, after a warm-up:
+
+    python bench/quality.py paragraphs --model-dir runs/small [--limit N] [--per-line 5] [--beam-size 4]
+
 Every subcommand that reads a model's held-out verses reads them through the package's one reader
 (`common.held_out_pairs`).
 """
@@ -77,6 +88,7 @@ import tempfile
 import time
 
 import numpy as np
+import tensorflow as tf
 from common import command_line, emit, held_out_pairs, load_average, median, record
 
 import keras_transformer as kt
@@ -404,12 +416,77 @@ def shortlist(args) -> None:
     )
 
 
+def paragraphs_arguments(p) -> None:
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--checkpoint", default="latest")
+    p.add_argument("--limit", type=int, help="only the first N verses")
+    p.add_argument("--per-line", type=int, default=5, help="verses joined to a line")
+    p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
+
+
+def dropped_verses(tokenizer, units: list[list[str]], keep: int) -> int:
+    """How many verses lie wholly past the first `keep` tokens of the unit (a line the model reads
+    as one source) that holds them: `units`, each unit's verses in order, joined with a space."""
+    dropped = 0
+    for verses in units:
+        prefixes = [" ".join(verses[: i + 1]) for i in range(len(verses))]
+        counts = tokenizer.source_ids(prefixes, keep + 1)[1].numpy()  # [verses]: tokens up to each verse's end
+        starts = [0, *counts[:-1]]
+        dropped += sum(start >= keep for start in starts)
+    return dropped
+
+
+def paragraphs(args) -> None:
+    from keras_transformer.inference.sentences import split
+
+    sources, references = held_out_pairs(args.model_dir, args.limit)[:2]
+    translator = Translator.from_model_dir(args.model_dir, args.checkpoint, beam_size=args.beam_size)
+    keep = translator.model.config.max_length - 1
+    n = args.per_line
+    groups = [sources[i : i + n] for i in range(0, len(sources), n)]
+    lines = [" ".join(group) for group in groups]
+    wanted = [" ".join(references[i : i + n]) for i in range(0, len(references), n)]
+    translator.translate(lines[:2], split=True)  # the tracing, before any timing
+    translator.translate(lines[:2])
+    start = time.perf_counter()
+    per_verse = translator.translate(sources)
+    seconds = {"per_verse": time.perf_counter() - start}
+    outputs = {"per_verse": [" ".join(per_verse[i : i + n]) for i in range(0, len(per_verse), n)]}
+    for name, splitting in (("paragraphs", True), ("unsplit", False)):
+        start = time.perf_counter()
+        outputs[name] = translator.translate(lines, split=splitting)
+        seconds[name] = time.perf_counter() - start
+    found, _ = split(lines, translator.tokenizer, keep + 1)  # the sentences the paragraphs' search reads
+    counts = translator.tokenizer.source_ids(found.flat_values, keep + 1)[1]  # [sentences]
+    past = found.with_flat_values(tf.maximum(counts - keep, 0)).numpy()  # [lines, (k)]: tokens cut off
+    cut_lines = [sum(row) > 0 for row in past]
+    emit(
+        record(
+            benchmark="paragraphs",
+            model_dir=args.model_dir,
+            checkpoint=args.checkpoint,
+            beam_size=args.beam_size,
+            verses=len(sources),
+            lines=len(lines),
+            per_line=n,
+            sentences=int(found.flat_values.shape[0]),
+            tokens_past_max_length={"paragraphs": int(sum(sum(row) for row in past))},
+            verses_dropped={  # paragraphs: at most the verses of its lines that lost a token
+                "paragraphs": sum(len(group) for group, cut in zip(groups, cut_lines) if cut),
+                "unsplit": dropped_verses(translator.tokenizer, groups, keep),
+            },
+            **{name: {**corpus_scores(outputs[name], wanted), "seconds": round(seconds[name], 3)} for name in outputs},
+        )
+    )
+
+
 COMMANDS = {
     "table": (table_arguments, table, "the README's quality table: train a preset for a budget, then score it"),
     "score-compare": (score_compare_arguments, score_compare, "scoring given pairs: ours against CTranslate2"),
     "alignment-names": (alignment_names_arguments, alignment_names, "how well word alignments pair names"),
     "constraints": (constraints_arguments, constraints, "lexically constrained decoding: inclusion, BLEU, cost"),
     "shortlist": (shortlist_arguments, shortlist, "the vocabulary shortlist: BLEU and speed with and without"),
+    "paragraphs": (paragraphs_arguments, paragraphs, "verses five to a line as paragraphs: none dropped, BLEU, time"),
 }
 main = command_line(__doc__, COMMANDS)
 

@@ -120,7 +120,7 @@ def test_bench_reads_held_out_pairs_through_the_package_reader(tmp_path):
     import quality
 
     readers = [decoding.verses_fields, decoding.search_steps, decoding.threads, decoding.controls_cost]
-    readers += [quality.score_compare, quality.alignment_names, quality.constraints]
+    readers += [quality.score_compare, quality.alignment_names, quality.constraints, quality.paragraphs]
     sources = {reader.__name__: inspect.getsource(reader) for reader in readers}
     assert [name for name, source in sources.items() if "read_pairs(" in source] == []
     assert all("held_out_pairs(" in source for source in sources.values())
@@ -395,6 +395,15 @@ def test_constraints_puts_every_phrase_in_the_outputs(capsys, trained):
     assert line["verses"] == 4 and line["phrases"] >= 4 and line["inclusion_share"] == 1.0
     assert set(line["seconds_per_verse_by_phrases"]) == {"0", "1", "2", "3"}
     assert line["unconstrained"]["sentences"] == line["constrained"]["sentences"] == 4
+
+
+@pytest.mark.slow
+def test_paragraphs_drops_no_verse(capsys, trained):
+    line = run_main("quality", ["paragraphs", "--model-dir", trained.model_dir, "--limit", "8"], capsys)
+    assert line["verses"] == 8 and line["lines"] == 2 and line["sentences"] >= 2
+    assert line["verses_dropped"]["paragraphs"] == 0 and line["tokens_past_max_length"]["paragraphs"] == 0
+    assert line["per_verse"]["sentences"] == line["paragraphs"]["sentences"] == line["unsplit"]["sentences"] == 2
+    assert all(line[name]["seconds"] > 0 for name in ("per_verse", "paragraphs", "unsplit"))
 
 
 @pytest.mark.slow

@@ -243,6 +243,11 @@ def test_next_version_is_one_above_both_base_paths(tmp_path):
     assert next_version(str(tmp_path), "translator") == 7
 
 
+def documents(sentences: list[str]) -> list[str]:
+    """Paragraphs of the sentences (`translate_document`), one of them longer than max_length."""
+    return [" ".join(sentences[:3]) + "\n\n" + " ".join(sentences[3:] * 4), "", sentences[0]]
+
+
 @probe
 def signature_calls(exported):
     sentences = exported.sentences[:6]
@@ -251,6 +256,7 @@ def signature_calls(exported):
         ("serving_default", {"text": texts(sentences)}),
         ("translate_ids", {"source_ids": source_ids}),
         ("translate_nbest", {"text": texts(sentences)}),
+        ("translate_document", {"text": texts(documents(sentences))}),
     ]
     ids_calls = [("serving_default", {"source_ids": source_ids})]
     return [("saved_model", "saved_model", text_calls), ("saved_model", "saved_model_ids", ids_calls)]
@@ -268,6 +274,7 @@ def test_saved_model_signatures_equal_the_python_model(exported, probed):
     assert_same_beams(outputs[1]["ids"], reference.ids.numpy(), outputs[1]["scores"], reference.scores.numpy())
     assert outputs[2]["translations"].shape == (6, 4) and decoded(outputs[2]["translations"][:, 0]) == translations
     assert_same_beams(ids_only[0]["ids"], reference.ids.numpy(), ids_only[0]["scores"], reference.scores.numpy())
+    assert decoded(outputs[3]["translation"]) == exported.translator.translate(documents(sentences), split=True)
 
 
 def signatures_of(path: str) -> dict:

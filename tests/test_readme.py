@@ -215,6 +215,13 @@ def check_translate(values, namespace):
     assert (bleu, chrf, examples) == (evaluated["bleu"], evaluated["chrf"], evaluated["translations"][:3])
 
 
+def check_documents(values, namespace):
+    translator = namespace["translator"]
+    document = values['translator.translate("Jesus wept.  Amen.\\n\\nIn the beginning.", split=True)']
+    one, two, three = translator.translate(["Jesus wept.", "Amen.", "In the beginning."])
+    assert document == f"{one}  {two}\n\n{three}"  # 3 translations, "  " and "\n\n" kept
+
+
 def check_training(values, namespace):
     assert all(callable(getattr(kt.TransformerConfig, preset)) for preset in ("big", "small", "tiny"))  # also ...
     assert isinstance(namespace["model"], keras.Model)  # a keras.Model
@@ -296,6 +303,7 @@ def check_control(values, namespace):
 # {heading: (provide the reader's inputs, check what the comments promise)}; other blocks just run.
 PYTHON_BLOCKS = {
     "Translate from Python": (None, check_translate),
+    "Translating documents": (None, check_documents),
     "The Python API: training": (provide_training_inputs, check_training),
     "Decoding": (None, check_decoding),
     "The search, and a control of your own": (None, check_control),
@@ -379,6 +387,10 @@ def check_fine_tuned(result, workspace):
     assert tuned.read()["data_config"].data == "software-en-de" and tuned.resolve_checkpoint("latest")
 
 
+def check_document(result, workspace):
+    assert len(result.stdout.splitlines()) == 1  # one line per input line, its sentences in it
+
+
 def check_glossary(result, workspace):
     assert "König" in result.stdout and len(result.stdout.splitlines()) == 1
 
@@ -396,6 +408,8 @@ SH_CHECKS = {
     r"--alternatives 3": check_alternatives,
     r"--no-repeat-ngram-size 3": check_one_line,
     r"--glossary": check_glossary,
+    r"\| keras-transformer translate --model-dir runs/small$": check_document,
+    r"--no-split": check_one_line,
     r"^keras-transformer evaluate": check_evaluate,
     r"average --model-dir DIR --last 5": check_averaged,
     r"--format ctranslate2": check_ctranslate2,

@@ -45,6 +45,7 @@ def test_signatures_equal_the_python_translator(served):
         "score",
         "sample",
         "translate_with_options",
+        "translate_document",
     }
 
 

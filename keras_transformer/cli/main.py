@@ -159,6 +159,14 @@ def _add_translate(subparsers):
         help="after a tab on each line, the word alignment in Pharaoh format (source-target word indices: 0-0 2-1)",
     )
     p.add_argument(
+        "--no-split",
+        dest="split",
+        action="store_false",
+        help="translate each input as one sentence (default: as a document, sentence by sentence, the "
+        "whitespace between them kept, a sentence too long for the model cut at its best boundary; "
+        "--nbest, --num-samples, --alternatives, --alignments, --prefix and --constraint always take one sentence)",
+    )
+    p.add_argument(
         "--alternatives",
         type=int,
         metavar="N",
@@ -168,7 +176,8 @@ def _add_translate(subparsers):
     p.add_argument(
         "text",
         nargs="*",
-        help="sentences; none: stdin, one per line, streamed (--nbest N, --num-samples N: INDEX<TAB>SCORE<TAB>TEXT)",
+        help="texts (documents: see --no-split); none: stdin, one per line, streamed "
+        "(--nbest N, --num-samples N: INDEX<TAB>SCORE<TAB>TEXT)",
     )
 
 
@@ -456,7 +465,8 @@ def _translate(args):
             for translation, pairs in translator.translate_with_alignments(chunk):
                 print(f"{translation}\t{format_pharaoh(pairs)}")
         elif n == 1:
-            for translation in translator.translate(chunk, prefixes, constraints, lang):
+            split = args.split and prefixes is None and constraints is None  # a document: sentence by sentence
+            for translation in translator.translate(chunk, prefixes, constraints, lang, split):
                 print(translation)
         else:
             for k, hypotheses in enumerate(

@@ -8,6 +8,12 @@ all in the graph.
   glossary (`export --glossary FILE`; `inference/glossary.py`, its terms constants of the graph),
   each translation holds the target terms of the glossary terms its text holds, by the
   constrained search of `translate_constrained`.
+- `translate_document(text [B]) -> {translation [B] string}`: each text a document, split into
+  sentences (`inference/sentences.py`: the rule of `Translator.translate(..., split=True)`, a
+  sentence too long for the model cut further), all of them translated by `translate` in one batch
+  (its glossary too) and joined back in order with the whitespace between them. `serving_default`
+  stays `translate`, one sentence per text, so TF Serving clients keep working; a client sends
+  paragraphs to this signature by name. Not in a multilingual model's export.
 - `translate_ids(source_ids [B, S] int32) -> {ids [B, beam, L] int32, scores [B, beam] float32}`;
   a row of more than `max_length` ids is cut to its first `max_length - 1`, then EOS.
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
@@ -57,7 +63,7 @@ from tensorflow.python.trackable.data_structures import NoDependency
 
 from keras_transformer.config import DecodingConfig, SearchSettings
 from keras_transformer.data.shortlist import Shortlist
-from keras_transformer.inference import alignment
+from keras_transformer.inference import alignment, sentences
 from keras_transformer.inference.beam import BeamSearch
 from keras_transformer.inference.controls import MinLength, NoRepeatNgram, RepetitionPenalty, controls, suppressed_ids
 from keras_transformer.inference.decoding import beam_search
@@ -197,6 +203,8 @@ class TranslationModule(tf.Module):
             )
             if tokenizer.target_langs:
                 self.translate_to = graph_function(self._translate_to, input_signature=[TEXT_SPEC, TARGET_LANG_SPEC])
+            else:
+                self.translate_document = graph_function(self._translate_document, input_signature=[TEXT_SPEC])
 
     def _translate_ids(self, source_ids):
         result = self._decode(self.model, truncate_source_ids(source_ids, self.model.config.max_length))
@@ -237,6 +245,11 @@ class TranslationModule(tf.Module):
             return self._translate_constrained(text, self._glossary.constraint_phrases(text))
         ids, scores = self._search_text(text, nbest=1)  # one translation (the exact rule stops sooner)
         return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
+
+    def _translate_document(self, text):
+        found, separators = sentences.split(self._repaired(text), self.tokenizer, self.model.config.max_length)
+        translations = self._translate(found.flat_values)["translation"]  # [N]: every sentence in one batch
+        return {"translation": sentences.join(translations, separators)}  # [B]
 
     def _translate_to(self, text, target_lang):
         langs = self.tokenizer.target_langs
@@ -364,6 +377,7 @@ class TranslationModule(tf.Module):
             "translate_with_options": self.translate_with_options,
             "translate_with_alignments": self.translate_with_alignments,
             **({"translate_to": self.translate_to} if self.tokenizer.target_langs else {}),
+            **({} if self.tokenizer.target_langs else {"translate_document": self.translate_document}),
         }
 
     def save(self, path: str) -> None:

@@ -5,6 +5,7 @@ import keras_transformer as kt
 translator = kt.Translator.from_model_dir("runs/small")
 translator.translate("Jesus wept.")               # -> str
 translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
+translator.translate("Jesus wept. Amen.", split=True)  # a document: sentence by sentence (sentences.py)
 translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
 translator.translate("Jesus wept.", prefixes="Jesus")  # continues the given start of a translation
 translator.translate("Jesus wept.", constraints=["Jesus"])  # every output holds the phrases (constraints.py)
@@ -32,7 +33,7 @@ import tensorflow as tf
 from keras_transformer.config import DecodingConfig
 from keras_transformer.data.shortlist import Shortlist
 from keras_transformer.data.tokenizer import lang_token
-from keras_transformer.inference import alignment
+from keras_transformer.inference import alignment, sentences
 from keras_transformer.inference import constraints as lexical
 from keras_transformer.inference.alternatives import alternatives as expand
 from keras_transformer.inference.controls import suppressed_ids
@@ -78,12 +79,13 @@ class Translator:
     `overrides` of its fields (`Translator(model, tokenizer, beam_size=1, alpha=0.0)`).
 
     A source longer than the model's `max_length` (EOS included) is truncated, with a warning on
-    stderr. An empty (or all-space) source translates to the empty string (score 0). A score is
-    the sum of the hypothesis's token log-probabilities divided by the length penalty
-    ((5 + |y|) / 6)^alpha (Wu et al., 2016). With `dtype` "bfloat16" the model decodes
-    in a bf16 copy (`Transformer.with_dtype`), with `int8` in a copy with int8 weights
-    (`Transformer.with_int8`). With sampling on (`sampling_topk` 0 or
-    K > 1) translations are drawn (`sampling.py`) instead of searched: `translate` gives each
+    stderr; with `translate(..., split=True)` a document is translated sentence by sentence, a
+    sentence too long cut further, so nothing is truncated. An empty (or all-space) source
+    translates to the empty string (score 0). A score is the sum of the hypothesis's token
+    log-probabilities divided by the length penalty ((5 + |y|) / 6)^alpha (Wu et al., 2016). With
+    `dtype` "bfloat16" the model decodes in a bf16 copy (`Transformer.with_dtype`), with `int8` in a
+    copy with int8 weights (`Transformer.with_int8`). With sampling on (`sampling_topk` 0 or K > 1)
+    translations are drawn (`sampling.py`) instead of searched: `translate` gives each
     text's best-scoring of `num_samples` samples, `translate_nbest` all of them.
 
     `prefixes` (of `translate`, `translate_nbest`): a target prefix for every text (a str), or one
@@ -258,11 +260,35 @@ class Translator:
     @overload
     def translate(self, texts: Sequence[str]) -> list[str]: ...
 
-    def translate(self, texts, prefixes=None, constraints=None, target_lang=None):
-        """The best translation of a text (a str), or of each text of a list (a list of str)."""
+    def translate(self, texts, prefixes=None, constraints=None, target_lang=None, split=False):
+        """The best translation of a text (a str), or of each text of a list (a list of str). With
+        `split`, each text is a document: its sentences (`sentences.py`; one too long for the model
+        cut further at its best boundary) are translated, all of them in one go, and their
+        translations joined in order with the whitespace that was between them; a document takes
+        no prefix and no constraints (a glossary applies to each sentence)."""
         if isinstance(texts, str):
-            return self.translate([texts], prefixes, None if constraints is None else [constraints], target_lang)[0]
+            constraints = None if constraints is None else [constraints]
+            return self.translate([texts], prefixes, constraints, target_lang, split)[0]
+        if split:
+            return self._translate_documents(list(texts), prefixes, constraints, target_lang)
         return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1, prefixes, constraints, target_lang)]
+
+    def _translate_documents(self, texts: list[str], prefixes, constraints, target_lang) -> list[str]:
+        if prefixes is not None or constraints is not None:
+            raise ValueError("a document (split=True) takes no prefixes or constraints: they are a sentence's")
+        if not texts:
+            return []
+        if target_lang is None and self.tokenizer.lang_ids:  # each text's own language piece: its sentences'
+            tags = [[lang for lang in self.tokenizer.lang_ids if text.startswith(lang_token(lang))] for text in texts]
+            if all(tags):
+                target_lang = [found[0] for found in tags]
+                texts = [text[len(lang_token(lang)) :].lstrip(" ") for text, lang in zip(texts, target_lang)]
+        found, separators = sentences.split(texts, self.tokenizer, self.model.config.max_length)  # [D, (k)] each
+        if target_lang is not None and not isinstance(target_lang, str):  # one per text: one per sentence
+            target_lang = np.repeat(list(target_lang), found.row_lengths().numpy()).tolist()
+        flat = [sentence.decode("utf-8") for sentence in found.flat_values.numpy()]
+        translations = self.translate(flat, target_lang=target_lang)
+        return [text.decode("utf-8") for text in sentences.join(translations, separators).numpy()]
 
     @overload
     def translate_nbest(self, texts: str, n: int | None = None) -> list[tuple[str, float]]: ...
