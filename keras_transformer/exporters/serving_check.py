@@ -8,7 +8,7 @@ tensorflow-text (the ops TF Serving links). Then every signature serves hostile 
 empty strings, a huge string, control characters, invalid UTF-8; batches of 0, 1 and 64; a
 [B, C] string input, such as `translate_constrained`'s phrases, three of them per row; a
 multilingual model's `translate_to` also gets known and unknown target languages, in batches of
-0, 1 and 256) the way
+0, 1 and 256; `translate_document`, whose huge string is many sentences, batches of 0, 1 and 8) the way
 the model server runs it (the tf.compat.v1 loader and `Session.run` with the signature's tensor
 names): no error, every output's first dimension the batch's, strings valid UTF-8, no NaN.
 Imports only tensorflow, tensorflow_text and NumPy (and the package's reserved ids).
@@ -70,7 +70,10 @@ HOSTILE_NUMBERS = {
     tf.float32: (0.6, 0.0, -1.0, float("nan"), float("inf"), 1e30, 1.0),
 }
 BATCHES = (0, 1, 64)
-SIGNATURE_BATCHES = {"translate_to": (0, 1, 256)}  # one request mixing every language and failure
+SIGNATURE_BATCHES = {
+    "translate_to": (0, 1, 256),  # one request mixing every language and failure
+    "translate_document": (0, 1, 8),  # the huge string is ~15 sentences at max_length 128: 8 documents, not 64
+}
 
 
 def hostile_input(info, size: int, shift: int, key: str = "") -> np.ndarray:
