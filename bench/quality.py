@@ -432,7 +432,7 @@ def dropped_verses(tokenizer, units: list[list[str]], keep: int) -> int:
         prefixes = [" ".join(verses[: i + 1]) for i in range(len(verses))]
         counts = tokenizer.source_ids(prefixes, keep + 1)[1].numpy()  # [verses]: tokens up to each verse's end
         starts = [0, *counts[:-1]]
-        dropped += sum(start >= keep for start in starts)
+        dropped += int(sum(start >= keep for start in starts))
     return dropped
 
 
