@@ -264,6 +264,30 @@ def test_decoding_int8_compares_int8_weights_per_sentence(capsys, trained, in_pr
 
 
 @pytest.mark.slow
+def test_decoding_frontier_puts_each_models_systems_on_one_plot(capsys, trained, in_process_workers, tmp_path):
+    """`frontier`: per model dir, ours with and without the shortlist and int8 weights, and
+    CTranslate2 fp32, int8 and int8 over the vocabulary map of the same shortlist: a point each, and the PNG."""
+    import shutil
+
+    import decoding
+
+    from keras_transformer.cli.main import main as cli
+
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(trained.model_dir, model_dir)
+    assert cli(["shortlist", "--model-dir", model_dir, "--per-source", "8", "--frequent", "20"]) == 0
+    plot = str(tmp_path / "frontier.png")
+    argv = ["frontier", "--model-dirs", model_dir, "--labels", "tiny", "--limit", "2", "--beam-size", "2"]
+    line = run_main(
+        "decoding", [*argv, "--rounds", "1", "--intra-threads", "0", "--inter-threads", "0", "--plot", plot], capsys
+    )
+    assert [(p["model"], p["system"]) for p in line["points"]] == [("tiny", s) for s in decoding.FRONTIER_SYSTEMS]
+    for point in line["points"]:
+        assert point["tgt_tokens_per_s"] > 0 and 0 <= point["bleu"] <= 100 and point["over_ctranslate2"] > 0
+    assert pathlib.Path(plot).stat().st_size > 1000
+
+
+@pytest.mark.slow
 def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, trained):
     argv = ["search-steps", "--model-dir", trained.model_dir, "--limit", "3", "--beam-size", "2"]
     line = run_main("decoding", argv, capsys)
