@@ -42,6 +42,7 @@ def test_title_case_and_all_caps_of_every_script():
         "",
         "中文 Text «École»",
     ]
+    assert texts(title_case(tf.constant(["", ""]))) == ["", ""]
     assert texts(upper_case(tf.constant(["ärger über été, Ôter", "中文 text"]))) == [
         "ÄRGER ÜBER ÉTÉ, ÔTER",
         "中文 TEXT",
@@ -118,6 +119,7 @@ def test_source_noise_drops_and_swaps_source_characters_only():
     assert any(not re.fullmatch(".*".join(map(re.escape, out)), source) for out, source in zip(noised, sources))
     assert noised == texts(drop_and_swap(tf.constant(sources), 0.2, tf.constant([3, 4])))
     assert texts(drop_and_swap(tf.constant(sources), 0.0, tf.constant([3, 4]))) == sources
+    assert texts(drop_and_swap(tf.constant(["", ""]), 0.5, tf.constant([3, 4]))) == ["", ""]
     pairs = tf.data.Dataset.from_tensor_slices((sources, sources))
     noisy_pairs = pairs_of(augmented(pairs, DataConfig(source_noise=0.2), seed=1))
     assert [t for _, t in noisy_pairs] == sources and sum(s != t for s, t in noisy_pairs) > 390

@@ -30,6 +30,11 @@ _SPACE = r"[\s\p{Z}]"  # whitespace, Unicode's separators included (U+00A0, U+20
 _WORD_CHARACTER = r"[\p{L}\p{N}]"  # letters and digits of every script
 
 
+def _shifted(values: tf.Tensor, first) -> tf.Tensor:
+    """[T] -> [T]: each position holds its predecessor's value, the first `first` (also for T = 0)."""
+    return tf.concat([[first], values], axis=0)[:-1]
+
+
 def upper_case(texts: tf.Tensor) -> tf.Tensor:
     """ALL CAPS of UTF-8 strings (any shape), every script's letters."""
     return tf.strings.upper(texts, encoding="utf-8")
@@ -46,7 +51,7 @@ def title_case(texts: tf.Tensor) -> tf.Tensor:
     word_character = tf.cast(tf.strings.regex_full_match(flat, _WORD_CHARACTER), tf.int64)  # [T]
     position = tf.range(tf.size(flat, out_type=tf.int64))  # [T]
     row_start = tf.equal(position, tf.gather(characters.row_starts(), characters.value_rowids()))  # [T]
-    after_space = tf.concat([[True], space[:-1]], axis=0)  # [T]
+    after_space = _shifted(space, True)  # [T]
     word_start = tf.logical_not(space) & (row_start | after_space)  # [T]
     word = tf.cumsum(tf.cast(word_start, tf.int64))  # [T]: 1 for the first word, 0 before it
     before = tf.cumsum(word_character, exclusive=True)  # [T]: letters and digits before, in the batch
@@ -65,8 +70,8 @@ def drop_and_swap(texts: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
     last = tf.equal(position, tf.gather(characters.row_limits(), characters.value_rowids()) - 1)  # [T]
     draws = tf.random.stateless_uniform([tf.size(flat), 2], seed)  # [T, 2]: swap, drop
     wants = (draws[:, 0] < rate / 2) & tf.logical_not(last)  # [T]: swap with the next character
-    swap = wants & tf.logical_not(tf.concat([[False], wants[:-1]], axis=0))  # not when the one before swaps
-    swapped = tf.concat([[False], swap[:-1]], axis=0)  # [T]: the one before swaps with it
+    swap = wants & tf.logical_not(_shifted(wants, False))  # not when the one before swaps
+    swapped = _shifted(swap, False)  # [T]: the one before swaps with it
     flat = tf.gather(flat, position + tf.cast(swap, tf.int64) - tf.cast(swapped, tf.int64))  # [T]
     kept = tf.ragged.boolean_mask(
         characters.with_flat_values(flat), characters.with_flat_values(draws[:, 1] >= rate / 2)
