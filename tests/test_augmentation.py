@@ -150,7 +150,7 @@ def test_nonsense_shares_are_refused(shares, message, capsys, tmp_path):
         DataConfig(**shares)
     flags = [item for name, value in shares.items() for item in ("--" + name.replace("_", "-"), str(value))]
     assert main(["train", "--model-dir", str(tmp_path / "m"), *flags]) == 2
-    assert capsys.readouterr().err.strip() == f"error: {message}"
+    assert capsys.readouterr().err.strip() == f"keras-transformer: error: {message}"
     assert not (tmp_path / "m").exists()
 
 
