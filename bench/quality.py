@@ -419,7 +419,7 @@ def shortlist(args) -> None:
 CASINGS = {"normal": None, "upper": upper_case, "title": title_case}  # the held-out verses, each way
 
 
-def cased(case, texts: list[str]) -> list[str]:
+def in_casing(case, texts: list[str]) -> list[str]:
     """`texts` as `case` (`upper_case`, `title_case`; None: as they are) writes them."""
     return texts if case is None else [text.decode("utf-8") for text in case(texts).numpy()]
 
@@ -461,7 +461,7 @@ def casing(args) -> None:
             model, ModelDir(model_dir).tokenizer(), batch_size=64, beam_size=args.beam_size, alpha=alpha
         )
         scores = {
-            way: corpus_scores(translator.translate(cased(case, sources)), cased(case, references))
+            way: corpus_scores(translator.translate(in_casing(case, sources)), in_casing(case, references))
             for way, case in CASINGS.items()
         }
         results[name] = dict(model_dir=model_dir, steps=trained_steps(model), train_s=round(train_s, 1), scores=scores)
