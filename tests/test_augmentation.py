@@ -43,6 +43,7 @@ def test_title_case_and_all_caps_of_every_script():
         "中文 Text «École»",
     ]
     assert texts(title_case(tf.constant(["", ""]))) == ["", ""]
+    assert texts(title_case(tf.constant(["ßtraße ﬁsh"]))) == ["Sstraße Fish"]
     assert texts(upper_case(tf.constant(["ärger über été, Ôter", "中文 text"]))) == [
         "ÄRGER ÜBER ÉTÉ, ÔTER",
         "中文 TEXT",

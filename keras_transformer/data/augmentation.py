@@ -15,7 +15,8 @@ Casing is Unicode's (`tf.strings.upper`/`lower` with the UTF-8 encoding: "ä" ->
 without it TensorFlow changes ASCII letters only). Title Case (`title_case`): in each word (a run
 of characters between whitespace) the first cased letter is upper-cased when no letter or digit
 precedes it in the word, every other letter lower-cased: "the LORD's (holy) day 1st" ->
-"The Lord's (Holy) Day 1st" (Python's `str.title` gives "Lord'S" and "1St").
+"The Lord's (Holy) Day 1st" (Python's `str.title` gives "Lord'S" and "1St"); a letter whose upper
+case is two ("ß" -> "SS", "ﬁ" -> "FI") starts its word with the first of them alone upper-cased.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def title_case(texts: tf.Tensor) -> tf.Tensor:
     before = tf.cumsum(word_character, exclusive=True)  # [T]: letters and digits before, in the batch
     at_word_start = tf.concat([[0], tf.boolean_mask(before, word_start)], axis=0)  # [W + 1]
     first = cased & tf.equal(before - tf.gather(at_word_start, word), 0)  # none before it in its word
-    return tf.strings.reduce_join(characters.with_flat_values(tf.where(first, upper, lower)), axis=1)  # [N]
+    rest = tf.strings.lower(tf.strings.substr(upper, 1, 3, unit="UTF8_CHAR"), encoding="utf-8")  # "SS" of ß: "s"
+    title = tf.strings.join([tf.strings.substr(upper, 0, 1, unit="UTF8_CHAR"), rest])  # [T]: "Ss", "Fi" of "ﬁ"
+    return tf.strings.reduce_join(characters.with_flat_values(tf.where(first, title, lower)), axis=1)  # [N]
 
 
 def drop_and_swap(texts: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
