@@ -120,7 +120,7 @@ def test_bench_reads_held_out_pairs_through_the_package_reader(tmp_path):
     import quality
 
     readers = [decoding.verses_fields, decoding.search_steps, decoding.threads, decoding.controls_cost]
-    readers += [quality.score_compare, quality.alignment_names, quality.constraints]
+    readers += [quality.score_compare, quality.alignment_names, quality.constraints, quality.casing]
     sources = {reader.__name__: inspect.getsource(reader) for reader in readers}
     assert [name for name, source in sources.items() if "read_pairs(" in source] == []
     assert all("held_out_pairs(" in source for source in sources.values())
@@ -432,6 +432,26 @@ def test_shortlist_builds_it_and_compares_bleu_and_speed(capsys, trained, tmp_pa
     assert line["verses"] == 4 and (tmp_path / "model" / "shortlist.npz").is_file()
     assert line["full"]["sentences"] == line["shortlist"]["sentences"] == 4
     assert line["speedup"] > 0 and 0 <= line["identical_share"] <= 1
+
+
+@pytest.mark.slow
+def test_casing_trains_without_and_with_it_and_scores_each_casing(capsys, tmp_path):
+    """Tiny mode: two 2-step runs on the fixture, two held-out verses scored three ways each."""
+    from conftest import FIXTURE, TINY_TRAINING
+
+    argv = ["casing", "--data", str(FIXTURE), *TINY_TRAINING, "--max-steps", "2", "--steps-per-epoch", "2"]
+    argv += ["--tokenizer-sample", "200", "--limit", "2", "--model-dir", str(tmp_path / "casing")]
+    line = run_main("quality", argv, capsys)
+    assert line["augmentation"] == {"uppercase_share": 0.05, "titlecase_share": 0.05, "source_noise": 0.0}
+    assert set(line["bleu"]) == {"plain", "cased"} and all(
+        set(bleu) == {"normal", "upper", "title"} for bleu in line["bleu"].values()
+    )
+    assert line["verses"] == 2 and [run["steps"] for run in line["runs"].values()] == [2, 2]
+    stored = [
+        json.loads((tmp_path / f"casing-{run}" / "config.json").read_text())["data_config"]
+        for run in ("plain", "cased")
+    ]
+    assert [config["uppercase_share"] for config in stored] == [0.0, 0.05]
 
 
 @pytest.mark.slow
