@@ -159,6 +159,14 @@ def _add_translate(subparsers):
         help="after a tab on each line, the word alignment in Pharaoh format (source-target word indices: 0-0 2-1)",
     )
     p.add_argument(
+        "--markup",
+        choices=("on", "off"),
+        default="on",
+        help="on (default): an input's tags, entities, placeholders (%%s, {name}, $HOME), URLs and e-mail addresses "
+        "come out exactly, placed by the word alignments (without the glossary); for 1-best translations without "
+        "--prefix, --constraint, --target-lang. off: translated as text",
+    )
+    p.add_argument(
         "--alternatives",
         type=int,
         metavar="N",
@@ -455,6 +463,9 @@ def _translate(args):
         elif args.alignments:
             for translation, pairs in translator.translate_with_alignments(chunk):
                 print(f"{translation}\t{format_pharaoh(pairs)}")
+        elif n == 1 and args.markup == "on" and not (prefixed or constrained or lang):
+            for translation in translator.translate(chunk, markup=True):
+                print(translation)
         elif n == 1:
             for translation in translator.translate(chunk, prefixes, constraints, lang):
                 print(translation)
