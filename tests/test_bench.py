@@ -398,6 +398,14 @@ def test_constraints_puts_every_phrase_in_the_outputs(capsys, trained):
 
 
 @pytest.mark.slow
+def test_markup_keeps_the_spans_of_software_strings_and_tagged_verses(capsys, trained):
+    line = run_main("quality", ["markup", "--model-dir", trained.model_dir, "--limit", "4"], capsys)
+    assert line["software"]["pairs_with_spans"] == 4 and line["software"]["exact_share"]["protected"] == 1.0
+    assert line["verses"]["verses"] == 4 and line["verses"]["tags_exact_share"] == 1.0
+    assert line["verses"]["tagged_stripped"]["sentences"] == line["verses"]["untagged"]["sentences"] == 4
+
+
+@pytest.mark.slow
 def test_shortlist_builds_it_and_compares_bleu_and_speed(capsys, trained, tmp_path):
     import shutil
 
