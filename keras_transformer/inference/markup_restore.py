@@ -111,10 +111,12 @@ def translate_markup(translator, texts: list[str]) -> list[str]:
     `translator.translate` as they are."""
     protected = has_spans(tf.constant(texts, tf.string)).numpy().tolist() if texts else []
     marked = [text for text, spanned in zip(texts, protected) if spanned]
-    plain = [text.decode("utf-8") for text in plain_text(tf.constant(marked, tf.string)).numpy()]
-    aligned = translator.translate_with_alignments(plain)
-    translations = [translation for translation, _ in aligned]
-    pharaoh = [format_pharaoh(pairs) for _, pairs in aligned]
-    restored = iter(restore(*(tf.constant(x, tf.string) for x in (marked, translations, pharaoh))).numpy())
+    restored = iter(())
+    if marked:
+        plain = [text.decode("utf-8") for text in plain_text(tf.constant(marked)).numpy()]
+        aligned = translator.translate_with_alignments(plain)
+        translations = [translation for translation, _ in aligned]
+        pharaoh = [format_pharaoh(pairs) for _, pairs in aligned]
+        restored = iter(restore(tf.constant(marked), tf.constant(translations), tf.constant(pharaoh)).numpy())
     rest = iter(translator.translate([text for text, spanned in zip(texts, protected) if not spanned]))
     return [next(restored).decode("utf-8") if spanned else next(rest) for spanned in protected]
