@@ -149,7 +149,6 @@ def test_the_translator_protects_spans_and_translates_plain_text_as_usual(transl
         translator.translate(TEXTS, prefixes="Da", markup=True)
 
 
-@pytest.mark.slow
 def test_the_signature_equals_the_python_path(translator):
     module = TranslationModule(translator.model, translator.tokenizer)
     out = module.translate_markup(tf.constant(TEXTS))
