@@ -627,14 +627,14 @@ def _export(args):
     else:
         model, tokenizer, values = load_model(args.model_dir[0], args.checkpoint)
         exported = [values["checkpoint_path"]]
+    from keras_transformer.data.shortlist import Shortlist
+
     if args.format == "ctranslate2":
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
-        if args.shortlist:
-            raise ValueError("--shortlist applies to --format tensorflow (the SavedModels)")
-        paths = export_ctranslate2(model, tokenizer, args.out, args.quantization)
+        shortlist = Shortlist.load(args.model_dir[0], model.config.vocab_size) if args.shortlist else None
+        paths = export_ctranslate2(model, tokenizer, args.out, args.quantization, shortlist)
     else:
-        from keras_transformer.data.shortlist import Shortlist
         from keras_transformer.exporters.tensorflow import export_tensorflow
 
         settings = export_decoding(args)
