@@ -276,6 +276,7 @@ def test_decoding_frontier_puts_each_models_systems_on_one_plot(capsys, trained,
     model_dir = str(tmp_path / "model")
     shutil.copytree(trained.model_dir, model_dir)
     assert cli(["shortlist", "--model-dir", model_dir, "--per-source", "8", "--frequent", "20"]) == 0
+    capsys.readouterr()  # the command's own output
     plot = str(tmp_path / "frontier.png")
     argv = ["frontier", "--model-dirs", model_dir, "--labels", "tiny", "--limit", "2", "--beam-size", "2"]
     line = run_main(
