@@ -72,6 +72,16 @@ references joined likewise); the seconds of each, after a warm-up:
 
     python bench/quality.py paragraphs --model-dir runs/small [--limit N] [--per-line 5] [--beam-size 4]
 
+`markup`: markup and placeholders (issue 36 item 2; `Translator.translate(..., markup=True)`). On the
+embedded `software-en-de` test split's pairs whose source holds a span (tags, entities,
+placeholders, URLs, e-mail addresses: `inference/markup.py`), the share of outputs whose spans are
+the source's, in order (`span_lists`), and sacreBLEU BLEU/chrF, with and without protection; on
+the model's held-out verses with one word each wrapped in `<b>...</b>` (seeded), the share of
+outputs with the source's tags, balanced and in order, and BLEU/chrF of the outputs without their
+tags against the translations of the untagged verses:
+
+    python bench/quality.py markup --model-dir runs/small [--limit N] [--seed 0]
+
 `casing`: what casing at training time buys (issue 36 item 4): the `make demo` recipe (`--preset
 small --num-layers 2`, 6 minutes) trained twice from scratch on the same data, without and with
 `--uppercase-share 0.05 --titlecase-share 0.05` (the `DataConfig` flags override these), then
@@ -492,6 +502,65 @@ def paragraphs(args) -> None:
     )
 
 
+SOFTWARE = "software-en-de"
+
+
+def wrap_a_word(verse: str, rng: random.Random) -> str:
+    """`verse` with one of its words (drawn by `rng`) in `<b>...</b>`."""
+    words = verse.split() or [""]
+    drawn = rng.randrange(len(words))
+    words[drawn] = f"<b>{words[drawn]}</b>"
+    return " ".join(words)
+
+
+def markup_arguments(p) -> None:
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--checkpoint", default="latest")
+    p.add_argument("--limit", type=int, help="only the first N verses, and N software pairs with spans")
+    p.add_argument("--seed", type=int, default=0, help="draws the word of each verse in <b>...</b>")
+
+
+def markup(args) -> None:
+    from keras_transformer.inference.markup import span_lists, stripped_texts
+
+    translator = Translator.from_model_dir(args.model_dir, args.checkpoint)
+
+    def exact_share(sources, outputs) -> float:
+        return round(float(np.mean([a == b for a, b in zip(span_lists(sources), span_lists(outputs))])), 4)
+
+    sources, references = read_pairs(SOFTWARE, "test")
+    with_spans = [i for i, spans in enumerate(span_lists(sources)) if spans][: args.limit]
+    sources, references = [sources[i] for i in with_spans], [references[i] for i in with_spans]
+    protected, plain = translator.translate(sources, markup=True), translator.translate(sources)
+    verses, verse_references = held_out_pairs(args.model_dir, args.limit)[:2]
+    rng = random.Random(args.seed)
+    tagged = [wrap_a_word(verse, rng) for verse in verses]
+    tagged_outputs = translator.translate(tagged, markup=True)
+    emit(
+        record(
+            benchmark="markup",
+            model_dir=args.model_dir,
+            checkpoint=args.checkpoint,
+            seed=args.seed,
+            software={
+                "pairs_with_spans": len(sources),
+                "exact_share": {
+                    "protected": exact_share(sources, protected),
+                    "unprotected": exact_share(sources, plain),
+                },
+                "protected": corpus_scores(protected, references),
+                "unprotected": corpus_scores(plain, references),
+            },
+            verses={
+                "verses": len(verses),
+                "tags_exact_share": exact_share(tagged, tagged_outputs),
+                "tagged_stripped": corpus_scores(stripped_texts(tagged_outputs), verse_references),
+                "untagged": corpus_scores(translator.translate(verses), verse_references),
+            },
+        )
+    )
+
+
 CASINGS = {"normal": None, "upper": upper_case, "title": title_case}  # the held-out verses, each way
 
 
@@ -570,6 +639,7 @@ COMMANDS = {
     "constraints": (constraints_arguments, constraints, "lexically constrained decoding: inclusion, BLEU, cost"),
     "shortlist": (shortlist_arguments, shortlist, "the vocabulary shortlist: BLEU and speed with and without"),
     "paragraphs": (paragraphs_arguments, paragraphs, "verses five to a line as paragraphs: none dropped, BLEU, time"),
+    "markup": (markup_arguments, markup, "markup and placeholders: kept exactly? BLEU with and without protection"),
     "casing": (casing_arguments, casing, "casing at training time: BLEU on normal, ALL CAPS, Title Case verses"),
 }
 main = command_line(__doc__, COMMANDS)

@@ -277,6 +277,7 @@ def test_decoding_frontier_puts_each_models_systems_on_one_plot(capsys, trained,
     model_dir = str(tmp_path / "model")
     shutil.copytree(trained.model_dir, model_dir)
     assert cli(["shortlist", "--model-dir", model_dir, "--per-source", "8", "--frequent", "20"]) == 0
+    capsys.readouterr()  # the command's own output
     plot = str(tmp_path / "frontier.png")
     argv = ["frontier", "--model-dirs", model_dir, "--labels", "tiny", "--limit", "2", "--beam-size", "2"]
     line = run_main(
@@ -429,6 +430,14 @@ def test_paragraphs_drops_no_verse(capsys, trained):
     assert line["verses_dropped"]["paragraphs"] == 0 and line["tokens_past_max_length"]["paragraphs"] == 0
     assert line["per_verse"]["sentences"] == line["paragraphs"]["sentences"] == line["unsplit"]["sentences"] == 2
     assert all(line[name]["seconds"] > 0 for name in ("per_verse", "paragraphs", "unsplit"))
+
+
+@pytest.mark.slow
+def test_markup_keeps_the_spans_of_software_strings_and_tagged_verses(capsys, trained):
+    line = run_main("quality", ["markup", "--model-dir", trained.model_dir, "--limit", "4"], capsys)
+    assert line["software"]["pairs_with_spans"] == 4 and line["software"]["exact_share"]["protected"] == 1.0
+    assert line["verses"]["verses"] == 4 and line["verses"]["tags_exact_share"] == 1.0
+    assert line["verses"]["tagged_stripped"]["sentences"] == line["verses"]["untagged"]["sentences"] == 4
 
 
 @pytest.mark.slow

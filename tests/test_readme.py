@@ -395,6 +395,11 @@ def check_glossary(result, workspace):
     assert "König" in result.stdout and len(result.stdout.splitlines()) == 1
 
 
+def check_markup(result, workspace):
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"[^<{]*<b>[^<{]*</b>[^<{]*\{name\}[^<{]*", lines[0]), lines
+
+
 def check_ctranslate2(result, workspace):
     assert os.path.exists(workspace / "runs" / "ct2" / "model.bin")
 
@@ -410,6 +415,7 @@ SH_CHECKS = {
     r"--glossary": check_glossary,
     r"\| keras-transformer translate --model-dir runs/small$": check_document,
     r"--no-split": check_one_line,
+    r"<b>here</b>": check_markup,
     r"^keras-transformer evaluate": check_evaluate,
     r"average --model-dir DIR --last 5": check_averaged,
     r"--format ctranslate2": check_ctranslate2,

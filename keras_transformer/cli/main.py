@@ -167,6 +167,14 @@ def _add_translate(subparsers):
         "--nbest, --num-samples, --alternatives, --alignments, --prefix and --constraint always take one sentence)",
     )
     p.add_argument(
+        "--markup",
+        choices=("on", "off"),
+        default="on",
+        help="on (default): an input's tags, entities, placeholders (%%s, {name}, $HOME), URLs and e-mail addresses "
+        "come out exactly, placed by the word alignments (without the glossary); for 1-best translations without "
+        "--prefix, --constraint, --target-lang. off: translated as text",
+    )
+    p.add_argument(
         "--alternatives",
         type=int,
         metavar="N",
@@ -464,9 +472,12 @@ def _translate(args):
         elif args.alignments:
             for translation, pairs in translator.translate_with_alignments(chunk):
                 print(f"{translation}\t{format_pharaoh(pairs)}")
+        elif n == 1 and args.markup == "on" and not (prefixed or constrained or lang):
+            for translation in translator.translate(chunk, markup=True, split=args.split):
+                print(translation)
         elif n == 1:
             split = args.split and prefixes is None and constraints is None  # a document: sentence by sentence
-            for translation in translator.translate(chunk, prefixes, constraints, lang, split):
+            for translation in translator.translate(chunk, prefixes, constraints, lang, split=split):
                 print(translation)
         else:
             for k, hypotheses in enumerate(

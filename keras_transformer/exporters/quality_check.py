@@ -30,6 +30,12 @@ reduced-precision one (bf16, the int8 SavedModel and TFLite model) or another en
 artifact whose runtime is not installed (CTranslate2's) is reported as not checked, with the
 package to install;
 the TFLite models run on TensorFlow's own interpreter when LiteRT (the `export` extra) is not there.
+
+Every text SavedModel's `translate_markup` signature translates the sample with markup
+(`markup_sample`: a word of each source in `<b>...</b>`, a `{0}` placeholder after it) and is
+compared with the Python path, `Translator.translate(..., markup=True)`: each output must hold
+every span of its source as often as the source does, and one in float32 must give at least
+`min_identical` of the Python path's outputs.
 """
 
 from __future__ import annotations
@@ -206,6 +212,46 @@ def _glossary_translations(out: str, metadata: dict, translator: Translator, sou
     return translator.translate(sources, constraints=glossary.with_terms(sources, None))
 
 
+def markup_sample(sources: Sequence[str]) -> list[str]:
+    """Each source with its middle word in `<b>...</b>` and a `{0}` placeholder at its end."""
+    marked = []
+    for source in sources:
+        words = source.split() or [""]
+        middle = len(words) // 2
+        marked.append(" ".join([*words[:middle], f"<b>{words[middle]}</b>", *words[middle + 1 :], "{0}"]))
+    return marked
+
+
+def _markup_reports(out, translator, sources, references, exact_dtype):
+    """(an `ArtifactQuality` per text SavedModel's `translate_markup` on `markup_sample(sources)`,
+    against `Translator.translate(..., markup=True)`, BLEU on the outputs without their spans; the
+    problems of outputs whose spans differ from their source's)."""
+    import tensorflow as tf
+
+    from keras_transformer.inference.markup import span_lists, stripped_texts
+
+    marked = markup_sample(sources)
+    expected = translator.translate(marked, markup=True)
+    expected_bleu = corpus_scores(stripped_texts(expected), references)["bleu"]
+    reports, problems = [], []
+    for base in sorted(glob.glob(os.path.join(out, "saved_model", "*"))):
+        path = _latest(base)
+        signatures = tf.saved_model.load(path).signatures if path else {}
+        if "translate_markup" not in signatures:
+            continue
+        output = signatures["translate_markup"](text=tf.constant(marked))["translation"].numpy()
+        translations = [text.decode("utf-8") for text in output]
+        identical = float(np.mean([a == b for a, b in zip(translations, expected)]))
+        bleu = corpus_scores(stripped_texts(translations), references)["bleu"]
+        exact = exact_dtype and not os.path.basename(base).endswith(INT8_SUFFIX)
+        artifact = f"{path} translate_markup"
+        reports.append(ArtifactQuality(artifact, identical, bleu, round(expected_bleu - bleu, 2), exact))
+        wrong = [text for text, want, got in zip(marked, span_lists(marked), span_lists(translations)) if want != got]
+        if wrong:
+            problems.append(f"{artifact}: {len(wrong)} outputs lose, repeat or reorder spans: {wrong[0]!r}")
+    return reports, problems
+
+
 def _exported_checkpoint(metadata: dict, model_dirs: Sequence[str]) -> str:
     """The checkpoint whose translations the artifacts must give: the one exported, as translator.json
     records it: its path for the model dir exported, its name ("averaged", ...) for other model dirs
@@ -268,4 +314,7 @@ def check_quality(
         problem = report.problem(min_identical, max_bleu_drop)
         if problem:
             problems.append(problem)
-    return reports, problems
+    exact = metadata.get("saved_model_dtype", "float32") == "float32"
+    markup_reports, markup_problems = _markup_reports(out, translator, sources, references, exact)
+    problems += [problem for report in markup_reports if (problem := report.problem(min_identical, max_bleu_drop))]
+    return reports + markup_reports, problems + markup_problems

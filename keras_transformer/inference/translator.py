@@ -13,6 +13,7 @@ kt.Translator.from_model_dir("runs/small", glossary=kt.Glossary.from_tsv("terms.
 translator.translate("Jesus wept.", target_lang="fr")  # a multilingual model: into French (or one per text)
 translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
+translator.translate("Click <b>here</b>, {name}.", markup=True)  # tags and placeholders kept (markup_restore.py)
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
 kt.Translator.from_model_dir("runs/small", shortlist=True)  # over the vocabulary shortlist (shortlist.py)
 """
@@ -40,6 +41,7 @@ from keras_transformer.inference.controls import suppressed_ids
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.inference.glossary import Glossary
+from keras_transformer.inference.markup_restore import translate_markup
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.inference.search import graph_function
@@ -260,20 +262,27 @@ class Translator:
     @overload
     def translate(self, texts: Sequence[str]) -> list[str]: ...
 
-    def translate(self, texts, prefixes=None, constraints=None, target_lang=None, split=False):
+    def translate(self, texts, prefixes=None, constraints=None, target_lang=None, markup=False, split=False):
         """The best translation of a text (a str), or of each text of a list (a list of str). With
+        `markup`, the tags, entities, placeholders, URLs and e-mail addresses of a text are kept
+        exactly, placed by the word alignments, without the glossary (`markup_restore.py`; a text
+        without them translates as usual; not with prefixes, constraints or target_lang). With
         `split`, each text is a document: its sentences (`sentences.py`; one too long for the model
-        cut further at its best boundary) are translated, all of them in one go, and their
-        translations joined in order with the whitespace that was between them; a document takes
-        no prefix and no constraints (a glossary applies to each sentence)."""
+        cut further at its best boundary) are translated (with `markup` too), all of them in one go,
+        and their translations joined in order with the whitespace that was between them; a
+        document takes no prefix and no constraints (a glossary applies to each sentence)."""
         if isinstance(texts, str):
             constraints = None if constraints is None else [constraints]
-            return self.translate([texts], prefixes, constraints, target_lang, split)[0]
+            return self.translate([texts], prefixes, constraints, target_lang, markup, split)[0]
         if split:
-            return self._translate_documents(list(texts), prefixes, constraints, target_lang)
+            return self._translate_documents(list(texts), prefixes, constraints, target_lang, markup)
+        if markup:
+            if prefixes is not None or constraints is not None or target_lang is not None:
+                raise ValueError("markup=True translates with alignments: drop prefixes, constraints, target_lang")
+            return translate_markup(self, list(texts))
         return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1, prefixes, constraints, target_lang)]
 
-    def _translate_documents(self, texts: list[str], prefixes, constraints, target_lang) -> list[str]:
+    def _translate_documents(self, texts: list[str], prefixes, constraints, target_lang, markup) -> list[str]:
         if prefixes is not None or constraints is not None:
             raise ValueError("a document (split=True) takes no prefixes or constraints: they are a sentence's")
         if not texts:
@@ -287,7 +296,7 @@ class Translator:
         if target_lang is not None and not isinstance(target_lang, str):  # one per text: one per sentence
             target_lang = np.repeat(list(target_lang), found.row_lengths().numpy()).tolist()
         flat = [sentence.decode("utf-8") for sentence in found.flat_values.numpy()]
-        translations = self.translate(flat, target_lang=target_lang)
+        translations = self.translate(flat, target_lang=target_lang, markup=markup)
         return [text.decode("utf-8") for text in sentences.join(translations, separators).numpy()]
 
     @overload
