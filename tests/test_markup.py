@@ -159,8 +159,8 @@ def test_the_signature_equals_the_python_path(translator):
 def test_the_command_line_protects_spans_unless_markup_is_off(untrained_model_dir, translator, capsys):
     assert main(["translate", "--model-dir", untrained_model_dir, TEXTS[0], TEXTS[4]]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines == translator.translate([TEXTS[0], TEXTS[4]], markup=True)
+    assert lines == translator.translate([TEXTS[0], TEXTS[4]], markup=True, split=True)  # lines are documents
     assert span_lists(lines) == span_lists([TEXTS[0], TEXTS[4]])
     assert main(["translate", "--model-dir", untrained_model_dir, "--markup", "off", TEXTS[0]]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines == translator.translate([TEXTS[0]]) and span_lists(lines) != span_lists([TEXTS[0]])
+    assert lines == translator.translate([TEXTS[0]], split=True) and span_lists(lines) != span_lists([TEXTS[0]])
