@@ -104,6 +104,17 @@ def test_a_reordering_keeps_the_tags_in_source_order_and_an_unaligned_word_sends
     assert restored([], [], []) == []
 
 
+def test_spans_the_model_writes_itself_are_left_out():
+    """A translation that holds spans of its own (a model trained on software strings writes `{}`
+    and `$num`) gives the source's spans only, once each."""
+    texts = ["'%(group)s' reused '%(status)s' already taken", "No enum match for: {$viewValue$}", "{name} left"]
+    translations = ["'' Gruppe „{}“ bereits %(status)s vergeben", "Keinenum für {$num}:'", "{0} ging"]
+    pharaohs = ["0-1 1-2 2-3", "0-0 1-1 2-2", "0-1"]
+    outputs = restored(texts, translations, pharaohs)
+    assert span_lists(outputs) == span_lists(texts) == [["%(group)s", "%(status)s"], ["$viewValue"], ["{name}"]]
+    assert outputs[2] == "{name} ging"
+
+
 def test_no_span_is_ever_lost_repeated_reordered_or_altered():
     """Random texts of words and spans (alone, glued before or after a word, tags around one),
     random translations and alignments (any source word to any target word, some to none): each
@@ -123,7 +134,8 @@ def test_no_span_is_ever_lost_repeated_reordered_or_altered():
         texts.append(" ".join(parts))
         source_words = len(plain([texts[-1]])[0].split())
         target_words = rng.randint(0, 8)
-        translations.append(" ".join(rng.choice(["Gott", "sprach", "."]) for _ in range(target_words)))
+        vocabulary = ["Gott", "sprach", "."] + (["{}", "%s"] if span_lists(texts[-1:])[0] else [])  # the model's own
+        translations.append(" ".join(rng.choice(vocabulary) for _ in range(target_words)))
         pairs = [(rng.randrange(source_words), j) for j in range(target_words) if source_words and rng.random() < 0.8]
         pharaohs.append(" ".join(f"{i}-{j}" for i, j in pairs))
     outputs = restored(texts, translations, pharaohs)

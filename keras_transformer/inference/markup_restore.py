@@ -21,7 +21,9 @@ cross-attention of `alignment_layer`, Garg et al., 2019); `restore` puts every s
   side by side ("<b><i>"), a space elsewhere.
 
 Every span of the source is in the output exactly once per occurrence, byte for byte: it is
-copied, never generated. A text without spans keeps its translation unchanged. In `tf.strings`
+copied, never generated; a span the model writes itself (a `{}` or `%s` learned from the
+training data's strings) is taken out of the translation's words first: only the source's come
+out. A text without spans keeps its translation unchanged. In `tf.strings`
 and tensor ops only, so that `Translator.translate(..., markup=True)` (`translate_markup`,
 eagerly) and the SavedModel's `translate_markup` signature run one rule.
 """
@@ -31,7 +33,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer.inference.alignment import format_pharaoh
-from keras_transformer.inference.markup import has_spans, plain_text, spans
+from keras_transformer.inference.markup import SPAN, has_spans, plain_text, spans
 
 _STRING = tf.TensorSpec([None], tf.string)
 _FAR = tf.int64.max
@@ -50,6 +52,16 @@ def _previous(values, fill):
     return tf.concat([[fill], values], axis=0)[:-1]
 
 
+def _without_spans(values):
+    """[N] strings -> [N]: every span taken out, until none is left (taking "$num" out of
+    "{$num}" leaves the span "{}")."""
+    return tf.while_loop(
+        lambda values: tf.reduce_any(has_spans(values)),
+        lambda values: (tf.strings.regex_replace(values, SPAN, ""),),
+        (values,),
+    )[0]
+
+
 @tf.function(input_signature=[_STRING, _STRING, _STRING])
 def restore(text, translation, pharaoh):
     """text [B] (the sources, with their spans), translation [B] (of each `plain_text(text)`),
@@ -57,6 +69,7 @@ def restore(text, translation, pharaoh):
     with every span of their source put back (see the module docstring)."""
     found = spans(text)  # [N] each
     words = tf.strings.split(tf.strings.regex_replace(translation, r"\s+", " "))  # [B, (J)] target words
+    words = words.with_flat_values(_without_spans(words.flat_values))  # the model's own spans out
     target_words = words.row_lengths()  # [B]
     # The source word each span is attached to, and on which side.
     has_next = found.words_before - tf.cast(found.in_word, tf.int64) < found.words  # a word from it on
@@ -87,6 +100,7 @@ def restore(text, translation, pharaoh):
     no_space_before = tf.gather(tf.concat([words_false, ~found.space_before], 0), order)  # [T]
     no_space_after = tf.gather(tf.concat([words_false, ~found.space_after], 0), order)  # [T]
     attached_before = tf.gather(tf.concat([words_false, before], 0), order)  # [T]
+    emptied = tf.gather(tf.concat([tf.equal(words.flat_values, ""), tf.zeros_like(found.rows, tf.bool)], 0), order)
     tokens = tf.gather(tf.concat([words.flat_values, found.text], axis=0), order)  # [T]
     rows = tf.gather(rows, order)  # [T], ascending
     batch = tf.shape(text, out_type=tf.int64)[0]
@@ -98,8 +112,9 @@ def restore(text, translation, pharaoh):
     two_spans = after_span & is_span & _previous(no_space_after, False) & no_space_before
     span_word = after_span & ~is_span & _previous(no_space_after & attached_before, False)
     word_span = ~after_span & is_span & no_space_before & ~attached_before
-    glued = starts_row | two_spans | span_word | word_span  # [T]: no space before the token
+    glued = starts_row | two_spans | span_word | word_span | emptied  # [T]: no space before the token
     joined = tf.strings.unsorted_segment_join(tf.where(glued, "", " ") + tokens, rows, batch)  # [B]
+    joined = tf.strings.strip(joined)  # a translation's first word, emptied, left the next one's space
     has_spans = tf.math.unsorted_segment_max(tf.ones_like(found.rows), found.rows, batch) > 0  # [B]
     return tf.where(has_spans, joined, translation)
 
