@@ -1,7 +1,8 @@
 """Training with `model.fit` (Vaswani et al., 2017, §5): Adam with the Eq. 3 schedule,
 label-smoothed cross-entropy, on any `tf.distribute` strategy (`distribute.py`), checkpoints
 every epoch (and every `checkpoint_every` steps), resume from the model directory. SIGTERM and
-SIGINT end a run after the step in flight, with a checkpoint (`budget.StopOnSignal`).
+SIGINT end a run after the step in flight, with a checkpoint (`budget.StopOnSignal`). On JAX and
+PyTorch (`KERAS_BACKEND`), on one device, with Keras' checkpoints (`backends.py` says what else).
 
 Workflows on top (the README's "Training workflows"): weighted data sources (`data.mixing`),
 early stopping (`callbacks.early_stopping`), a moving average of the weights (`callbacks.ema`)
@@ -31,8 +32,10 @@ from keras_transformer.data.batching import SkippedPairs, make_batches
 from keras_transformer.data.errors import data_errors
 from keras_transformer.data.mixing import read_validation, training_pairs, validation_pairs
 from keras_transformer.inference.translator import Translator
+from keras_transformer.keras_checkpoint import KerasCheckpoint
 from keras_transformer.model import Transformer
 from keras_transformer.model_dir import ModelDir, restore_newest
+from keras_transformer.training.backends import refusal
 from keras_transformer.training.callbacks.bleu import BleuCallback
 from keras_transformer.training.callbacks.budget import Interrupted, StopOnSignal, TimeBudget
 from keras_transformer.training.callbacks.checkpoint import CheckpointCallback
@@ -70,6 +73,7 @@ def train(
     `data`: a `DataConfig`, or a data source's name.
     `strategy`: a `tf.distribute.Strategy`, or a name from `distribute.STRATEGIES` (default
     "auto"). Batches hold `training.batch_tokens` tokens per side in all, split across replicas.
+    On JAX and PyTorch, one device; what TensorFlow alone does raises ValueError (`backends.refusal`).
     `callbacks`: more Keras callbacks for `fit`.
     Raises `TrainingDiverged` at a NaN or infinite loss, after keeping the last good checkpoint,
     `budget.Interrupted` after SIGTERM or SIGINT, once the step in flight is checkpointed,
@@ -96,7 +100,11 @@ def _train(
     stop_on_signal: StopOnSignal,
 ) -> Transformer:
     keras.utils.set_random_seed(training.seed)
-    if strategy is None or isinstance(strategy, str):
+    if reason := refusal(keras.backend.backend(), training, strategy):
+        raise ValueError(reason)
+    if keras.backend.backend() != "tensorflow":
+        strategy = tf.distribute.get_strategy()  # TensorFlow's default: one replica, a no-op scope
+    elif strategy is None or isinstance(strategy, str):
         strategy = resolve_strategy(strategy or "auto")
     if training.jit_compile:
         check_jit_compile(strategy)
@@ -108,19 +116,24 @@ def _train(
 def _build(config: TransformerConfig, training: TrainingConfig, strategy: tf.distribute.Strategy):
     """(the compiled model, built with its optimizer under the strategy's scope; its schedule if
     that is fitted to a step budget, else None)."""
-    dtype = mixed_precision_policy(strategy) if training.mixed_precision else None
+    policy = mixed_precision_policy(strategy) if keras.backend.backend() == "tensorflow" else "mixed_bfloat16"
+    dtype = policy if training.mixed_precision else None
     with strategy.scope():
         schedule = learning_rate_schedule(config.d_model, training)
         model = compile_model(Transformer(config, dtype=dtype), training, schedule)
     return model, schedule if isinstance(schedule, StepBudgetSchedule) else None
 
 
-def _resume(directory: ModelDir, model, fitted, training: TrainingConfig, strategy, log) -> tf.train.CheckpointManager:
-    """The run's checkpoint manager, after restoring the newest checkpoint that restores (a
-    resume; found from the files themselves when the state file is unreadable), or, in a new
-    fine-tuning dir, the parent's weights with a fresh optimizer."""
-    budget_state = {"step_budget": fitted.total_steps} if fitted else {}  # resumes keep the fitted budget
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **budget_state)
+def _resume(directory: ModelDir, model, fitted, training: TrainingConfig, strategy, log):
+    """The run's checkpoint manager (`model_dir.manager`), after restoring the newest checkpoint
+    that restores (a resume; found from the files themselves when the state file is unreadable),
+    or, in a new fine-tuning dir, the parent's weights with a fresh optimizer. On JAX and PyTorch
+    the checkpoints are Keras' (`keras_checkpoint`), whose optimizer holds the fitted step budget."""
+    if keras.backend.backend() == "tensorflow":
+        budget_state = {"step_budget": fitted.total_steps} if fitted else {}  # resumes keep the fitted budget
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **budget_state)
+    else:
+        checkpoint = KerasCheckpoint(model, model.optimizer)
     manager = directory.checkpoint_manager(checkpoint, training.keep_checkpoints, worker_id(strategy), warn=log)
     newest_first = list(reversed(manager.checkpoints)) or directory.checkpoints()  # a worker > 0 resumes as the chief
     if newest_first:
@@ -236,7 +249,10 @@ def _train_locked(
     except Interrupted as interrupted:
         log(f"{interrupted} before the first step")
         raise
-    log(f"training on {strategy.num_replicas_in_sync} replica(s) with {type(strategy).__name__}")
+    if keras.backend.backend() == "tensorflow":
+        log(f"training on {strategy.num_replicas_in_sync} replica(s) with {type(strategy).__name__}")
+    else:
+        log(f"training on {keras.backend.backend()}, one device")
     train_batches, validation_batches, skipped = _batches(
         data, tokenizer, config, training, strategy.num_replicas_in_sync, step
     )
