@@ -32,7 +32,7 @@ install: $(VENV)/installed
 
 install-dev: $(VENV)/installed-dev
 
-# A 6-minute budget favours two layers over the `small` preset's three (bench/RESULTS.md, "Six minutes, varied").
+# A 6-minute budget favours two layers over the `small` preset's three (bench/JOURNAL.md, "Six minutes, varied").
 demo: install
 	$(BIN)/keras-transformer train --data bible-en-de --preset small --num-layers 2 --model-dir $(DEMO_DIR) --time-budget $(DEMO_BUDGET)
 	$(BIN)/keras-transformer translate --model-dir $(DEMO_DIR) \
@@ -44,7 +44,7 @@ demo: install
 	$(BIN)/keras-transformer export --check $(DEMO_EXPORT)
 
 # `make test`: every test but those marked `slow`, under 10 minutes with the install on 2 cores
-# (bench/RESULTS.md). `make test-slow`: the end-to-end ones, which run the README's examples, the
+# (bench/RESULTS.md, "The test suite's time"). `make test-slow`: the end-to-end ones, which run the README's examples, the
 # notebooks, the command line in processes of its own, exports, several workers and bench/.
 # KT_TEST_CPU=cpu.jsonl make test: one JSON line per test, its CPU seconds (tests/conftest.py's recorder).
 test: install-dev lint

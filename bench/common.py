@@ -170,17 +170,22 @@ def record(**fields) -> dict:
 
 def command_line(doc: str, commands: dict):
     """A question's `main(argv=None)`: one parser, a subcommand per entry of `commands` (name:
-    (add_arguments(parser), run(args), help)); the description is `doc`'s first paragraph."""
+    (add_arguments(parser), run(args), help)); the description is `doc`'s first paragraph.
+    `main.parser()` builds that parser."""
     import argparse
 
-    def main(argv=None):
+    def parser():
         parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
         subcommands = parser.add_subparsers(dest="subcommand", required=True)
         for name, (arguments, _, help) in commands.items():
             arguments(subcommands.add_parser(name, help=help, description=help))
-        args = parser.parse_args(argv)
+        return parser
+
+    def main(argv=None):
+        args = parser().parse_args(argv)
         return commands[args.subcommand][1](args)
 
+    main.parser = parser
     return main
 
 

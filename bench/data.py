@@ -1,4 +1,4 @@
-"""Data, one subcommand per question; `memory` prints one JSON line.
+"""Data and memory, one subcommand per question; `memory` and `translate-memory` print one JSON line.
 
 `memory`: peak memory (RSS) and time to the first training step of a short `tiny` training, per
 data source. Each source trains in a fresh process (`--steps` steps of the tiny preset, one epoch, the
@@ -8,6 +8,13 @@ The goal: a large TSV costs at most a few hundred MB more than the embedded Bibl
 
     python bench/data.py make-tsv /tmp/big.tsv --lines 2000000   # the Bible repeated, numbered
     python bench/data.py memory --data bible-en-de /tmp/big.tsv
+
+`translate-memory`: memory of one long `keras-transformer translate` job: N lines (the embedded
+Bible's English side, repeated) piped through the CLI's stdin; the process's resident memory
+(VmRSS) sampled every 0.2 s: at its first output line, its peak, and at its last; the lines out
+(one per line in, in order: a repeated verse, one translation):
+
+    python bench/data.py translate-memory --model-dir runs/demo --lines 100000
 """
 
 from __future__ import annotations
@@ -20,22 +27,29 @@ import argparse
 import gzip
 import json
 import os
+import pathlib
 import resource
 import subprocess
 import sys
 import tempfile
+import threading
 
 from common import command_line
+
+
+def bible_verses() -> list[list[str]]:
+    """The embedded Bible's [English, German] verses (its columns book, chapter, verse, en, de)."""
+    from importlib import resources
+
+    bible = resources.files("keras_transformer") / "resources" / "bible.en-de.tsv.gz"
+    with gzip.open(bible, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n").split("\t")[3:5] for line in f][1:]
 
 
 def make_tsv(path: str, lines: int) -> None:
     """`lines` pairs: the embedded Bible's verses over and over, each side numbered (" #N"), so that
     no two lines are equal."""
-    from importlib import resources
-
-    bible = resources.files("keras_transformer") / "resources" / "bible.en-de.tsv.gz"
-    with gzip.open(bible, "rt", encoding="utf-8") as f:
-        verses = [line.rstrip("\n").split("\t")[3:5] for line in f][1:]
+    verses = bible_verses()
     with open(path, "w", encoding="utf-8") as out:
         for number in range(lines):
             source, target = verses[number % len(verses)]
@@ -106,9 +120,83 @@ def memory(args) -> None:
     )
 
 
+def rss_mb(pid: int) -> float | None:
+    try:
+        status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return None
+    kilobytes = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), None)
+    return None if kilobytes is None else kilobytes / 1024  # None: the process has exited
+
+
+def english_lines(count: int) -> list[str]:
+    """`count` lines to translate: the embedded Bible's English verses, over and over."""
+    verses = [english for english, _ in bible_verses()]
+    return [verses[i % len(verses)] for i in range(count)]
+
+
+def translate_memory_arguments(parser) -> None:
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--lines", type=int, default=100_000)
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=64)
+
+
+def translate_memory(args) -> None:
+    from common import emit, record
+
+    lines = english_lines(args.lines)
+    command = [sys.executable, "-m", "keras_transformer", "translate", "--model-dir", args.model_dir]
+    command += ["--beam-size", str(args.beam_size), "--batch-size", str(args.batch_size)]
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    writer = threading.Thread(
+        target=lambda: (process.stdin.write("\n".join(lines).encode() + b"\n"), process.stdin.close())
+    )
+    writer.start()
+    outputs, samples, first_output_rss = [], [], None
+    reader = threading.Thread(target=lambda: outputs.extend(process.stdout))
+    reader.start()
+    start = time.perf_counter()
+    while process.poll() is None:
+        rss = rss_mb(process.pid)
+        if rss is not None:
+            samples.append((time.perf_counter() - start, rss, len(outputs)))
+            if first_output_rss is None and outputs:
+                first_output_rss = rss
+        time.sleep(0.2)
+    seconds = time.perf_counter() - start
+    writer.join()
+    reader.join()
+    outputs = [line.decode("utf-8").rstrip("\n") for line in outputs]
+    first = {}
+    in_order = all(outputs[i] == outputs[first.setdefault(line, i)] for i, line in enumerate(lines[: len(outputs)]))
+    while_translating = [rss for _, rss, done in samples if done]
+    emit(
+        record(
+            benchmark="translate_memory",
+            model_dir=args.model_dir,
+            lines_in=len(lines),
+            lines_out=len(outputs),
+            repeated_lines_translated_alike=in_order,
+            exit_status=process.returncode,
+            seconds=round(seconds, 1),
+            lines_per_s=round(len(outputs) / seconds, 1),
+            rss_mb_at_first_output=round(first_output_rss or 0, 1),
+            rss_mb_peak=round(max(rss for _, rss, _ in samples), 1),
+            rss_mb_at_last_sample=round(while_translating[-1] if while_translating else 0, 1),
+            rss_mb_by_quarter=[
+                round(while_translating[int(q * (len(while_translating) - 1))], 1) for q in (0, 0.25, 0.5, 0.75, 1)
+            ]
+            if while_translating
+            else [],
+        )
+    )
+
+
 COMMANDS = {
     "memory": (memory_arguments, memory, "peak RSS and time to the first step of a tiny training, per data source"),
     "make-tsv": (make_tsv_arguments, lambda args: make_tsv(args.path, args.lines), "a TSV of the Bible repeated"),
+    "translate-memory": (translate_memory_arguments, translate_memory, "RSS of one long translate job on stdin"),
 }
 main = command_line(__doc__, COMMANDS)
 

@@ -1,5 +1,5 @@
-"""Our decoding systems for `decode_compare.py`'s workers (TensorFlow side; CTranslate2's are in
-`decode_worker.py`, which never imports TensorFlow).
+"""Our decoding systems for the workers of `decoding.py forced` and `verses` (TensorFlow side;
+CTranslate2's are in `decode_worker.py`, which never imports TensorFlow).
 
 `forced` work: base dimensions (or `--workload`), random weights, a fixed batch of random source
 tokens, exactly `generate` target tokens per hypothesis (EOS is never chosen; see `forbid_eos`).
@@ -16,6 +16,9 @@ same shapes):
 - `python_bfloat16`, `savedmodel_bfloat16`: `python` and `savedmodel` on the model in bf16
   (`Transformer.with_dtype("bfloat16")`: weights and matmuls in bf16, LayerNorm and the search's
   log-softmax in float32).
+- `python_int8`, `savedmodel_int8`: `python` and `savedmodel` on the model with int8 weights
+  (`Transformer.with_int8`: every weight matrix int8 with a float scale per unit, float
+  activations; `export`'s saved_model/translator_int8/ holds the same weights).
 - `tflite`: the TFLite builtins model of that same module (`export.tflite_models`: weights frozen
   into constants), run by LiteRT's `Interpreter` with as many threads as TensorFlow's intra-op
   pool; its signature runner resizes the input to the batch and re-allocates on every call
@@ -44,9 +47,10 @@ process whose TensorFlow runs one thread per op, as `keras-transformer translate
 `--intra-threads` says otherwise: `decode_worker.threads`), compiled by XLA
 (`xla`, `beam_search(jit_compile=True)`, `export --jit-compile` for `savedmodel_xla`), through the
 ids-only SavedModel (`savedmodel`, the signature TF Serving runs as `translate_ids`), in bf16
-(`*_bfloat16`, `--dtype bfloat16`), or with the exact stopping rule (`*_exact`, `patience=None`:
-a sentence stops when no alive hypothesis can beat the kept ones; the others stop a sentence
-once K of its hypotheses have ended, `patience=1`, our default, as CTranslate2 does).
+(`*_bfloat16`, `--dtype bfloat16`), with int8 weights (`*_int8`, `--int8`), or with the exact
+stopping rule (`*_exact`, `patience=None`: a sentence stops when no alive hypothesis can beat the
+kept ones; the others stop a sentence once K of its hypotheses have ended, `patience=1`, our
+default, as CTranslate2 does).
 """
 
 from __future__ import annotations
@@ -143,6 +147,8 @@ FORCED_RUNNERS = {
     "savedmodel": savedmodel_runner,
     "python_bfloat16": lambda model, settings: python_runner(model.with_dtype("bfloat16"), settings),
     "savedmodel_bfloat16": lambda model, settings: savedmodel_runner(model.with_dtype("bfloat16"), settings),
+    "python_int8": lambda model, settings: python_runner(model.with_int8(), settings),
+    "savedmodel_int8": lambda model, settings: savedmodel_runner(model.with_int8(), settings),
     "tflite": tflite_runner,
     "tflite_int8": functools.partial(tflite_runner, int8=True),
     "keras_hub": keras_hub_runner,
@@ -204,7 +210,7 @@ def padded_limits(rows: list[np.ndarray], max_length: int) -> list[int]:
     return decode_limits(batch, max_length).numpy().tolist()
 
 
-# name: (through the SavedModel, XLA, patience, dtype)
+# name: (through the SavedModel, XLA, patience, dtype or "int8": int8 weights)
 VERSES_SYSTEMS = {
     "python": (False, False, SearchSettings.patience, None),
     "cli": (False, False, SearchSettings.patience, None),  # in a process set up as `keras-transformer translate`'s
@@ -213,6 +219,8 @@ VERSES_SYSTEMS = {
     "savedmodel_xla": (True, True, SearchSettings.patience, None),
     "python_bfloat16": (False, False, SearchSettings.patience, "bfloat16"),
     "savedmodel_bfloat16": (True, False, SearchSettings.patience, "bfloat16"),
+    "python_int8": (False, False, SearchSettings.patience, "int8"),
+    "savedmodel_int8": (True, False, SearchSettings.patience, "int8"),
     "python_exact": (False, False, None, None),
     "savedmodel_exact": (True, False, None, None),
 }
@@ -221,7 +229,7 @@ VERSES_SYSTEMS = {
 def verses_translator(job: dict):
     """translate(texts) -> (translations, target tokens) of `job["system"]`: our `Translator` on the
     model dir's model, its search in the graph or compiled by XLA, in Python or through the
-    SavedModel, in float32 or bf16, with `patience` 1 or the exact rule; `job["inter_threads"]`
+    SavedModel, in float32 or bf16 or with int8 weights, with `patience` 1 or the exact rule; `job["inter_threads"]`
     batches at once (0: the Translator's default, `concurrent_batches()`, which
     `translate.concurrent_batches` tells). Through the SavedModel, each batch is a call of its
     signature, as a TF Serving client with that many requests in flight sends it."""
@@ -230,7 +238,7 @@ def verses_translator(job: dict):
     savedmodel, jit_compile, patience, dtype = VERSES_SYSTEMS[job["system"]]
     model, tokenizer, _ = load_model(job["model_dir"], job["checkpoint"])
     if dtype:
-        model = model.with_dtype(dtype)
+        model = model.with_int8() if dtype == "int8" else model.with_dtype(dtype)
     settings = dict(beam_size=job["beam_size"], alpha=job["alpha"], patience=patience)
     decode = functools.partial(beam_search, **settings, jit_compile=jit_compile)
     if savedmodel:

@@ -1,4 +1,5 @@
-"""One decoding system in a process of its own, driven by `decode_compare.py` (never run by hand).
+"""One decoding system in a process of its own, driven by `decoding.py forced` and `verses` (never
+run by hand).
 
     python bench/decode_worker.py JOB.json
 

@@ -1,5 +1,5 @@
-"""Peer models built to our workloads' shapes, for `compare.py` and `decode_compare.py`, and our
-random-weight model as a CTranslate2 model directory, for `decode_compare.py forced` (keras-hub
+"""Peer models built to our workloads' shapes, for `training.py compare` and `decoding.py forced`, and our
+random-weight model as a CTranslate2 model directory, for `decoding.py forced` (keras-hub
 and ctranslate2 are bench extras only)."""
 
 from __future__ import annotations

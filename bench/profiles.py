@@ -34,7 +34,7 @@ reshapes, slices and bookkeeping), as `per_op_overhead_ms_per_step`. `flops_per_
 Encoder and setup ops (outside the loop, once per call) are `outside_loop_ms`.
 
 `small` is the `small` preset (vocabulary 8000), `base` the paper's base (32000). Capped at AVX2 on
-an AVX-512 CPU (as `decode_compare.py --isa avx2` caps its workers):
+an AVX-512 CPU (as `decoding.py forced --isa avx2` caps its workers):
 `ONEDNN_MAX_CPU_ISA=AVX2 python bench/profiles.py decode`; the line's `isa_caps` names the caps set.
 """
 

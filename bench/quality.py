@@ -29,6 +29,14 @@ difference of a pair's summed log-probability between the systems (CTranslate2 r
 softmax without pad and start: `exporters.ctranslate2.never_generated_bias`;
 tests/test_ctranslate2.py checks each token to 1e-4).
 
+`shortlist`: the vocabulary shortlist's cost in quality and its speed-up (issue 39 item 2): the
+held-out verses (the `test` split) translated by `Translator` with and without `--shortlist`,
+rounds alternating after an untimed warm-up; BLEU/chrF of each, their difference, the median
+seconds and target tokens/s. The model dir's `shortlist.npz` is built first if missing
+(`keras-transformer shortlist`; `--rebuild` builds it again with `--per-source`/`--frequent`):
+
+    python bench/quality.py shortlist --model-dir runs/demo [--limit N] [--beam-size 4] [--rounds 3]
+
 `alignment-names`: how well the cross-attention word alignments (`Translator.translate_with_alignments`)
 pair names: on a trained model's held-out verses (the `test` split of its training data, as
 `keras-transformer evaluate` reads it), every word of our German output that is a name (of
@@ -338,11 +346,70 @@ def constraints(args) -> None:
     )
 
 
+def shortlist_arguments(p) -> None:
+    from keras_transformer.data.shortlist import FREQUENT, PER_SOURCE
+
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--checkpoint", default="latest")
+    p.add_argument("--limit", type=int, help="only the first N verses")
+    p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rebuild", action="store_true", help="build the model dir's shortlist.npz again")
+    p.add_argument("--per-source", type=int, default=PER_SOURCE)
+    p.add_argument("--frequent", type=int, default=FREQUENT)
+
+
+def shortlist(args) -> None:
+    from keras_transformer.data.shortlist import FILE, Shortlist, build_shortlist
+
+    if args.rebuild or not os.path.isfile(os.path.join(args.model_dir, FILE)):
+        build_shortlist(args.model_dir, per_source=args.per_source, frequent=args.frequent, log=lambda line: None)
+    sources, references = held_out_pairs(args.model_dir, args.limit)[:2]
+    full = Translator.from_model_dir(args.model_dir, args.checkpoint, beam_size=args.beam_size)
+    lexical = Shortlist.load(args.model_dir, full.model.config.vocab_size)
+    short = Translator(full.model, full.tokenizer, full.decoding, lexical_shortlist=lexical, shortlist=True)
+    translators = {"full": full, "shortlist": short}
+    for translator in translators.values():
+        timed(translator, sources[:2])  # the tracing, before any timing
+    seconds, outputs = {name: [] for name in translators}, {}
+    for _ in range(args.rounds):
+        for name, translator in translators.items():
+            outputs[name], elapsed = timed(translator, sources)
+            seconds[name].append(elapsed)
+    results = {}
+    for name, translator in translators.items():
+        tokens = sum(len(ids) for ids in translator.tokenizer.tokenize(outputs[name]).to_list()) + len(sources)
+        elapsed = median(seconds[name])
+        results[name] = {
+            **corpus_scores(outputs[name], references),
+            "seconds": round(elapsed, 3),
+            "target_tokens_per_second": round(tokens / elapsed, 1),
+        }
+    emit(
+        record(
+            benchmark="shortlist",
+            model_dir=args.model_dir,
+            checkpoint=args.checkpoint,
+            beam_size=args.beam_size,
+            rounds=args.rounds,
+            verses=len(sources),
+            per_source=int(lexical.table.shape[1]),
+            frequent=len(lexical.frequent),
+            full=results["full"],
+            shortlist=results["shortlist"],
+            bleu_drop=round(results["full"]["bleu"] - results["shortlist"]["bleu"], 2),
+            identical_share=round(float(np.mean([a == b for a, b in zip(outputs["full"], outputs["shortlist"])])), 4),
+            speedup=round(results["full"]["seconds"] / results["shortlist"]["seconds"], 3),
+        )
+    )
+
+
 COMMANDS = {
     "table": (table_arguments, table, "the README's quality table: train a preset for a budget, then score it"),
     "score-compare": (score_compare_arguments, score_compare, "scoring given pairs: ours against CTranslate2"),
     "alignment-names": (alignment_names_arguments, alignment_names, "how well word alignments pair names"),
     "constraints": (constraints_arguments, constraints, "lexically constrained decoding: inclusion, BLEU, cost"),
+    "shortlist": (shortlist_arguments, shortlist, "the vocabulary shortlist: BLEU and speed with and without"),
 }
 main = command_line(__doc__, COMMANDS)
 

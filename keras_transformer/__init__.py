@@ -27,6 +27,7 @@ _EXPORTS = {
     "beam_search": "keras_transformer.inference.decoding",
     "greedy_search": "keras_transformer.inference.decoding",
     "Ensemble": "keras_transformer.inference.ensemble",
+    "Glossary": "keras_transformer.inference.glossary",
     "evaluate": "keras_transformer.inference.evaluation",
     "Translator": "keras_transformer.inference.translator",
     "import_huggingface": "keras_transformer.importers.huggingface",
@@ -45,6 +46,7 @@ __all__ = [
     "DecodeResult",
     "DecodingConfig",
     "Ensemble",
+    "Glossary",
     "PRESETS",
     "TrainingConfig",
     "Transformer",
@@ -76,6 +78,7 @@ if typing.TYPE_CHECKING:
     from keras_transformer.inference.decoding import DecodeResult, beam_search, greedy_search
     from keras_transformer.inference.ensemble import Ensemble
     from keras_transformer.inference.evaluation import evaluate
+    from keras_transformer.inference.glossary import Glossary
     from keras_transformer.inference.translator import Translator
     from keras_transformer.model import Transformer
     from keras_transformer.model_dir import ModelDir, load_model

@@ -44,9 +44,10 @@ PRESETS = {
         training={},
     ),
     # The CPU recipe (not in the paper), chosen by measurement for budgets of minutes on two CPU
-    # cores (bench/RESULTS.md, "Quality on a CPU budget"; `bench/quality.py table`). Pre-LN leaves the
-    # early plateau that post-LN sits on for hundreds of steps, and within a few epochs dropout
-    # only slows learning (pass dropout 0.1 for long runs). Small token batches buy many updates
+    # cores (bench/RESULTS.md, "Quality on a CPU budget"; `bench/quality.py table`; the search:
+    # bench/JOURNAL.md, "How the recipe was chosen"). Pre-LN leaves the early plateau that post-LN
+    # sits on for hundreds of steps, and within a few epochs dropout only slows learning (pass
+    # dropout 0.1 for long runs). Small token batches buy many updates
     # in few minutes; Eq. 3 is fitted to the step budget (StepBudgetSchedule) with its peak at 2x
     # the paper's (this pre-LN model trains well at 2-4x; at 8x it stalls).
     "small": Preset(
@@ -484,6 +485,11 @@ class SearchSettings:
     suppress_sequences: tuple[str, ...] = setting(
         (), "a text whose tokens are never generated in that order", metavar="TEXT", flag="--suppress-sequence"
     )
+    shortlist: bool = setting(
+        False,
+        "search over the union of the batch's vocabulary shortlists (the model dir's shortlist.npz, built by "
+        "keras-transformer shortlist; CTranslate2's vmap): faster, scores over the shortlist's softmax",
+    )
 
     def __post_init__(self):
         _check(self.beam_size >= 1, f"beam_size must be >= 1, got {self.beam_size}")
@@ -545,12 +551,18 @@ class SamplingSettings:
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeSettings:
-    """Where and how a search runs; none of these changes a translation (but bfloat16's rounding)."""
+    """Where and how a search runs; none of these changes a translation (but bfloat16's and int8's rounding)."""
 
     dtype: str | None = setting(
         None,
-        "float32 (as trained, the default) or bfloat16: faster on CPUs with AVX512_BF16 or AMX, slower elsewhere",
+        "float32 (as trained, the default) or bfloat16: its speed depends on the CPU (faster with AMX, 0.88-1.56x "
+        "float32's with AVX512_BF16 alone, unmeasured without bf16 units)",
         choices=DTYPES,
+    )
+    int8: bool = setting(
+        False,
+        "decode with int8 weights (every weight matrix, the embedding's too, in a quarter of the memory; float "
+        "activations: Transformer.with_int8); the translations may differ a little from float32's",
     )
     jit_compile: bool = setting(
         False, "decode with XLA: seconds to compile each bucket shape, then faster at small batches"

@@ -6,6 +6,7 @@ Backend-neutral: `keras.ops` only, no TensorFlow, so the same model runs on Kera
 
 from __future__ import annotations
 
+import gc
 from typing import Any, NamedTuple
 
 import keras
@@ -13,6 +14,7 @@ from keras import ops
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import Decoder, Encoder, PositionalEncoding, SharedEmbedding
+from keras_transformer.layers.linear import Linear
 from keras_transformer.layers.masking import padding_mask
 from keras_transformer.special_tokens import PAD_ID, START_ID
 
@@ -128,14 +130,16 @@ class Transformer(keras.Model):
             "decoder_cross": [w["cross"] for w in decoder_weights],
         }
 
-    def start_decoding(self, source_ids, hypotheses: int, max_length=None):
+    def start_decoding(self, source_ids, hypotheses: int, max_length=None, vocabulary=None):
         """Encode `source_ids` [B, S] once for decoding `hypotheses` continuations of each sentence.
         Returns `(context, cache)`:
 
         - context: a `DecodingContext`, its rows per sentence every decoder layer's
           cross-attention keys and values [B, h, S, d_k] and the source padding mask [B, S];
-          what every sentence shares, the output projection E^T [d_model, vocab], transposed
-          once per search (`SharedEmbedding.output_projection`);
+          what every sentence shares, the output projection (E^T [d_model, vocab], transposed and
+          with int8 weights dequantised once per search, and the output bias if any:
+          `SharedEmbedding.output_projection`), of only the tokens `vocabulary` [V'] int32 if given
+          (a vocabulary shortlist: the steps' logits are then [B', V'], over those tokens in that order);
         - cache: per hypothesis, [B * hypotheses, ...] leaves (the hypotheses of sentence b on
           rows b*hypotheses ...), every decoder layer's self-attention keys and values: empty and
           growing by one position per step, or with `max_length` fixed slots (static shapes,
@@ -148,7 +152,7 @@ class Transformer(keras.Model):
         memory, source_mask = self.encode(source_ids, training=False)
         context = DecodingContext(
             rows=(self.decoder.project_memory(memory), source_mask),
-            shared=self.embedding.output_projection(self.compute_dtype),
+            shared=self.embedding.output_projection(self.compute_dtype, vocabulary),
             fixed_cache=max_length is not None,
         )
         # A growing cache starts with no slot, of a length not known when traced: TFLite's converter
@@ -157,7 +161,8 @@ class Transformer(keras.Model):
         return context, self.decoder.init_cache(ops.shape(source_ids)[0] * hypotheses, slots)
 
     def decode_step(self, token_ids, position, cache, context):
-        """token_ids [B'] at `position` (scalar) -> (logits [B', vocab] float32, updated cache).
+        """token_ids [B'] at `position` (scalar) -> (logits [B', vocab] float32, updated cache); the
+        logits are over the context's `vocabulary` [V'] where `start_decoding` had one.
 
         Equals `decode` on the whole prefix, at its last position.
         """
@@ -181,10 +186,12 @@ class Transformer(keras.Model):
 
     def with_dtype(self, dtype: str) -> Transformer:
         """A copy of this model whose weights and computation are in `dtype`, for decoding: with
-        "bfloat16", the matmuls run on the bf16 units of CPUs that have them (AVX512_BF16, AMX;
-        base at batch 64: ~1.6x float32's decoding speed, bench/RESULTS.md) and half the weights'
-        memory; elsewhere oneDNN emulates them, slower than float32. LayerNorm and the softmax
-        over the vocabulary stay float32 (Keras' LayerNormalization; `decoding`'s log-softmax).
+        "bfloat16", the matmuls run on the bf16 units of CPUs that have them (AVX512_BF16, AMX) in
+        half the weights' memory: at base, 16 x 64 forced tokens, 1.43x float32's decoding speed on
+        one thread of a CPU with AMX, 0.88-1.56x on CPUs with AVX512_BF16 alone (bench/RESULTS.md,
+        "bf16 against float32"); a CPU without bf16 units was never measured (oneDNN has no bf16
+        kernel below AVX-512). LayerNorm and the softmax over the vocabulary stay float32 (Keras'
+        LayerNormalization; `decoding`'s log-softmax).
         This model itself if it is in `dtype` already."""
         if dtype == self.dtype_policy.name:
             return self
@@ -194,6 +201,31 @@ class Transformer(keras.Model):
         model.build()
         model.set_weights(self.get_weights())
         return model
+
+    def with_int8(self) -> Transformer:
+        """A copy of this model with int8 weights (`quantize("int8")`), for decoding and export: every
+        weight matrix, the shared embedding's included, in a quarter of float32's bytes; activations,
+        biases and layer norms stay float (dynamic-range quantisation: `Linear`, `SharedEmbedding`).
+        This model itself if its weights are int8 already."""
+        if self.embedding.quantization_mode == "int8":
+            return self
+        if not self.built:
+            self.build()
+        model = Transformer(self.config, dtype=self.dtype_policy.name, name=self.name)
+        model.build()
+        model.set_weights(self.get_weights())
+        gc.freeze()  # Keras runs gc.collect() after each float weight it deletes: with the process's
+        try:  # objects frozen (out of the collector's sight), each takes a moment, not ~0.25 s
+            model.quantize("int8")
+        finally:
+            gc.unfreeze()
+        return model
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """Keras' `Model.quantize`, by default of the layers that hold the weight matrices (`Linear`,
+        `SharedEmbedding`; int8 only): not of the layer norms and dropouts, for which Keras warns."""
+        weight_matrices = lambda layer: isinstance(layer, (Linear, SharedEmbedding))
+        super().quantize(mode, config, weight_matrices if filters is None else filters, **kwargs)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict()}

@@ -161,6 +161,45 @@ def trained(tmp_path_factory):
         yield TrainedRun(str(root / "model"), *printed)
 
 
+# A model that translates: a 1-layer tiny pre-LN model (the `small` preset's recipe) trained on the
+# 32 shortest fixture pairs until it gives their references. Measured (2026-12-04, 2 cores): 200
+# steps in ~10 CPU seconds; greedy search gives 30 of the 32 references exactly, sacreBLEU 94.5.
+TRANSLATING_PAIRS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslatingRun:
+    """The model dir of `translating`, and the pairs it was trained on (and translates)."""
+
+    model_dir: str
+    sources: list[str]
+    targets: list[str]
+
+
+@pytest.fixture(scope="session")
+def translating(tmp_path_factory):
+    """A tiny model trained once per test run until it translates its training pairs (their
+    outputs are not the noise of a 30-step model, so a change of outputs, e.g. by int8 weights,
+    is a change of translations), shared read-only as `trained` is (`shared_run`)."""
+    from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
+    from keras_transformer.training.trainer import train
+
+    def make(root):
+        pairs = sorted(FIXTURE.read_text(encoding="utf-8").splitlines(), key=len)[:TRANSLATING_PAIRS]
+        (root / "pairs.tsv").write_text("\n".join(pairs) + "\n", encoding="utf-8")
+        config = TransformerConfig.tiny(vocab_size=200, num_layers=1, dropout=0.0, norm_first=True, max_length=48)
+        training = TrainingConfig(
+            max_steps=200, steps_per_epoch=200, batch_tokens=512, warmup_fraction=0.1, learning_rate_scale=3.0,
+            label_smoothing=0.0, shuffle_buffer=1000,
+        )  # fmt: skip
+        data = DataConfig(data=str(root / "pairs.tsv"), valid_data=str(root / "pairs.tsv"))
+        train(str(root / "model"), config, training, data, verbose=0, log=lambda message: None)
+
+    with shared_run(tmp_path_factory, "translating", make) as root:
+        pairs = [line.split("\t") for line in (root / "pairs.tsv").read_text(encoding="utf-8").splitlines()]
+        yield TranslatingRun(str(root / "model"), [s for s, _ in pairs], [t for _, t in pairs])
+
+
 @pytest.fixture(scope="session")
 def scrambled_model():
     """A tiny untrained model over 12 tokens with large random weights: its choices vary from step

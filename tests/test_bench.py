@@ -68,10 +68,10 @@ DECODE_WORK = ["--workload", "tiny", "--sentences", "2", "--source-length", "3",
 
 
 class InProcessWorker:
-    """`decode_compare.Worker` served in this process by `decode_worker`'s `Forced` or `Verses`, the
+    """`decoding.Worker` served in this process by `decode_worker`'s `Forced` or `Verses`, the
     job and every answer through JSON as through the worker's pipe: for the tests of what the
     workers compute, not of their processes (each worker's TensorFlow import costs ~5 CPU-s).
-    test_decode_compare_forced_runs_every_runner_in_its_own_process runs the real processes."""
+    test_decoding_forced_runs_every_runner_in_its_own_process runs the real processes."""
 
     def __init__(self, job: dict, folder: str, env: dict[str, str]):
         import decode_worker
@@ -92,9 +92,9 @@ class InProcessWorker:
 
 @pytest.fixture
 def in_process_workers(monkeypatch):
-    import decode_compare
+    import decoding
 
-    monkeypatch.setattr(decode_compare, "Worker", InProcessWorker)
+    monkeypatch.setattr(decoding, "Worker", InProcessWorker)
 
 
 def test_bench_reads_held_out_pairs_through_the_package_reader(tmp_path):
@@ -114,12 +114,24 @@ def test_bench_reads_held_out_pairs_through_the_package_reader(tmp_path):
     multilingual = held_out_pairs(model_dir(tmp_path / "multi", data="bible-en-de,bible-en-fr"), 3)
     english = read_pairs("bible-en-de", "test", limit=3)[0]
     assert multilingual.sources == [f"<2de> {text}" for text in english]
-    assert not [name for name in sorted(HELD_OUT) if "read_pairs(" in (BENCH / name).read_text()]
+    import inspect
+
+    import decoding
+    import quality
+
+    readers = [decoding.verses_fields, decoding.search_steps, decoding.threads, decoding.controls_cost]
+    readers += [quality.score_compare, quality.alignment_names, quality.constraints]
+    sources = {reader.__name__: inspect.getsource(reader) for reader in readers}
+    assert [name for name, source in sources.items() if "read_pairs(" in source] == []
+    assert all("held_out_pairs(" in source for source in sources.values())
 
 
-# scripts that read a model dir's held-out pairs and no other data (quality.py's `table` reads the
-# Bible it trains on; translator_time.py also times checkouts older than `held_out`)
-HELD_OUT = {"controls_cost.py", "decode_compare.py", "search_steps.py", "threads.py"}
+def test_translate_memory_pipes_the_bibles_english_verses():
+    import data
+
+    lines = data.english_lines(3)
+    assert lines[0] == "In the beginning God created the heavens and the earth."
+    assert len(lines) == 3 and all(len(line) > 20 and "\t" not in line for line in lines)
 
 
 def test_no_bench_or_package_file_sets_omp_wait_policy():
@@ -133,45 +145,45 @@ def test_no_bench_or_package_file_sets_omp_wait_policy():
 
 
 def test_decode_workers_get_no_wait_policy_and_the_isa_caps(monkeypatch):
-    import decode_compare
+    import decoding
 
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
-    native = decode_compare.child_environment("native")
+    native = decoding.child_environment("native")
     assert (
         "OMP_WAIT_POLICY" not in native
         and "ONEDNN_MAX_CPU_ISA" not in native
         and native["XLA_FLAGS"] == ("--xla_dump_to=/tmp/x")
     )
-    avx2 = decode_compare.child_environment("avx2")
+    avx2 = decoding.child_environment("avx2")
     assert "OMP_WAIT_POLICY" not in avx2
     assert avx2["ONEDNN_MAX_CPU_ISA"] == "AVX2" and avx2["CT2_FORCE_CPU_ISA"] == "AVX2"
     assert avx2["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"  # CTranslate2's matmuls on Intel CPUs
     assert avx2["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_cpu_max_isa=AVX2"
-    assert decode_compare.isa_label("avx2", ["avx2", "avx512f"]) == "AVX2 emulated by ISA caps on an AVX-512 CPU"
+    assert decoding.isa_label("avx2", ["avx2", "avx512f"]) == "AVX2 emulated by ISA caps on an AVX-512 CPU"
 
 
-def test_decode_compare_refuses_bfloat16_under_the_avx2_caps(capsys):
-    import decode_compare
+def test_decoding_refuses_bfloat16_under_the_avx2_caps():
+    import decoding
 
-    with pytest.raises(SystemExit):
-        decode_compare.parse_args(["forced", "--isa", "avx2", "--runners", "python", "python_bfloat16"])
-    assert decode_compare.NO_BFLOAT16_UNDER_CAPS in capsys.readouterr().err
-    assert "python_bfloat16" not in decode_compare.parse_args(["verses", "--model-dir", "m", "--isa", "avx2"]).systems
-    assert "python_bfloat16" in decode_compare.parse_args(["forced"]).runners
+    with pytest.raises(SystemExit, match=re.escape(decoding.NO_BFLOAT16_UNDER_CAPS)):
+        decoding.main(["forced", "--isa", "avx2", "--runners", "python", "python_bfloat16"])
+    parse = decoding.main.parser().parse_args
+    assert "python_bfloat16" not in decoding.chosen_systems(parse(["verses", "--model-dir", "m", "--isa", "avx2"]))
+    assert "python_bfloat16" in decoding.chosen_systems(parse(["forced"]))
 
 
 def test_decode_workers_run_each_engine_on_the_threads_asked(monkeypatch):
     """--intra-threads and --inter-threads reach CTranslate2's `intra_threads` and `inter_threads`
     (0 and 1, its defaults, without them)."""
     import ctranslate2
-    import decode_compare
     import decode_worker
+    import decoding
 
     calls = []
     monkeypatch.setattr(ctranslate2, "Translator", lambda path, **kwargs: calls.append(kwargs))
     for argv, intra, inter in ([], 0, 1), (["--intra-threads", "1", "--inter-threads", "2"], 1, 2):
-        args = decode_compare.parse_args(["verses", "--model-dir", "m", *argv])
+        args = decoding.main.parser().parse_args(["verses", "--model-dir", "m", *argv])
         job = {"system": "ctranslate2_int8", "ctranslate2_dir": "d", **vars(args)}
         decode_worker.ctranslate2_translator(job)
         assert decode_worker.threads(job) == {"intra_threads": intra, "inter_threads": inter}
@@ -182,17 +194,17 @@ def test_decode_workers_run_each_engine_on_the_threads_asked(monkeypatch):
 
 
 @pytest.mark.slow
-def test_decode_compare_forced_runs_every_runner_in_its_own_process(capsys):
+def test_decoding_forced_runs_every_runner_in_its_own_process(capsys):
     """Every runner's beam search on the fixed work, each in a worker, under the AVX2 caps (which
     every library must accept). One sentence: the batch and its first sentence are one input
     shape, so the XLA and keras-hub runners trace and compile once."""
-    import decode_compare
+    import decoding
 
-    runners = [name for name in decode_compare.FORCED_TF if name != "tflite_int8" and "bfloat16" not in name]
+    runners = [name for name in decoding.FORCED_TF if name != "tflite_int8" and "bfloat16" not in name]
     runners += ["ctranslate2", "ctranslate2_int8"]
     work = [*DECODE_WORK, "--sentences", "1"]  # the last --sentences counts
     argv = ["forced", *work, "--beam-size", "2", "--runners", *runners, "--rounds", "2", "--isa", "avx2"]
-    line = run_main("decode_compare", [*argv, "--intra-threads", "1", "--inter-threads", "1"], capsys)
+    line = run_main("decoding", [*argv, "--intra-threads", "1", "--inter-threads", "1"], capsys)
     assert set(line["systems"]) == set(runners) and line["reference"] == "ctranslate2"
     assert line["intra_threads"] == 1 and line["inter_threads"] == 1
     assert {(s["intra_threads"], s["inter_threads"]) for s in line["systems"].values()} == {(1, 1)}
@@ -207,23 +219,23 @@ def test_decode_compare_forced_runs_every_runner_in_its_own_process(capsys):
 
 
 @pytest.mark.slow
-def test_decode_compare_forced_greedy(capsys, in_process_workers):
+def test_decoding_forced_greedy(capsys, in_process_workers):
     argv = ["forced", *DECODE_WORK, "--search", "greedy", "--runners", "python", "ctranslate2", "--rounds", "1"]
-    line = run_main("decode_compare", argv, capsys)
+    line = run_main("decoding", argv, capsys)
     for system in line["systems"].values():
         assert system["beam_size"] == 1 and system["alpha"] is None and system["generated_tokens"] == 2
     assert line["isa"] == "native" and line["isa_caps"] == {} and line["load_after"]
 
 
 @pytest.mark.slow
-def test_decode_compare_verses_with_bfloat16(capsys, trained, in_process_workers):
+def test_decoding_verses_with_bfloat16(capsys, trained, in_process_workers):
     """Every verses system, its workers in this process. Two verses: the workers' warm-up
     translates two, so the timed round traces and compiles nothing new."""
-    import decode_compare
+    import decoding
 
-    systems = decode_compare.VERSES_TF + ["ctranslate2", "ctranslate2_int8"]
+    systems = decoding.VERSES_TF + ["ctranslate2", "ctranslate2_int8"]
     argv = ["verses", "--model-dir", trained.model_dir, "--limit", "2", "--beam-size", "2", "--rounds", "1"]
-    line = run_main("decode_compare", argv + ["--systems", *systems], capsys)
+    line = run_main("decoding", argv + ["--systems", *systems], capsys)
     assert set(line["systems"]) == set(systems) and line["sentences"] == 2 and line["isa"] == "native"
     for system in line["systems"].values():
         assert system["target_tokens"] > 0 and system["tgt_tokens_per_s"] > 0 and 0 <= system["bleu"] <= 100
@@ -235,8 +247,26 @@ def test_decode_compare_verses_with_bfloat16(capsys, trained, in_process_workers
 
 
 @pytest.mark.slow
+def test_decoding_int8_compares_int8_weights_per_sentence(capsys, trained, in_process_workers):
+    """`int8`: Translator and the SavedModel in float32 and with int8 weights, and CTranslate2 fp32
+    and int8, one verse per batch on one thread each (by default; in-process workers cannot set
+    TensorFlow's threads: engines' defaults here); the int8 SavedModel runs the int8 Translator's search."""
+    import decoding
+
+    defaults = decoding.main.parser().parse_args(["int8", "--model-dir", "m"])
+    assert (defaults.batch_size, defaults.intra_threads, defaults.inter_threads) == (1, 1, 1)
+    argv = ["int8", "--model-dir", trained.model_dir, "--limit", "2", "--beam-size", "2", "--rounds", "1"]
+    line = run_main("decoding", [*argv, "--intra-threads", "0", "--inter-threads", "0"], capsys)
+    assert list(line["systems"]) == decoding.INT8_SYSTEMS and line["mode"] == "int8" and line["batch_size"] == 1
+    assert line["tgt_tokens_per_s_over_reference"]["ctranslate2"] == 1.0
+    int8, served = line["systems"]["python_int8"], line["systems"]["savedmodel_int8"]
+    assert int8["target_tokens"] == served["target_tokens"] > 0 and int8["bleu"] == served["bleu"]
+
+
+@pytest.mark.slow
 def test_search_steps_counts_the_work_of_each_stopping_rule(capsys, trained):
-    line = run_main("search_steps", ["--model-dir", trained.model_dir, "--limit", "3", "--beam-size", "2"], capsys)
+    argv = ["search-steps", "--model-dir", trained.model_dir, "--limit", "3", "--beam-size", "2"]
+    line = run_main("decoding", argv, capsys)
     for counts in line["rules"].values():  # 3 sentences x 2 hypotheses at most, per step
         assert 0 < counts["decoder_steps"] * 2 <= counts["hypothesis_steps"] <= counts["decoder_steps"] * 2 * 3
     exact, patience = line["rules"]["exact"], line["rules"]["patience_1"]
@@ -319,7 +349,7 @@ def test_profile_decode_splits_a_step(capsys, tmp_path, monkeypatch):
 
 def test_token_selection_times_both_ways_on_the_same_logits(capsys):
     argv = ["--rows", "4", "--vocab", "300", "--blocks", "16", "--iterations", "3", "--repeats", "1"]  # default threads
-    line = run_main("token_selection", argv, capsys)
+    line = run_main("decoding", ["token-selection", *argv], capsys)
     (row,) = line["costs"]
     assert (row["rows"], row["vocab_size"], row["tokens_per_row"], row["default_block"]) == (4, 300, 10, 10)
     assert set(row["blocked_top_k_us"]) == {"10", "16"} and line["threads"] == "default"
@@ -368,8 +398,22 @@ def test_constraints_puts_every_phrase_in_the_outputs(capsys, trained):
 
 
 @pytest.mark.slow
+def test_shortlist_builds_it_and_compares_bleu_and_speed(capsys, trained, tmp_path):
+    import shutil
+
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(trained.model_dir, model_dir)
+    argv = ["shortlist", "--model-dir", model_dir, "--limit", "4", "--rounds", "1", "--beam-size", "2"]
+    line = run_main("quality", argv, capsys)
+    assert line["verses"] == 4 and (tmp_path / "model" / "shortlist.npz").is_file()
+    assert line["full"]["sentences"] == line["shortlist"]["sentences"] == 4
+    assert line["speedup"] > 0 and 0 <= line["identical_share"] <= 1
+
+
+@pytest.mark.slow
 def test_controls_cost_times_every_control(capsys, trained):
-    line = run_main("controls_cost", ["--model-dir", trained.model_dir, "--limit", "3", "--rounds", "1"], capsys)
+    argv = ["controls-cost", "--model-dir", trained.model_dir, "--limit", "3", "--rounds", "1"]
+    line = run_main("decoding", argv, capsys)
     assert line["sentences"] == 3 and set(line["systems"]) >= {"none", "no_repeat_ngram_size", "all"}
     assert line["systems"]["none"]["time_over_none"] == 1.0
     assert all(system["tgt_tokens_per_s"] > 0 for system in line["systems"].values())
@@ -385,3 +429,20 @@ def test_pretrained_imports_exports_and_times_every_engine_on_the_same_weights(c
     assert all(system["batch1_latency_s"] > 0 for system in line["systems"].values())
     assert line["same_output"]["savedmodel"]  # the two engines compute the same model
     assert line["cpu_flags"] == line["machine"]["cpu_flags"] and len(line["load_before"]) == 3
+
+
+@pytest.mark.slow
+def test_threads_and_translator_time_translate_the_held_out_verses(capsys, trained):
+    line = run_main(
+        "decoding", ["threads", "--model-dir", trained.model_dir, "--requests", "3", "--threads", "2"], capsys
+    )
+    assert line["sentences"] == 1 + 2 + 3 and line["identical_outputs"] and line["sentences_per_s_1_thread"] > 0
+    line = run_main("decoding", ["translator-time", trained.model_dir], capsys)
+    assert len(line["seconds"]) == 3 and line["median"] == sorted(line["seconds"])[1] and 0 <= line["bleu"] <= 100
+
+
+@pytest.mark.slow
+def test_translate_memory_samples_a_translate_process(capsys, trained):
+    line = run_main("data", ["translate-memory", "--model-dir", trained.model_dir, "--lines", "4"], capsys)
+    assert line["exit_status"] == 0 and line["lines_in"] == line["lines_out"] == 4
+    assert line["repeated_lines_translated_alike"] and line["rss_mb_peak"] > 100

@@ -27,7 +27,7 @@ from keras_transformer.exporters.ctranslate2 import (
 from keras_transformer.inference.decoding import decode_limits
 from keras_transformer.inference.translator import Translator
 from keras_transformer.layers import sinusoid_table
-from keras_transformer.model_dir import ModelDir
+from keras_transformer.model_dir import ModelDir, load_model
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 from keras_transformer.training.trainer import train
 
@@ -208,22 +208,31 @@ def test_export_writes_the_model_dir_with_our_special_tokens(tokenizer, tmp_path
 
 
 @pytest.mark.slow
-def test_cli_exports_int8_weights(trained, tmp_path, capsys):
+def test_cli_exports_int8_weights_that_keep_the_translations(translating, tmp_path, capsys):
+    """int8 weights round: on a model that translates its 32 pairs (conftest's `translating`;
+    CTranslate2's float32 greedy search gives 30 of their 32 references, measured), the int8
+    export's greedy translation is the float32 one's for at least 90% of them. Measured (2026-12-04):
+    32 of 32 (weights rounded to 4 bits before the int8 conversion: 20)."""
     out = str(tmp_path / "int8")
     ctranslate2_int8 = ["--format", "ctranslate2", "--quantization", "int8"]
-    assert main(["export", "--model-dir", trained.model_dir, "--out", out, *ctranslate2_int8]) == 0
+    assert main(["export", "--model-dir", translating.model_dir, "--out", out, *ctranslate2_int8]) == 0
     printed = dict(line.split("\t") for line in capsys.readouterr().out.strip().splitlines())
     assert printed["model"] == os.path.join(out, "model.bin") and os.path.isfile(printed["tokenizer"])
-    assert os.path.getsize(printed["model"]) < 0.5 * os.path.getsize(trained.paths["model"])
+    model, tokenizer, _ = load_model(translating.model_dir)
+    fp32 = Exported(model, tokenizer, tmp_path / "fp32")
+    assert os.path.getsize(printed["model"]) < 0.5 * os.path.getsize(fp32.paths["model"])
     translator = ctranslate2.Translator(out, intra_threads=1)
     assert translator.compute_type == "int8_float32"
-    sources = read_pairs(str(FIXTURE), "test")[0]
-    batch = [trained.source_tokens(row) for row in trained.source_rows(sources)]
-    int8 = [r.hypotheses[0] for r in translator.translate_batch(batch, beam_size=1, max_decoding_length=30)]
-    fp32 = [r.hypotheses[0] for r in trained.translator.translate_batch(batch, beam_size=1, max_decoding_length=30)]
-    assert all(hypothesis and all(token in trained.ids for token in hypothesis) for hypothesis in int8)
-    same = sum(a == b for a, b in zip(int8, fp32))  # int8 weights round; most greedy outputs stay the same
-    assert same >= 0.5 * len(sources), f"{same} of {len(sources)} int8 translations equal fp32's"
+    batch = [fp32.source_tokens(row) for row in fp32.source_rows(translating.sources)]
+    int8 = [r.hypotheses[0] for r in translator.translate_batch(batch, beam_size=1, max_decoding_length=48)]
+    floats = [r.hypotheses[0] for r in fp32.translator.translate_batch(batch, beam_size=1, max_decoding_length=48)]
+    assert all(hypothesis and all(token in fp32.ids for token in hypothesis) for hypothesis in int8)
+    processor = sentencepiece.SentencePieceProcessor(model_file=fp32.paths["tokenizer"])
+    translations = [processor.decode_pieces(hypothesis) for hypothesis in floats]
+    references = sum(t == r for t, r in zip(translations, translating.targets))
+    assert references >= 0.8 * len(batch), f"float32 gives {references} references: the model does not translate"
+    same = sum(a == b for a, b in zip(int8, floats))
+    assert same >= 0.9 * len(batch), f"{same} of {len(batch)} int8 translations equal float32's"
 
 
 def error_of(capsys, *argv):

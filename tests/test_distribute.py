@@ -140,7 +140,7 @@ def test_train_on_two_cpu_devices_equals_one_device(one_pair_run, tmp_path):
     losses of one device (conftest's `one_pair_run`, the same command without those flags): the
     data is one pair repeated and dropout is off, so every batch has the same per-token loss
     whatever its size, and the replicas' shares must add up to it (a replica weighted wrongly
-    moved the logged loss by ~0.1, bench/RESULTS.md). The losses of every step and of validation,
+    moved the logged loss by ~0.1). The losses of every step and of validation,
     to the 3 decimals printed; the weights move alike (Adam's sign for a ~0 gradient aside, which
     summation order can flip)."""
     command = [sys.executable, "-m", "keras_transformer", "train", "--model-dir", str(tmp_path / "two")]

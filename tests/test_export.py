@@ -20,7 +20,7 @@ from conftest import ARCHITECTURE_OPTIONS, FIXTURE, scramble
 from keras_transformer import Transformer, TransformerConfig
 from keras_transformer.cli.main import main
 from keras_transformer.data.sources import read_pairs
-from keras_transformer.exporters.quality_check import ArtifactQuality
+from keras_transformer.exporters.quality_check import ArtifactQuality, _runners
 from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule
 from keras_transformer.exporters.tensorflow import export_tensorflow, next_version, prediction_log, tflite_models
 from keras_transformer.inference.decoding import beam_search, decode_limits
@@ -44,12 +44,16 @@ class Exported:
         self.sentences = read_pairs(str(FIXTURE), "test")[0] + read_pairs(str(FIXTURE), "validation")[0]
 
     def source_ids(self, texts):
-        """[B, S] padded ids, exactly as the Python Translator builds them."""
-        rows = self.translator.source_ids(texts)
-        batch = np.zeros((len(rows), max(len(r) for r in rows)), np.int32)
-        for i, row in enumerate(rows):
-            batch[i, : len(row)] = row
-        return batch
+        return padded_source_ids(self.translator, texts)
+
+
+def padded_source_ids(translator, texts):
+    """[B, S] padded ids, exactly as the Python `translator` builds them."""
+    rows = translator.source_ids(texts)
+    batch = np.zeros((len(rows), max(len(r) for r in rows)), np.int32)
+    for i, row in enumerate(rows):
+        batch[i, : len(row)] = row
+    return batch
 
 
 @pytest.fixture(scope="module")
@@ -141,9 +145,11 @@ def test_export_writes_every_artifact(exported):
     assert len(records) == 1
     request = records[0].predict_log.request
     assert request.model_spec.signature_name == "serving_default" and list(request.inputs) == ["text"]
-    assert sorted(os.listdir(os.path.join(exported.out, "saved_model"))) == ["translator", "translator_ids"]
+    names = ["translator", "translator_ids", "translator_int8"]
+    assert sorted(os.listdir(os.path.join(exported.out, "saved_model"))) == names
     assert exported.paths["saved_model"].endswith(os.path.join("translator", "1"))
     assert exported.paths["saved_model_ids"].endswith(os.path.join("translator_ids", "1"))
+    assert exported.paths["saved_model_int8"].endswith(os.path.join("translator_int8", "1"))
 
 
 def test_both_readmes_name_every_signature(exported):
@@ -163,10 +169,12 @@ def test_both_readmes_name_every_signature(exported):
 def test_each_saved_model_holds_every_weight_once(exported):
     """The SavedModel's checkpoint holds the model's weights once (tracked through the Keras model
     as well, each was saved a second time: a base OPUS-MT model's SavedModel took 624 MB, not 296)."""
-    weights = sum(int(np.prod(v.shape)) for v in exported.model.variables)  # dropout's seeds too
-    for key in ("saved_model", "saved_model_ids"):
+    count = lambda model: sum(int(np.prod(v.shape)) for v in model.variables)  # dropout's seeds too
+    weights = {"saved_model": count(exported.model), "saved_model_ids": count(exported.model)}
+    weights["saved_model_int8"] = count(exported.model.with_int8())  # and the int8 weights' scales
+    for key, size in weights.items():
         saved = tf.train.list_variables(os.path.join(exported.paths[key], "variables", "variables"))
-        assert sum(int(np.prod(shape)) for _, shape in saved) == weights + 1, key  # + the object graph
+        assert sum(int(np.prod(shape)) for _, shape in saved) == size + 1, key  # + the object graph
 
 
 @pytest.mark.slow
@@ -231,6 +239,8 @@ def test_next_version_is_one_above_both_base_paths(tmp_path):
     for path in ("translator/1", "translator/3", "translator_ids/4", "translator_ids/.5.partial", "other/9"):
         (tmp_path / "saved_model" / path).mkdir(parents=True)
     assert next_version(str(tmp_path), "translator") == 5
+    (tmp_path / "saved_model" / "translator_int8" / "6").mkdir(parents=True)
+    assert next_version(str(tmp_path), "translator") == 7
 
 
 @probe
@@ -258,6 +268,57 @@ def test_saved_model_signatures_equal_the_python_model(exported, probed):
     assert_same_beams(outputs[1]["ids"], reference.ids.numpy(), outputs[1]["scores"], reference.scores.numpy())
     assert outputs[2]["translations"].shape == (6, 4) and decoded(outputs[2]["translations"][:, 0]) == translations
     assert_same_beams(ids_only[0]["ids"], reference.ids.numpy(), ids_only[0]["scores"], reference.scores.numpy())
+
+
+def signatures_of(path: str) -> dict:
+    """{signature: (its inputs and outputs, each name: (dtype, rank))} of a SavedModel, as TF Serving reads them."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    tensors = lambda infos: {name: (info.dtype, len(info.tensor_shape.dim)) for name, info in infos.items()}
+    signatures = proto.meta_graphs[0].signature_def
+    return {
+        name: (tensors(s.inputs), tensors(s.outputs)) for name, s in signatures.items() if not name.startswith("__")
+    }
+
+
+def matrix_bytes(path: str) -> dict[str, int]:
+    """{dtype: bytes} of the weight matrices (2-D variables) in a SavedModel's checkpoint."""
+    reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+    dtypes, totals = reader.get_variable_to_dtype_map(), {}
+    for name, shape in reader.get_variable_to_shape_map().items():
+        if len(shape) == 2:
+            totals[dtypes[name].name] = totals.get(dtypes[name].name, 0) + int(np.prod(shape)) * dtypes[name].size
+    return totals
+
+
+@probe
+def int8_calls(exported):
+    sentences = exported.sentences[:6]
+    calls = [
+        ("serving_default", {"text": texts(sentences)}),
+        ("translate_ids", {"source_ids": exported.source_ids(sentences)}),
+    ]
+    return [("session", "saved_model_int8", calls)]
+
+
+@pytest.mark.slow
+def test_the_int8_saved_model_serves_the_same_signatures_with_int8_weights(exported, probed):
+    """saved_model/translator_int8/: the text SavedModel's signatures, its weight matrices int8 (a
+    quarter of the float ones' bytes), served as TF Serving runs it (the tf.compat.v1 loader), with
+    the beams of the Python model's int8 copy (`Transformer.with_int8`)."""
+    int8, floats = exported.paths["saved_model_int8"], exported.paths["saved_model"]
+    assert signatures_of(int8) == signatures_of(floats) and len(signatures_of(int8)) >= 9
+    assert list(matrix_bytes(floats)) == ["float32"] and list(matrix_bytes(int8)) == ["int8"]
+    assert matrix_bytes(int8)["int8"] * 4 == matrix_bytes(floats)["float32"]
+    sentences = exported.sentences[:6]
+    model = exported.model.with_int8()
+    [outputs] = probed[int8_calls]
+    assert decoded(outputs[0]["translation"]) == Translator(model, exported.tokenizer).translate(sentences)
+    reference = beam_search(model, exported.source_ids(sentences))
+    assert_same_beams(outputs[1]["ids"], reference.ids.numpy(), outputs[1]["scores"], reference.scores.numpy())
 
 
 @probe
@@ -292,18 +353,41 @@ def tflite_calls(exported):
 
 @pytest.mark.slow
 def test_tflite_ids_equal_the_saved_model(probed):
-    """Two batch sizes x two lengths, on held-out sentences; the int8 model runs with the same shapes."""
+    """Two batch sizes x two lengths, on held-out sentences; the int8 model runs with the same shapes
+    (its translations: `test_int8_weights_keep_the_translations_of_a_model_that_translates`)."""
     expected, *lite = probed[tflite_calls]
     for kind, outputs in zip(("tflite", "tflite_int8"), lite):
-        same_best, rows = 0, 0
         for want, got in zip(expected, outputs):
             assert got["ids"].shape == want["ids"].shape and got["ids"].dtype == np.int32
             if kind == "tflite":
                 assert_same_beams(got["ids"], want["ids"], got["scores"], want["scores"])
-            same_best += sum(np.array_equal(a, b) for a, b in zip(got["ids"][:, 0], want["ids"][:, 0]))
-            rows += len(want["ids"])
-        if kind == "tflite_int8":  # int8 weights round: most best hypotheses stay the float model's
-            assert same_best >= 0.5 * rows, f"{same_best} of {rows} int8 best hypotheses equal float's"
+
+
+@pytest.mark.slow
+def test_int8_weights_keep_the_translations_of_a_model_that_translates(translating, tmp_path):
+    """int8 weights round (dynamic-range quantization): on a model that translates its 32 pairs
+    (conftest's `translating`), the best hypothesis of each int8 artifact (the TFLite model, the
+    SavedModel) and of `Translator(int8=True)` is the float model's for at least 90% of them.
+    Measured (2026-12-04): the float TFLite model gives 29 of the 32 references, the int8 TFLite
+    model the float one's 32 of 32 (weights rounded to 4 bits before the int8 conversion: 25), the
+    int8 SavedModel and `Translator(int8=True)` 31 of 32 each. The 30-step `trained` model this
+    was measured on before says nothing to the test split (empty translations), so its int8 model
+    agreed with the float one by default."""
+    model, tokenizer, _ = load_model(translating.model_dir)
+    paths = export_tensorflow(model, tokenizer, str(tmp_path / "export"), log=lambda message: None)
+    source_ids = padded_source_ids(Translator(model, tokenizer), translating.sources)
+    calls = [("serving_default", {"source_ids": source_ids})]
+    [floats], [int8] = (run_artifact("litert", paths[key], calls) for key in ("tflite", "tflite_int8"))
+    [served] = run_artifact("saved_model", paths["saved_model_int8"], [("translate_ids", {"source_ids": source_ids})])
+    translations = tokenizer.detokenize(floats["ids"][:, 0]).numpy().tolist()
+    references = sum(t.decode("utf-8") == r for t, r in zip(translations, translating.targets))
+    assert references >= 0.8 * len(translations), f"the float model gives {references} references"
+    for name, outputs in ("tflite_int8", int8), ("saved_model_int8", served):
+        same = sum(np.array_equal(a, b) for a, b in zip(outputs["ids"][:, 0], floats["ids"][:, 0]))
+        assert same >= 0.9 * len(translations), f"{same} of {len(translations)} {name} best hypotheses equal float's"
+    python = Translator(model, tokenizer, int8=True).translate(translating.sources)
+    same = sum(a == b.decode("utf-8") for a, b in zip(python, translations))
+    assert same >= 0.9 * len(translations), f"{same} of {len(translations)} int8 translations equal float's"
 
 
 @probe
@@ -538,10 +622,21 @@ def test_the_export_records_its_model_dir_and_passes_its_own_check(exported, cap
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{out}: every SavedModel meets the TF Serving contract"
     checked = {line.split(": ")[0]: line.split(": ")[1] for line in lines[1:]}
-    assert len(checked) == 4, lines  # text and ids SavedModels, TFLite float and int8
+    assert len(checked) == 5, lines  # text, ids and int8 SavedModels, TFLite float and int8
     for artifact, verdict in checked.items():
-        if not artifact.endswith("int8.tflite"):  # float32 on our search: the checkpoint's outputs
+        if "int8" not in artifact:  # float32 on our search: the checkpoint's outputs
             assert verdict.startswith("100% identical, BLEU"), (artifact, verdict)
+
+
+@pytest.mark.slow
+def test_the_int8_saved_model_is_held_to_the_bleu_bound_only(exported):
+    """As the int8 TFLite model: its translations may differ from the checkpoint's (rounded weights),
+    so the check bounds its BLEU drop, not its share of identical outputs; the float ones both."""
+    with open(exported.paths["metadata"], encoding="utf-8") as f:
+        metadata = json.load(f)
+    held = {path: runner[1] for path, runner in _runners(exported.out, exported.translator, metadata).items()}
+    assert held[exported.paths["saved_model_int8"]] is False and held[exported.paths["tflite_int8"]] is False
+    assert held[exported.paths["saved_model"]] is True and held[exported.paths["saved_model_ids"]] is True
 
 
 @pytest.mark.slow

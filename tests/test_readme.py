@@ -17,7 +17,8 @@ Shell commands run with bash, one after another in their block, in the same dire
 and `DIR` are copies of `runs/demo`), with the venv's `keras-transformer` on PATH and this checkout
 on PYTHONPATH; each must exit 0, and SH_CHECKS check what their comments promise. Run: `--version;
 train --help`; `translate` on runs/small (beam 4), on DIR greedy (`--beam-size 1 --alpha 0`) and
-`--nbest 4`; `average --last 5`; `evaluate --checkpoint averaged` (the fixture's last 2%: 8 pairs);
+`--nbest 4`; `--glossary` (a glossary of one term: the line holds its target); `average --last 5`;
+`evaluate --checkpoint averaged` (the fixture's last 2%: 8 pairs);
 `export --format ctranslate2` (if ctranslate2 is installed); "Start from a pretrained model"'s
 import of `opus-mt-en-de` (a tiny OPUS-MT directory made by tests/marian_maker.py), its translate,
 its fine-tuning and export with TINY_SETTINGS appended (2 steps; SavedModels only, 4 pairs
@@ -33,6 +34,11 @@ matches runs):
   - Decoding's `translate --model-dir DIR "Jesus wept."` and The command line's `evaluate
     --model-dir runs/small`: another block runs the same command on a copy of the model dir (the
     latter on its averaged checkpoint); ~6 s each, mostly TensorFlow's import.
+The citations of bench/ (fast, nothing run): every `bench/RESULTS.md, "..."` in the READMEs, the
+package, bench/ and the tests names one heading of bench/RESULTS.md (history: bench/JOURNAL.md), every
+`python bench/SCRIPT SUBCOMMAND` named there exists, and every speed or quality figure of this README
+sits beside its command and its RESULTS.md section.
+
 On the 2-core development machine: ~65 s in all (python blocks ~38 s: training ~19 s, decoding
 ~16 s; sh commands ~27 s, ~5 s for each that imports TensorFlow), and "Start from a pretrained
 model" ~105 s (import 7, translate 8, fine-tuning 14, export 19, export --check 57: three searches
@@ -268,6 +274,7 @@ def check_decoding(values, namespace):
     check_result(exact, 2, 4)
     assert np.all(exact.scores[:, 0].numpy() >= result.scores[:, 0].numpy() - 1e-5)  # searches at least as long
     check_result(values['kt.beam_search(model.with_dtype("bfloat16"), source_ids)'], 2, 4)
+    check_result(values["kt.beam_search(model.with_int8(), source_ids)"], 2, 4)
     greedy = values["kt.greedy_search(model, source_ids)"]
     greedy_tokens = check_result(greedy, 2, 1)  # ids [batch, 1, length]
     chosen, best = token_log_probs(model, source_ids, greedy.ids.numpy())
@@ -372,6 +379,10 @@ def check_fine_tuned(result, workspace):
     assert tuned.read()["data_config"].data == "software-en-de" and tuned.resolve_checkpoint("latest")
 
 
+def check_glossary(result, workspace):
+    assert "König" in result.stdout and len(result.stdout.splitlines()) == 1
+
+
 def check_ctranslate2(result, workspace):
     assert os.path.exists(workspace / "runs" / "ct2" / "model.bin")
 
@@ -384,6 +395,7 @@ SH_CHECKS = {
     r"--nbest 4": check_nbest,
     r"--alternatives 3": check_alternatives,
     r"--no-repeat-ngram-size 3": check_one_line,
+    r"--glossary": check_glossary,
     r"^keras-transformer evaluate": check_evaluate,
     r"average --model-dir DIR --last 5": check_averaged,
     r"--format ctranslate2": check_ctranslate2,
@@ -430,3 +442,120 @@ def test_sh_commands_run_as_written(workspace, heading, code):
         ran.append(f"{bare(command)}: {time.perf_counter() - start:.1f} s")
     print("\n".join(ran + ["skipped: " + line for line in skipped]))
     assert ran, f"{heading}: nothing ran"
+
+
+# The citations of bench/: every figure names the command that measures it and the bench/RESULTS.md
+# section that holds it, as `bench/RESULTS.md, "Heading"` (a `##` or `###` heading, exactly); history
+# is `bench/JOURNAL.md, "Heading"` (a heading, or its dated part before ": ").
+BENCH = os.path.join(ROOT, "bench")
+CITED_IN = ["README.md", "export/README.md", "bench/README.md", "Makefile", "keras_transformer/**/*.py"]
+CITED_IN += ["bench/*.py", "bench/*.sh", "tests/*.py"]
+CITATION = re.compile(r'bench/(RESULTS|JOURNAL)\.md(?![#\w])(,\s+"([^"]+)")?')
+SECTION = re.compile(r'bench/RESULTS\.md,\s+"[^"]+"')
+ANCHOR = re.compile(r"bench/(RESULTS|JOURNAL)\.md#([\w-]+)")
+# a script and its subcommand: after `python`, or at the start of a code span
+COMMAND = re.compile(r"(?:python3?\s+|`)(?:bench/)?(\w+)\.py[ \t\n]+([a-z][\w-]*)")
+SCRIPT = re.compile(r"(?<![\w/.-])bench/([\w./-]+\.(?:py|sh|md|png))")
+FIGURE = re.compile(
+    r"\b\d+(?:\.\d+)?x\b|\d\s(?:target\s)?(?:tokens|pairs|sentences)/s\b|\d\s?[GT]FLOP/s|\b\d+\.\d+\s?m?s\b|\b\d+\s?ms\b"
+    r"|\b(?:BLEU|chrF)\b[^.;:|\n]{0,30}?\d+\.\d+|\d+\.\d+ (?:BLEU|chrF)\b|\d%\sMFU"
+    r"|^\|[^\n]*\b(?:BLEU|chrF|tokens/s|latency)\b[^\n]*\|\n\|[ :|-]+\|$",  # a table of such figures
+    re.MULTILINE,
+)
+
+
+def cited_files() -> dict[str, str]:
+    import glob
+
+    names = [name for pattern in CITED_IN for name in glob.glob(os.path.join(ROOT, pattern), recursive=True)]
+    names = [name for name in names if os.path.basename(name) != "test_readme.py"]  # the rule itself
+    return {os.path.relpath(name, ROOT): open(name, encoding="utf-8").read() for name in sorted(set(names))}
+
+
+def headings(name: str) -> list[str]:
+    with open(os.path.join(BENCH, name), encoding="utf-8") as f:
+        return [line.lstrip("#").strip() for line in f if re.match(r"#{2,3} ", line)]
+
+
+def one_line(text: str) -> str:
+    """A citation wrapped over lines of a comment or docstring, on one line."""
+    return " ".join(re.sub(r"\n\s*#?", " ", text).split())
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def test_every_cited_results_section_exists():
+    sections = {"RESULTS": headings("RESULTS.md"), "JOURNAL": headings("JOURNAL.md")}
+    assert len(set(sections["RESULTS"])) == len(sections["RESULTS"]), "RESULTS.md repeats a heading"
+    wrong = []
+    for name, text in cited_files().items():
+        for match in CITATION.finditer(text):
+            kind, section = match.group(1), match.group(3) and one_line(match.group(3))
+            if kind == "RESULTS":
+                found = sections[kind].count(section)
+            else:
+                found = sum(section in (heading, heading.split(": ")[0]) for heading in sections[kind])
+            if found != 1:
+                wrong.append(f"{name}: {match.group(0)!r}")
+        for kind, anchor in ANCHOR.findall(text):
+            if anchor not in {slug(heading) for heading in sections[kind]}:
+                wrong.append(f"{name}: bench/{kind}.md#{anchor}")
+    assert wrong == [], "name no section, or no one section, of RESULTS.md or JOURNAL.md: " + "; ".join(wrong)
+
+
+def subcommands(script: str) -> set[str] | None:
+    """The subcommands of bench/`script`.py (its COMMANDS' keys), None when it has none."""
+    tree = ast.parse(open(os.path.join(BENCH, f"{script}.py"), encoding="utf-8").read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["COMMANDS"]:
+            return {key.value for key in node.value.keys}
+    return None
+
+
+def test_every_cited_bench_command_exists():
+    files = {**cited_files(), "bench/RESULTS.md": open(os.path.join(BENCH, "RESULTS.md"), encoding="utf-8").read()}
+    scripts = {name[:-3] for name in os.listdir(BENCH) if name.endswith(".py")}
+    missing = []
+    for name, text in files.items():
+        missing += [f"{name}: bench/{path}" for path in SCRIPT.findall(text) if not os.path.exists(f"{BENCH}/{path}")]
+        for script, word in COMMAND.findall(text):
+            if script in scripts and (commands := subcommands(script)) is not None and word not in commands:
+                missing.append(f"{name}: {script}.py {word}")
+    assert missing == []
+
+
+def readme_units(text: str) -> list[str]:
+    """README.md's prose as units that a figure and its citations share: a paragraph, a list item (with
+    its indented lines), or a table with the paragraph before it; code blocks and headings left out."""
+    units, unit, fenced = [], [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        starts = line.startswith(("```", "#", "- ", "* ")) or re.match(r"\d+\. ", line) or not line.strip()
+        if fenced or starts:
+            units.append("\n".join(unit))
+            unit = []
+        if fenced or line.startswith(("```", "#")) or not line.strip():
+            continue
+        if line.startswith("|") and not unit and units and units[-1] and not units[-1].startswith("#"):
+            unit = units.pop().split("\n")  # a table's first row: with the paragraph before it
+        unit.append(line)
+    units.append("\n".join(unit))
+    return [unit for unit in units if unit]
+
+
+def test_every_readme_figure_names_its_command_and_results_section():
+    """A speed or quality figure (1.6x, tokens/s, BLEU 17.18, 0.3 s, ...) sits beside the command that
+    measures it (`bench/...` or `keras-transformer ...`) and its bench/RESULTS.md section."""
+    with open(README, encoding="utf-8") as f:
+        units = readme_units(f.read())
+    unbacked = [
+        unit
+        for unit in units
+        if FIGURE.search(unit)
+        and not (re.search(r"bench/\w+\.(py|sh)|keras-transformer \w", unit) and SECTION.search(unit))
+    ]
+    assert unbacked == [], "\n\n".join(unbacked)

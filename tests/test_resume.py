@@ -1,10 +1,12 @@
 """Surviving a crash: a training run killed with SIGKILL resumes, with the same command, from its
 last checkpoint; a half-written checkpoint is never used. SIGTERM and SIGINT (preemption, Ctrl-C)
-checkpoint the step in flight before the run ends.
+checkpoint the step in flight before the run ends; the same command then resumes each training
+workflow (fine-tuning, a vocabulary update, multilingual sources, subword sampling) with its state.
 
 The models have one layer each side (`--num-layers 1`): surviving a crash does not depend on depth,
 and a layer less halves the trace that every process pays before its first step."""
 
+import json
 import os
 import re
 import signal
@@ -13,9 +15,11 @@ import sys
 import threading
 import time
 
+import keras
+import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import FIXTURE, TINY_TRAINING
+from conftest import DATA, FIXTURE, TINY_TRAINING
 
 TIMEOUT_S = 600
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -200,3 +204,102 @@ def test_a_time_budget_ends_with_a_checkpoint_and_the_same_command_trains_for_an
     assert main(argv) == 0, capsys.readouterr().err[-3000:]
     second = capsys.readouterr().err
     assert f"resumed from step {stopped}" in second and latest_step(model_dir) > stopped
+
+
+class TerminateAt(keras.callbacks.Callback):
+    """Sends this process SIGTERM at the end of optimizer step `step` (after the first checkpoint,
+    at step 2 with `--checkpoint-every 2`), as a preemption would: `train`'s handler takes it."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class WeightsAtStart(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.weights = [w.numpy() for w in self.model.weights]
+
+
+FIXTURE_FR = DATA / "fixture_bible.en-fr.tsv"
+# The flags of every run below: a 1-layer tiny model, as `one_pair_run`'s parent (ONE_PAIR_FLAGS), 5 steps.
+WORKFLOW_FLAGS = ["--preset", "tiny", "--num-layers", "1", "--dropout", "0", "--batch-tokens", "512"]
+WORKFLOW_FLAGS += ["--warmup-steps", "2", "--max-steps", "5", "--steps-per-epoch", "5", "--checkpoint-every", "2"]
+WORKFLOW_FLAGS += ["--tokenizer-sample", "200", "--shuffle-buffer", "200"]
+WORKFLOWS = {  # name: the workflow's own flags ({parent}: the parent model dir, whose vocabulary has 60 pieces)
+    "fine-tuning": ["--data", str(FIXTURE), "--init-from", "{parent}", "--vocab-size", "60"],
+    "vocabulary-update": ["--data", str(FIXTURE_FR), "--init-from", "{parent}", "--vocabulary", "update"]
+    + ["--vocab-size", "120"],
+    "multilingual": ["--data", f"{FIXTURE}:0.5,{FIXTURE_FR}:0.5", "--vocab-size", "100"],
+    "subword-sampling": ["--data", str(FIXTURE), "--subword-alpha", "0.1", "--vocab-size", "100"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workflow", WORKFLOWS)
+def test_each_workflow_resumes_after_sigterm_with_its_state(workflow, one_pair_run, tmp_path, monkeypatch, capsys):
+    """The README's training workflows each survive a SIGTERM: a run stopped at step 3 (after its
+    first checkpoint, at step 2) exits 143 with a checkpoint, and the same command resumes from step
+    3, from that checkpoint's weights (fine-tuning: not the parent's again; a vocabulary update: not
+    the parent's rows mapped again), with the workflow's state kept: config.json (the parent, the
+    vocabulary, the target languages, the subword alpha) and the vocabulary byte for byte, and the
+    training batches made as before (multilingual: each source led by its language's piece;
+    subword sampling: segmentations sampled). Each run is `main` in this process, sent a real
+    SIGTERM, so that the 8 runs do not pay TensorFlow's start 8 times (kill -9 and SIGTERM sent to
+    processes of their own: the tests above)."""
+    from keras_transformer.cli.main import main
+    from keras_transformer.model_dir import ModelDir, load_model
+    from keras_transformer.training import trainer
+
+    model_dir = str(tmp_path / "model")
+    flags = [flag.format(parent=one_pair_run.model_dir) for flag in WORKFLOWS[workflow]]
+    argv = ["train", "--model-dir", model_dir, *flags, *WORKFLOW_FLAGS]
+    added, batches, run = [], [], trainer.train
+    monkeypatch.setattr(trainer, "train", lambda *a, callbacks=(), **k: run(*a, callbacks=[*callbacks, *added], **k))
+    make_batches = trainer.make_batches
+
+    def training_batches_kept(pairs, tokenizer, **settings):
+        made = make_batches(pairs, tokenizer, **settings)
+        if settings["training"]:
+            batches.append((made, settings))
+        return made
+
+    monkeypatch.setattr(trainer, "make_batches", training_batches_kept)
+
+    added[:] = [TerminateAt(3)]
+    assert main(argv) == 128 + signal.SIGTERM, capsys.readouterr().err[-3000:]
+    assert "interrupted by SIGTERM: stopped at step 3; checkpoint " in capsys.readouterr().err
+    assert latest_step(model_dir) == 3
+    config, vocabulary = (
+        open(os.path.join(model_dir, name), "rb").read() for name in ("config.json", "tokenizer.model")
+    )
+    stopped = load_model(model_dir)[0]  # ckpt-3's weights
+
+    at_start, batches[:] = WeightsAtStart(), []
+    added[:] = [at_start]
+    assert main(argv) == 0, capsys.readouterr().err[-3000:]
+    err = capsys.readouterr().err
+    assert "resumed from step 3" in err and "trained to step 5" in err
+    assert open(os.path.join(model_dir, "config.json"), "rb").read() == config
+    assert open(os.path.join(model_dir, "tokenizer.model"), "rb").read() == vocabulary
+    for weight, kept in zip(at_start.weights, stopped.weights, strict=True):
+        np.testing.assert_array_equal(weight, kept.numpy())
+    stored = json.loads(config)
+    tokenizer = ModelDir(model_dir).tokenizer()
+    if "--init-from" in flags:
+        parent = load_model(one_pair_run.model_dir)[0]
+        same_shape = [(a, b.numpy()) for a, b in zip(at_start.weights, parent.weights) if a.shape == b.shape]
+        assert not all(np.array_equal(a, b) for a, b in same_shape)  # trained on, not the parent's again
+        assert stored["parent"]["dir"] == os.path.abspath(one_pair_run.model_dir)
+    if workflow == "vocabulary-update":
+        assert stored["parent"]["vocabulary"] == "update" and tokenizer.vocab_size == 120 != parent.config.vocab_size
+    [(training_batches, settings)] = batches
+    if workflow == "multilingual":
+        assert stored["target_langs"] == ["de", "fr"] and tokenizer.lang_ids == {"de": 4, "fr": 5}
+        sources = tf.nest.flatten(next(iter(training_batches)))[0].numpy()  # [B, S]
+        assert set(sources[:, 0]) == {4, 5}  # every source led by its target language's piece
+    if workflow == "subword-sampling":
+        assert stored["data_config"]["subword_alpha"] == 0.1 and settings["subword_alpha"] == 0.1

@@ -7,6 +7,7 @@ import threading
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import scramble
 
 import keras_transformer as kt
 from keras_transformer.model_dir import ModelDir, ModelDirError
@@ -42,6 +43,7 @@ def test_the_package_exports_the_translator_and_the_loader_and_no_module_names()
             "DecodeResult",
             "DecodingConfig",
             "Ensemble",
+            "Glossary",
             "TrainingConfig",
             "Transformer",
             "TransformerConfig",
@@ -130,6 +132,37 @@ def test_batches_are_searched_side_by_side_with_the_same_translations(model_dir,
     assert kt.Translator(model, tokenizer).concurrent_batches() == (
         tf.config.threading.get_inter_op_parallelism_threads() or len(os.sched_getaffinity(0))
     )
+
+
+def test_eight_threads_translating_at_once_get_what_one_thread_gets(model_dir, fixture_pairs):
+    """8 threads call one `Translator` at the same moment (a barrier), each with its own 1-3
+    sentences, four times, as a web service's thread pool calls it: each call returns the translations
+    that one thread calling alone gets, and none fails. (Cold, with 80 requests and the traces
+    counted: `test_faults`' slow `test_a_translator_serves_eight_threads_as_it_serves_one`.)"""
+    translator = kt.Translator.from_model_dir(model_dir[0], beam_size=2)  # a model of its own, to scramble
+    scramble(translator.model)  # choices that vary from sentence to sentence (untrained, it says one word)
+    words = [source.split()[:4] for source in fixture_pairs[0][:8]]
+    requests = [[" ".join(words[(i + j) % 8][: 1 + (i + j) % 4]) for j in range(1 + i % 3)] for i in range(8)]
+    alone = [translator.translate(request) for request in requests]  # one thread, one call at a time
+    start, threaded, failures = threading.Barrier(8), [[] for _ in requests], []
+
+    def serve(index):
+        try:
+            for _ in range(4):
+                start.wait()  # every thread's call at once, four times
+                threaded[index].append(translator.translate(requests[index]))
+        except Exception as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+            start.abort()
+
+    threads = [threading.Thread(target=serve, args=(index,)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert threaded == [[translations] * 4 for translations in alone]
+    assert len({translation for translations in alone for translation in translations}) == 8  # one per sentence
 
 
 def test_translate_nbest(translator):

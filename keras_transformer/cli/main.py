@@ -1,4 +1,4 @@
-"""`keras-transformer train | translate | score | evaluate | average | export | import`: the command line.
+"""`keras-transformer train | translate | score | evaluate | average | export | import | shortlist`: the command line.
 
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
@@ -65,6 +65,12 @@ def _add_train(subparsers):
     d.add_argument(
         "--collective-timeout", type=float, default=600.0, help="seconds before a multi-worker collective fails"
     )
+    p.add_argument(
+        "--build-shortlist",
+        action="store_true",
+        help="after training, count the training pairs into the model dir's vocabulary shortlist (shortlist.npz, "
+        "as `keras-transformer shortlist` does), which translate/evaluate/export --shortlist search over",
+    )
     add_train_flags(p)
     add_config_flags(p, DataConfig, "data (DataConfig; the README's Data)")
 
@@ -92,7 +98,7 @@ def _add_op_threads(p):
         metavar="N",
         help="threads TensorFlow gives one op, set before it starts (default 1, or $TF_NUM_INTRAOP_THREADS; 0: "
         "TensorFlow's own default, every core). The cores search batches side by side (--concurrent-batches): on "
-        "2 cores, one thread per op was fastest (bench/RESULTS.md)",
+        '2 cores, one thread per op was fastest (bench/RESULTS.md, "One thread per op, batches side by side")',
     )
 
 
@@ -115,6 +121,28 @@ def _add_target_lang(p, what):
     p.add_argument("--target-lang", metavar="LANG", help=f"a multilingual model: {what} (e.g. fr)")
 
 
+def _add_glossary(p, what):
+    p.add_argument(
+        "--glossary",
+        metavar="FILE",
+        help=f"terminology, a TSV of 'source term<TAB>target term' lines ('term<TAB>': keep it untranslated): {what}",
+    )
+    p.add_argument(
+        "--glossary-case-sensitive", action="store_true", help="match glossary terms case-sensitively (default: not)"
+    )
+
+
+def _glossary(args):
+    """The `Glossary` of --glossary FILE, or None."""
+    if not args.glossary:
+        if args.glossary_case_sensitive:
+            raise ValueError("--glossary-case-sensitive needs --glossary FILE")
+        return None
+    from keras_transformer.inference.glossary import Glossary
+
+    return Glossary.from_tsv(args.glossary, args.glossary_case_sensitive)
+
+
 def _add_translate(subparsers):
     p = subparsers.add_parser("translate", help="translate TEXT arguments, or stdin lines, one per line")
     _add_model_dirs(p)
@@ -131,6 +159,7 @@ def _add_translate(subparsers):
     constraint.add_argument(
         "--constraints", metavar="FILE", help="one line per input line: its phrases, tab-separated (empty: none)"
     )
+    _add_glossary(p, "each translation holds the target terms of the terms its input holds")
     p.add_argument(
         "--strict-input",
         action="store_true",
@@ -156,7 +185,7 @@ def _add_translate(subparsers):
 
 
 # What scoring reads of the decoding settings: the length penalty, and where it runs.
-SCORING_FIELDS = ("alpha", "disable_unk", "dtype", "batch_size")
+SCORING_FIELDS = ("alpha", "disable_unk", "dtype", "int8", "batch_size")
 
 
 def _add_score(subparsers):
@@ -188,6 +217,7 @@ def _add_evaluate(subparsers):
     )
     p.add_argument("--limit", type=int, help="only the first N pairs")
     _add_target_lang(p, "the language to translate into (default data: the training source of that language)")
+    _add_glossary(p, "each translation holds the target terms of the terms its source holds")
     _add_decoding(p)
     _add_op_threads(p)
     p.add_argument("--show", type=int, default=3, help="print N example translations")
@@ -215,7 +245,8 @@ def _add_export(subparsers):
         "earlier export into OUT",
     )
     p.add_argument("--checkpoint", default="latest", help=CHECKPOINT_HELP)
-    add_decoding_flags(p, exclude=("batch_size", "concurrent_batches"))
+    _add_glossary(p, "the SavedModel's translate holds the target terms of the terms a text holds")
+    add_decoding_flags(p, exclude=("batch_size", "concurrent_batches", "int8"))  # int8: its own SavedModel
     p.add_argument(
         "--check",
         metavar="OUT",
@@ -257,6 +288,37 @@ def _add_import(subparsers):
     )
 
 
+def _add_shortlist(subparsers):
+    from keras_transformer.data.shortlist import FREQUENT, PER_SOURCE
+
+    p = subparsers.add_parser(
+        "shortlist",
+        help="count the training pairs into the model dir's vocabulary shortlist (shortlist.npz), which "
+        "translate, evaluate and export --shortlist search over",
+    )
+    p.add_argument("--model-dir", required=True, help="the model directory: its tokenizer, data and shortlist.npz")
+    p.add_argument(
+        "--data",
+        help="count these pairs instead (a source as train's --data takes it: its training split, or all the "
+        "pairs of a file without splits)",
+    )
+    p.add_argument(
+        "--per-source",
+        type=int,
+        default=PER_SOURCE,
+        metavar="K",
+        help=f"targets kept per source token, by Dice coefficient (default {PER_SOURCE})",
+    )
+    p.add_argument(
+        "--frequent",
+        type=int,
+        default=FREQUENT,
+        metavar="N",
+        help=f"the N most frequent target tokens, in every search's vocabulary (default {FREQUENT})",
+    )
+    p.add_argument("--limit", type=int, help="only the first N pairs of each source")
+
+
 def _add_verbose(p, default):
     p.add_argument(
         "-v",
@@ -279,6 +341,7 @@ def parser() -> argparse.ArgumentParser:
     _add_export(subparsers)
     _add_average(subparsers)
     _add_import(subparsers)
+    _add_shortlist(subparsers)
     for command in subparsers.choices.values():  # --verbose before or after the command
         _add_verbose(command, argparse.SUPPRESS)
     return p
@@ -319,12 +382,17 @@ def _train(args):
         use_cpu_devices(args.cpu_devices)
     strategy = resolve_strategy(args.strategy, args.collective_timeout)
     train(args.model_dir, config, training, data, strategy=strategy, log=_log)
+    if args.build_shortlist:
+        from keras_transformer.data.shortlist import build_shortlist
+
+        build_shortlist(args.model_dir, log=_log)
 
 
 def _translator(args):
     from keras_transformer.inference.translator import Translator
 
-    return Translator.from_model_dir(args.model_dir, args.checkpoint, decoding(args))
+    glossary = _glossary(args) if "glossary" in args else None  # translate's and evaluate's, not score's
+    return Translator.from_model_dir(args.model_dir, args.checkpoint, decoding(args), glossary)
 
 
 STDIN_CHUNK = 1000  # stdin lines translated at once: memory stays flat over any input length
@@ -563,7 +631,7 @@ def _check_export(args) -> int:
 def export_decoding(args):
     """The decoding settings an export serves: the flags', with `disable_unk` on unless the flags
     say otherwise (an `<unk>` prints as a gap; never generating it cost no BLEU on the held-out
-    verses: bench/RESULTS.md, "2026-12-03: one search loop")."""
+    verses: bench/RESULTS.md, "Decoding controls")."""
     settings = decoding(args)
     return settings if args.disable_unk is not None else settings.replace(disable_unk=True)
 
@@ -589,20 +657,27 @@ def _export(args):
     if args.format == "ctranslate2":
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
+        if args.shortlist:
+            raise ValueError("--shortlist applies to --format tensorflow (the SavedModels)")
         paths = export_ctranslate2(model, tokenizer, args.out, args.quantization)
     else:
+        from keras_transformer.data.shortlist import Shortlist
         from keras_transformer.exporters.tensorflow import export_tensorflow
 
+        settings = export_decoding(args)
+        shortlist = Shortlist.load(args.model_dir[0], model.config.vocab_size) if settings.search.shortlist else None
         paths = export_tensorflow(
             model,
             tokenizer,
             args.out,
             args.name,
-            export_decoding(args),
+            settings,
             log=_log,
             model_dirs=args.model_dir,
             tflite=args.tflite,
             checkpoint={"name": args.checkpoint, "paths": [os.path.abspath(path) for path in exported]},
+            glossary=_glossary(args),
+            lexical_shortlist=shortlist,
         )
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")
@@ -616,6 +691,15 @@ def _import(args):
     layout = {"sinusoid_layout": args.sinusoid_layout} if args.sinusoid_layout else {}
     checkpoint = importer(args.directory, args.model_dir, warn=lambda line: _log(f"warning: {line}"), **layout)
     print(f"model_dir\t{args.model_dir}\ncheckpoint\t{checkpoint}")
+
+
+def _shortlist(args):
+    from keras_transformer.data.shortlist import build_shortlist
+
+    path = build_shortlist(
+        args.model_dir, args.data, per_source=args.per_source, frequent=args.frequent, limit=args.limit, log=_log
+    )
+    print(f"shortlist\t{path}")
 
 
 def _log(message: str) -> None:
@@ -641,7 +725,8 @@ def main(argv=None) -> int:
     from keras_transformer.training.callbacks.budget import Interrupted
 
     commands = {"train": _train, "translate": _translate, "score": _score, "evaluate": _evaluate}
-    command = {**commands, "average": _average, "export": _export, "import": _import}[args.command]
+    others = {"average": _average, "export": _export, "import": _import, "shortlist": _shortlist}
+    command = {**commands, **others}[args.command]
     try:
         status = command(args)
     except (DataError, ModelDirError, TokenizerError, ValueError, OSError) as error:

@@ -12,15 +12,21 @@ every artifact it finds in `out`, the checkpoint being the one exported (transla
 | --- | --- | --- |
 | `saved_model/<name>/<N>/` serving_default | TensorFlow | the export's dtype |
 | `saved_model/<name>_ids/<N>/` + the tokenizer | TensorFlow | the export's dtype |
+| `saved_model/<name>_int8/<N>/` serving_default | TensorFlow | int8 weights |
 | `translator.tflite`, `translator_int8.tflite` | LiteRT, else `tf.lite.Interpreter` | float32, int8 weights |
 | a CTranslate2 model directory (`model.bin`) | CTranslate2 (the `ctranslate2` extra) | its weights' |
 
-and reports, per artifact, the share of outputs identical to the checkpoint's and the sacreBLEU
-difference. An artifact fails past the tolerance: one in float32 must give at least
-`min_identical` (default 90%) of the checkpoint's outputs and lose at most `max_bleu_drop`
-(default 1.0) BLEU; a reduced-precision one (bf16, int8) or another engine (CTranslate2,
-whose length penalty is |y|^alpha, not GNMT's) need only the BLEU bound. An artifact whose
-runtime is not installed (CTranslate2's) is reported as not checked, with the package to install;
+(an export with a glossary, `export --glossary`: its text SavedModels against the checkpoint's
+translations under the same glossary, the others against the plain ones; an export with a
+vocabulary shortlist, translator.json's `saved_model_shortlist`: every artifact against the
+checkpoint's translations over the same shortlist), and reports, per
+artifact, the share of outputs identical to the checkpoint's and the sacreBLEU difference. An
+artifact fails past the tolerance: one in float32 must give at least `min_identical` (default
+90%) of the checkpoint's outputs and lose at most `max_bleu_drop` (default 1.0) BLEU; a
+reduced-precision one (bf16, the int8 SavedModel and TFLite model) or another engine
+(CTranslate2, whose length penalty is |y|^alpha, not GNMT's) need only the BLEU bound. An
+artifact whose runtime is not installed (CTranslate2's) is reported as not checked, with the
+package to install;
 the TFLite models run on TensorFlow's own interpreter when LiteRT (the `export` extra) is not there.
 """
 
@@ -36,6 +42,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from keras_transformer.config import DecodingConfig
+from keras_transformer.exporters.tensorflow import INT8_SUFFIX
 from keras_transformer.inference.evaluation import corpus_scores
 from keras_transformer.inference.translator import Translator
 
@@ -106,8 +113,9 @@ def _tflite_interpreter(path: str):
 
 
 def _runners(out: str, translator: Translator, metadata: dict) -> dict:
-    """{artifact path: (translate(texts) -> texts, exact)} for every artifact found in `out`, or
-    {path: note} for one whose runtime is missing."""
+    """{artifact path: (translate(texts) -> texts, exact, text)} for every artifact found in `out`
+    (`text`: a text SavedModel, which holds the export's glossary), or {path: note} for one whose
+    runtime is missing."""
     import tensorflow as tf
 
     tokenizer = translator.tokenizer
@@ -132,23 +140,24 @@ def _runners(out: str, translator: Translator, metadata: dict) -> dict:
         if path is None:
             continue
         signature = tf.saved_model.load(path).signatures["serving_default"]
+        precise = exact and not os.path.basename(base).endswith(INT8_SUFFIX)  # int8 weights: the BLEU bound
         if "text" in signature.structured_input_signature[1]:
-            runners[path] = (text_signature(signature), exact)
+            runners[path] = (text_signature(signature), precise, True)
         else:
-            runners[path] = (best(lambda ids, s=signature: s(source_ids=tf.constant(ids))), exact)
+            runners[path] = (best(lambda ids, s=signature: s(source_ids=tf.constant(ids))), precise, False)
     for key, exact in (("ids", True), ("ids_int8", False)):
         path = os.path.join(out, metadata.get("models", {}).get(key, ""))
         if not os.path.isfile(path):
             continue
         runner = _tflite_interpreter(path).get_signature_runner()
-        runners[path] = (best(lambda ids, r=runner: r(source_ids=ids)), exact)
+        runners[path] = (best(lambda ids, r=runner: r(source_ids=ids)), exact, False)
     if os.path.isfile(os.path.join(out, "model.bin")):
         try:
             import ctranslate2
         except ImportError:
             runners[out] = "CTranslate2 is not installed: pip install 'keras-aiayn[ctranslate2]'"
         else:
-            runners[out] = (_ctranslate2_runner(ctranslate2.Translator(out), translator), False)
+            runners[out] = (_ctranslate2_runner(ctranslate2.Translator(out), translator), False, False)
     return runners
 
 
@@ -175,6 +184,18 @@ def _ctranslate2_runner(engine, translator: Translator):
         return [t.decode("utf-8") for t in translator.tokenizer.detokenize(tf.constant(_padded(hypotheses))).numpy()]
 
     return translate
+
+
+def _glossary_translations(out: str, metadata: dict, translator: Translator, sources: list[str]):
+    """The checkpoint's translations of `sources` under the export's glossary (translator.json's
+    "glossary", the text SavedModel's), or None for an export without one."""
+    if "glossary" not in metadata:
+        return None
+    from keras_transformer.inference.glossary import Glossary
+
+    entry = metadata["glossary"]
+    glossary = Glossary.from_tsv(os.path.join(out, entry["path"]), entry["case_sensitive"])
+    return translator.translate(sources, constraints=glossary.with_terms(sources, None))
 
 
 def _exported_checkpoint(metadata: dict, model_dirs: Sequence[str]) -> str:
@@ -214,17 +235,20 @@ def check_quality(
         pairs = held_out(model_dirs[0], "validation", sample)
     references = pairs.references
     sources = [tag(text, pairs.target_lang) for text in pairs.sources]  # a multilingual model's: tagged
+    if metadata.get("saved_model_shortlist"):
+        decoding = decoding.replace(shortlist=True)
     translator = Translator.from_model_dir(list(model_dirs), _exported_checkpoint(metadata, model_dirs), decoding)
-    expected = translator.translate(sources)
-    reference_bleu = corpus_scores(expected, references)["bleu"]
+    expected = {False: translator.translate(sources)}
+    expected[True] = _glossary_translations(out, metadata, translator, sources) or expected[False]
     reports, problems = [], []
     for path, runner in _runners(out, translator, metadata).items():
         if isinstance(runner, str):
             reports.append(ArtifactQuality(path, None, None, None, False, runner))
             continue
-        translate, exact = runner
+        translate, exact, text = runner
         translations = translate(sources)
-        identical = float(np.mean([a == b for a, b in zip(translations, expected)]))
+        identical = float(np.mean([a == b for a, b in zip(translations, expected[text])]))
+        reference_bleu = corpus_scores(expected[text], references)["bleu"]
         bleu = corpus_scores(translations, references)["bleu"]
         report = ArtifactQuality(path, identical, bleu, round(reference_bleu - bleu, 2), exact)
         reports.append(report)

@@ -4,7 +4,10 @@
 saved: the SentencePiece tokenizer (tensorflow-text ops), the search and the detokenizer are
 all in the graph.
 
-- `translate(text [B]) -> {translation [B] string, score [B] float32}`: `serving_default`.
+- `translate(text [B]) -> {translation [B] string, score [B] float32}`: `serving_default`. With a
+  glossary (`export --glossary FILE`; `inference/glossary.py`, its terms constants of the graph),
+  each translation holds the target terms of the glossary terms its text holds, by the
+  constrained search of `translate_constrained`.
 - `translate_ids(source_ids [B, S] int32) -> {ids [B, beam, L] int32, scores [B, beam] float32}`;
   a row of more than `max_length` ids is cut to its first `max_length - 1`, then EOS.
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
@@ -39,7 +42,10 @@ no tokens (empty or only spaces) translates to "" with score 0. Invalid UTF-8 by
 replaced by U+FFFD (the unknown token) instead of failing the batch.
 
 The search is any `decode(model, source_ids, nbest=None) -> DecodeResult` (`beam_search`
-by default, or `greedy_search`); its output length follows `search.decode_limits`.
+by default, or `greedy_search`); its output length follows `search.decode_limits`. With a
+vocabulary shortlist (`lexical_shortlist`, the model dir's `shortlist.npz`), its arrays are the
+module's variables, saved once, and every search (not `score`) runs over the union of its
+batch's shortlists (`inference/shortlist.py`): `decode` should read the same shortlist.
 """
 
 from __future__ import annotations
@@ -50,10 +56,12 @@ import tensorflow as tf
 from tensorflow.python.trackable.data_structures import NoDependency
 
 from keras_transformer.config import DecodingConfig, SearchSettings
+from keras_transformer.data.shortlist import Shortlist
 from keras_transformer.inference import alignment
 from keras_transformer.inference.beam import BeamSearch
 from keras_transformer.inference.controls import MinLength, NoRepeatNgram, RepetitionPenalty, controls, suppressed_ids
 from keras_transformer.inference.decoding import beam_search
+from keras_transformer.inference.glossary import Glossary
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score_targets
 from keras_transformer.inference.search import DecodeResult, graph_function, search
@@ -101,6 +109,15 @@ def options_errors(beam_size, alpha, max_decoding_length, min_decoding_length, r
     return errors
 
 
+def variables(shortlist: Shortlist | None) -> Shortlist | None:
+    """`shortlist` with its arrays as (non-trainable) variables, which a `TranslationModule` saves
+    once, whatever the number of signatures that read them (constants would be copied into each)."""
+    if shortlist is None:
+        return None
+    table, frequent = (tf.Variable(array, trainable=False) for array in (shortlist.table, shortlist.frequent))
+    return Shortlist(table, frequent, shortlist.pairs)
+
+
 def truncate_source_ids(source_ids, max_length: int):
     """source_ids [B, S] -> [B, min(S, max_length)]: a row of more than max_length ids keeps its
     first max_length - 1, then EOS, as a text source is truncated. TFLite builtin ops only."""
@@ -122,7 +139,8 @@ class TranslationModule(tf.Module):
 
     `model` may be an `Ensemble`. `decoding`: the settings of `score` (alpha), `sample` (see the
     module docstring) and `translate_with_alignments` (the decoder layer whose cross-attention
-    it reads, `alignment_layer`).
+    it reads, `alignment_layer`). `lexical_shortlist`: the vocabulary shortlist of `sample` and
+    `translate_with_options` (`variables(shortlist)`; `decode` reads it for the other searches).
     """
 
     def __init__(
@@ -133,6 +151,8 @@ class TranslationModule(tf.Module):
         *,
         lite_text: bool = False,
         decoding: DecodingConfig | None = None,
+        glossary: Glossary | None = None,
+        lexical_shortlist=None,
     ):
         super().__init__(name="translator")
         # The weights are saved once, as the variables the signatures read: tracked one by one,
@@ -142,10 +162,14 @@ class TranslationModule(tf.Module):
         # variable would be saved a second time beside its tf.Variable (twice the bytes).
         self.model = NoDependency(model)
         self.model_variables = [variable.value for variable in model.variables]
+        self._shortlist = lexical_shortlist
+        if lexical_shortlist is not None:  # saved with the module; `variables` made them
+            self.shortlist_variables = [lexical_shortlist.table, lexical_shortlist.frequent]
         self.tokenizer = tokenizer
         self._decode = decode
         self._lite_text = lite_text
         self._decoding = decoding or DecodingConfig()
+        self._glossary = glossary
         self._banned = never_generated(self._decoding.search.disable_unk)
         self._suppress_ids = (
             () if tokenizer is None else suppressed_ids(tokenizer, self._decoding.search.suppress_sequences)
@@ -209,6 +233,8 @@ class TranslationModule(tf.Module):
         return tf.reshape(flat, shape[:2])
 
     def _translate(self, text):
+        if self._glossary is not None:  # constants of the graph: the terms' patterns and phrases
+            return self._translate_constrained(text, self._glossary.constraint_phrases(text))
         ids, scores = self._search_text(text, nbest=1)  # one translation (the exact rule stops sooner)
         return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
 
@@ -263,7 +289,7 @@ class TranslationModule(tf.Module):
         ids, scores = self._search_text(
             text,
             search=lambda source_ids: DecodeResult(
-                *sample_with_seed(self.model, source_ids, seed, decoding, self._suppress_ids)
+                *sample_with_seed(self.model, source_ids, seed, decoding, self._suppress_ids, self._shortlist)
             ),
         )
         return {"translations": self._detokenize_beams(ids), "scores": scores}  # [B, n], [B, n]
@@ -297,7 +323,15 @@ class TranslationModule(tf.Module):
 
         def options_search(source_ids):
             lengths = {"length_a": settings.length_a, "length_b": settings.length_b}
-            found = search(self.model, source_ids, strategy, modifiers, max_decoding_length=most, **lengths)
+            found = search(
+                self.model,
+                source_ids,
+                strategy,
+                modifiers,
+                max_decoding_length=most,
+                lexical_shortlist=self._shortlist,
+                **lengths,
+            )
             return DecodeResult(*found)
 
         ids, scores = self._search_text(text, search=options_search)

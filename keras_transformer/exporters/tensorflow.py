@@ -8,6 +8,9 @@
                                      tensorflow-text's ops (TF Serving links them);
                                      assets.extra/tf_serving_warmup_requests
     OUT/saved_model/<name>_ids/N/    serving_default = translate_ids; TensorFlow ops only
+    OUT/saved_model/<name>_int8/N/   <name>'s signatures with int8 weights (`Transformer.with_int8`:
+                                     every weight matrix in a quarter of the bytes, float
+                                     activations); TF Serving serves it as another model
     OUT/translator.tflite            source_ids -> ids, scores; TFLite builtin ops only
     OUT/translator_int8.tflite       the same with dynamic-range quantized (int8) weights
     OUT/translator_text.tflite       text -> ids, scores; builtins + tensorflow-text's
@@ -16,6 +19,12 @@
     OUT/tokenizer.target.model       a model of two SentencePiece models (OPUS-MT's): the target
                                      side's, to detokenize with (tokenizer.model: the source side's)
     OUT/translator.json              what a device needs besides the models (`tflite_metadata`)
+    OUT/glossary.tsv                 with `export --glossary FILE`: the terms the text SavedModels'
+                                     `translate` holds (the ids-only and TFLite models hold none)
+
+With the `shortlist` setting (`export --shortlist`) both SavedModels hold the model dir's
+vocabulary shortlist and search over it (`inference/shortlist.py`; translator.json's
+`saved_model_shortlist`); the TFLite models never do (static shapes there), nor does `score`.
 
 `tflite=False` (`export --no-tflite`) writes the SavedModels, the tokenizer and translator.json
 only (its `models` then empty), for a deployment to TF Serving alone: the three TFLite
@@ -43,14 +52,18 @@ from tensorflow.python.framework.convert_to_constants import (
 
 from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import UNK_ID, target_path
-from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule
+from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule, variables
 from keras_transformer.inference.controls import suppressed_ids
 from keras_transformer.inference.decoding import beam_search
+from keras_transformer.inference.glossary import Glossary
 from keras_transformer.inference.search import graph_function
+from keras_transformer.inference.shortlist import check_shortlist
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
+INT8_SUFFIX = "_int8"  # the int8 SavedModel's name: <name>_int8
 WARMUP_TEXTS = ("In the beginning God created the heavens and the earth.", "Jesus wept.")
 METADATA = "translator.json"
+GLOSSARY = "glossary.tsv"  # the terms the text SavedModels' translate holds, as export --glossary read them
 
 
 def saved_model_dir(out: str, name: str, version: int = 1) -> str:
@@ -67,10 +80,15 @@ def versions(base: str) -> list[int]:
     return sorted(int(name) for name in names if name.isdigit())
 
 
+def int8_saved_model_dir(out: str, name: str, version: int = 1) -> str:
+    return os.path.join(out, "saved_model", f"{name}{INT8_SUFFIX}", str(version))
+
+
 def next_version(out: str, name: str) -> int:
-    """One above every version of both SavedModels of `name` in `out` (1 in a new OUT), so that
+    """One above every version of the SavedModels of `name` in `out` (1 in a new OUT), so that
     TF Serving, which serves the highest version, picks the new export up."""
-    bases = (os.path.dirname(saved_model_dir(out, name)), os.path.dirname(ids_saved_model_dir(out, name)))
+    dirs = (saved_model_dir, ids_saved_model_dir, int8_saved_model_dir)
+    bases = [os.path.dirname(path(out, name)) for path in dirs]
     return 1 + max((v for base in bases for v in versions(base)), default=0)
 
 
@@ -148,14 +166,16 @@ def tflite_metadata(
         "keep the ids before the first eos_id or pad_id, drop start_id and unk_id, detokenize with "
         "SentencePiece (target_tokenizer's model where there is one), collapse double spaces",
         "saved_model_dtype": decoding.runtime.dtype or "float32",
+        "saved_model_shortlist": decoding.search.shortlist,
         "model_dirs": [os.path.abspath(path) for path in model_dirs],
         **({"checkpoint": checkpoint} if checkpoint else {}),
     }
 
 
 def tflite_decoding(decoding: DecodingConfig) -> DecodingConfig:
-    """The search the TFLite models run: the SavedModels', in float32 and without XLA."""
-    return decoding.replace(dtype=None, jit_compile=False)
+    """The search the TFLite models run: the SavedModels', in float32, without XLA and without a
+    vocabulary shortlist (whose size depends on the batch)."""
+    return decoding.replace(dtype=None, jit_compile=False, shortlist=False)
 
 
 def tflite_models(function, spec: tf.TensorSpec, quantize=(False,), *, custom_ops: bool = False) -> list[bytes]:
@@ -205,30 +225,42 @@ def export_tensorflow(
     model_dirs: Sequence[str] = (),
     tflite: bool = True,
     checkpoint: dict | None = None,
+    glossary: Glossary | None = None,
+    lexical_shortlist=None,
     **overrides,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding with `decoding` and
     `overrides` of its fields (`DecodingConfig`; default the paper's search, §6.1); returns
     {artifact: path}.
 
-    `jit_compile`: the SavedModels' search runs compiled by XLA, which TF Serving runs on CPU
-    only with `--xla_cpu_compilation_enabled`; `dtype`: the SavedModels compute in it
+    The int8 SavedModel is the text one's with int8 weights, whatever `int8` says (not read: the
+    float ones stay float32 or `dtype`). `jit_compile`: the SavedModels' search runs compiled by
+    XLA, which TF Serving runs on CPU only with `--xla_cpu_compilation_enabled`; `dtype`: the
+    SavedModels compute in it
     (`Transformer.with_dtype`, e.g. "bfloat16"). The TFLite models run the same search in
     float32 (and int8 weights), never with XLA (`tflite_decoding`). `model` may be an `Ensemble`
     (`inference/ensemble.py`): every artifact then runs the ensemble's search. `model_dirs`: the
     model directory exported, recorded in translator.json so that `export --check` can compare
     the artifacts' translations with its checkpoint's, `checkpoint` which one (`tflite_metadata`).
     `tflite=False`: no TFLite model (and none left from an earlier export into `out`); the
-    returned paths then have no TFLite key."""
-    decoding = (decoding or DecodingConfig()).replace(**overrides)
+    returned paths then have no TFLite key. `glossary`: the text SavedModels' `translate` holds
+    its terms (`signatures.py`); written to `out`/glossary.tsv and named in translator.json.
+    `shortlist`: the SavedModels (float and int8) search over `lexical_shortlist` (a
+    `data.shortlist.Shortlist`, the model dir's), saved in them."""
+    decoding = (decoding or DecodingConfig()).replace(**overrides).replace(int8=False)
+    check_shortlist(decoding, lexical_shortlist)
+    shortlist = variables(lexical_shortlist) if decoding.search.shortlist else None
+    if glossary is not None:
+        glossary.check(tokenizer, model.config.max_length)
     suppress_ids = suppressed_ids(tokenizer, decoding.search.suppress_sequences)
-    served = functools.partial(beam_search, decoding=decoding, suppress_ids=suppress_ids)
+    served = functools.partial(beam_search, decoding=decoding, suppress_ids=suppress_ids, lexical_shortlist=shortlist)
     decode = functools.partial(beam_search, decoding=tflite_decoding(decoding), suppress_ids=suppress_ids)
     served_model = model if decoding.runtime.dtype is None else model.with_dtype(decoding.runtime.dtype)
     version = next_version(out, name)
     paths = {
         "saved_model": saved_model_dir(out, name, version),
         "saved_model_ids": ids_saved_model_dir(out, name, version),
+        "saved_model_int8": int8_saved_model_dir(out, name, version),
         "tflite": os.path.join(out, TFLITE_MODELS["ids"]),
         "tflite_int8": os.path.join(out, TFLITE_MODELS["ids_int8"]),
         "tflite_text": os.path.join(out, TFLITE_MODELS["text"]),
@@ -240,9 +272,17 @@ def export_tensorflow(
     log(f"writing the SavedModel {paths['saved_model']}")
     texts = np.array(WARMUP_TEXTS, dtype=object)
     warmup = {"model_name": name, "signature": "serving_default", "inputs": {"text": texts}}
-    _save_version(TranslationModule(served_model, tokenizer, served, decoding=decoding), paths["saved_model"], warmup)
+    text_module = TranslationModule(
+        served_model, tokenizer, served, decoding=decoding, glossary=glossary, lexical_shortlist=shortlist
+    )
+    _save_version(text_module, paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
-    _save_version(TranslationModule(served_model, decode=served), paths["saved_model_ids"])
+    _save_version(TranslationModule(served_model, decode=served, lexical_shortlist=shortlist), paths["saved_model_ids"])
+    log(f"writing the int8 SavedModel {paths['saved_model_int8']}")
+    int8_model = TranslationModule(
+        served_model.with_int8(), tokenizer, served, decoding=decoding, glossary=glossary, lexical_shortlist=shortlist
+    )
+    _save_version(int8_model, paths["saved_model_int8"], {**warmup, "model_name": f"{name}{INT8_SUFFIX}"})
     if tflite:
         log("converting to TFLite (builtin ops only) and int8")
         lite_ids = TranslationModule(model, decode=decode).translate_ids
@@ -263,6 +303,10 @@ def export_tensorflow(
     two = "target_tokenizer" in paths
     with open(paths["metadata"], "w", encoding="utf-8") as f:
         metadata = tflite_metadata(model.config, decoding, model_dirs, tokenizer.lang_ids, tflite, checkpoint, two)
+        if glossary is not None:
+            paths["glossary"] = os.path.join(out, GLOSSARY)
+            glossary.save(paths["glossary"])
+            metadata["glossary"] = {"path": GLOSSARY, "case_sensitive": glossary.case_sensitive}
         json.dump(metadata, f, indent=2)
         f.write("\n")
     return paths

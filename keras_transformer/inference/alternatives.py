@@ -35,10 +35,13 @@ def expansions(model, source_ids, target_prefix, n: int, banned: tuple[int, ...]
     return tf.math.top_k(tf.where(is_banned, NEG_INF, after), k=n).indices  # [B, n]
 
 
-def alternatives(model, source_ids, target_prefix, n: int, decoding: DecodingConfig, suppress_ids=()) -> DecodeResult:
+def alternatives(
+    model, source_ids, target_prefix, n: int, decoding: DecodingConfig, suppress_ids=(), lexical_shortlist=None
+) -> DecodeResult:
     """The n alternatives of every sentence after its prefix (see the module docstring): ids [B,
     n, L] (the prefix first), scores [B, n]; source_ids [B, S] and target_prefix [B, P] int32 as
-    `beam_search` takes them."""
+    `beam_search` takes them; `lexical_shortlist`: each alternative's search over it (the
+    alternatives themselves are the full vocabulary's)."""
     banned = (*never_generated(decoding.search.disable_unk), EOS_ID)  # an alternative is a word
     tokens = expansions(model, source_ids, target_prefix, n, banned)  # [B, n]
     batch, width = tf.shape(target_prefix)[0], tf.shape(target_prefix)[1]
@@ -52,5 +55,6 @@ def alternatives(model, source_ids, target_prefix, n: int, decoding: DecodingCon
         decoding.replace(nbest=1),
         target_prefix=tf.reshape(longer, [batch * n, -1]),
         suppress_ids=suppress_ids,
+        lexical_shortlist=lexical_shortlist,
     )
     return DecodeResult(tf.reshape(found.ids[:, 0], [batch, n, -1]), tf.reshape(found.scores[:, 0], [batch, n]))

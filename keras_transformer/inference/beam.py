@@ -9,7 +9,7 @@ the log-softmax: `special_tokens.never_generated`) divided by the length penalty
 counting EOS. A sentence stops once round(patience x K) of its hypotheses have ended (patience 1
 by default: the rule of fairseq and CTranslate2; Kasai et al., 2022), or, with `patience=None`,
 once no alive hypothesis can beat the kept ones (exact, as tensor2tensor; slower, and the same
-BLEU on the held-out verses: bench/RESULTS.md).
+BLEU on the held-out verses: bench/RESULTS.md, "Stopping rules: patience 1 against exact").
 
 Modifiers may add candidates (`Modifier.candidates`: a constraint's next token) and order them
 (`Modifier.rank`: dynamic beam allocation's banks); then "the best K" means the first K in that
@@ -77,7 +77,7 @@ class BeamSearch:
         slots = list(zip(modifiers, state.modifiers))
         # The best 2K of the K x V one-token extensions are among each hypothesis' best 2K tokens.
         token_log_probs, tokens = best_tokens(log_probs, 2 * k, self.banned)  # [B*K, P]
-        per_beam = tokens.shape[-1] if isinstance(k, int) else tf.shape(tokens)[-1]
+        per_beam = tokens.shape[-1] if tokens.shape[-1] is not None else tf.shape(tokens)[-1]
         tokens = tf.reshape(tokens, [-1, k, per_beam])  # [B, K, P]
         values = tf.reshape(token_log_probs, [-1, k, per_beam])  # [B, K, P]
         beams = tf.range(k * per_beam) // per_beam  # [N]: the hypothesis each candidate extends

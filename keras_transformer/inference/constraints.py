@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.inference.log_probs import NEG_INF, gather_beams
+from keras_transformer.inference.log_probs import NEG_INF, gather_beams, vocabulary_size
 from keras_transformer.inference.search import Modifier, ModifierState, Step, refuse_reserved
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
@@ -86,6 +86,7 @@ class Constraints(Modifier):
     completes = True
 
     def __init__(self, constraints):
+        self.constraints = tf.cast(constraints, tf.int32)  # [B, C, T]
         self.phrases = padded_constraints(constraints)  # [B, C + 1, T + 1]
 
     def start(self, batch, hypotheses, length) -> ModifierState:
@@ -99,7 +100,7 @@ class Constraints(Modifier):
         met, _ = state.alive
         unmet = tf.reduce_any(~met, axis=-1)  # [B, K]
         ban_eos = unmet & (step.position + 1 < tf.expand_dims(step.limits, 1))  # [B, K]
-        is_eos = tf.range(log_probs.logits.shape[-1]) == EOS_ID  # [V]
+        is_eos = tf.range(vocabulary_size(log_probs.logits)) == EOS_ID  # [V]
         return log_probs.rule_out(tf.reshape(ban_eos, [-1, 1]) & is_eos)  # [B*K, V]
 
     def candidates(self, state: ModifierState, log_probs, tokens, step: Step):
@@ -152,6 +153,12 @@ class Constraints(Modifier):
         met, _ = alive
         return tf.reduce_all(met, axis=-1)  # [B, M]
 
+    def token_ids(self) -> tuple:
+        return (self.constraints,)
+
+    def over(self, vocabulary) -> Constraints:
+        return Constraints(vocabulary.to_columns(self.constraints))
+
 
 def check_constraints(constraints, batch: int) -> tf.Tensor:
     """`constraints` as [batch, C, T] int32 ids (C, T may be 0), or a ValueError: the wrong number
@@ -178,13 +185,9 @@ def meets(ids, phrases) -> bool:
     )
 
 
-def phrase_rows(tokenizer, constraints, count: int, max_length: int) -> list[list[np.ndarray]] | None:
-    """The token ids of every text's phrases, for `Translator`: `constraints` None (none), one
-    phrase (a str) or one list of phrases for all `count` texts, or one list per text. A phrase
-    is tokenized alone, which is the tokenization SentencePiece gives it after a space (its first
-    piece starts with the word-boundary mark), so the detokenized output holds the phrase's text.
-    A ValueError for an empty phrase, one with the unknown token (it detokenizes to nothing), or
-    one of more than max_length - 1 tokens (no output is longer)."""
+def per_text(constraints, count: int) -> list[list[str]] | None:
+    """`constraints` as `Translator` takes them (None, one phrase, one list of phrases for all
+    `count` texts, or one list per text) as one list of phrases per text (None for None)."""
     if constraints is None:
         return None
     if isinstance(constraints, str):
@@ -194,6 +197,19 @@ def phrase_rows(tokenizer, constraints, count: int, max_length: int) -> list[lis
         constraints = [constraints] * count
     if len(constraints) != count:
         raise ValueError(f"{count} texts but {len(constraints)} lists of constraints")
+    return [list(text) for text in constraints]
+
+
+def phrase_rows(tokenizer, constraints, count: int, max_length: int) -> list[list[np.ndarray]] | None:
+    """The token ids of every text's phrases, for `Translator`: `constraints` None (none), one
+    phrase (a str) or one list of phrases for all `count` texts, or one list per text. A phrase
+    is tokenized alone, which is the tokenization SentencePiece gives it after a space (its first
+    piece starts with the word-boundary mark), so the detokenized output holds the phrase's text.
+    A ValueError for an empty phrase, one with the unknown token (it detokenizes to nothing), or
+    one of more than max_length - 1 tokens (no output is longer)."""
+    constraints = per_text(constraints, count)
+    if constraints is None:
+        return None
     from keras_transformer.data.tokenizer import UNK_ID
 
     phrases = sorted({phrase for text in constraints for phrase in text})

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.inference.log_probs import NEG_INF, gather_beams
+from keras_transformer.inference.log_probs import NEG_INF, gather_beams, vocabulary_size
 from keras_transformer.inference.search import Modifier, ModifierState, Step
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, UNK_ID
 
@@ -62,7 +62,7 @@ class MinLength(PerSentence):
 
     def logits(self, state: ModifierState, logits, step: Step):
         early = step.position < self.per_row(state, step)  # [N, 1]
-        return tf.where(early & (tf.range(logits.shape[-1]) == EOS_ID), NEG_INF, logits)  # [N, V]
+        return tf.where(early & (tf.range(vocabulary_size(logits)) == EOS_ID), NEG_INF, logits)  # [N, V]
 
 
 class RepetitionPenalty(PerSentence):
@@ -122,9 +122,17 @@ class SuppressSequences(Modifier):
         head = tf.range(width)[None, :] < lengths[:, None] - 1  # [S, T]: the tokens before the last
         seen = tf.gather(ids, tf.clip_by_value(where, 0, tf.shape(ids)[1] - 1), axis=1)  # [N, S, T]
         follows = tf.reduce_all(~head | ((seen == self.sequences) & (where >= 0)), axis=-1)  # [N, S]
-        last = tf.gather(self.sequences, lengths - 1, batch_dims=1)  # [S]
+        last = tf.gather(
+            self.sequences, tf.maximum(lengths - 1, 0), batch_dims=1
+        )  # [S] (an empty row: pad, never disabled)
         count = tf.shape(ids)[0]
         return disable(logits, tf.tile(last[None], [count, 1]), follows & (lengths > 0))
+
+    def over(self, vocabulary) -> SuppressSequences:
+        """Over a shortlist's columns: a sequence with a token outside the shortlist can never be
+        produced, so it is dropped (an all-pad row); its tokens do not join the shortlist."""
+        possible = tf.reduce_all(vocabulary.holds(self.sequences), axis=1, keepdims=True)  # [S, 1]
+        return SuppressSequences(tf.where(possible, vocabulary.to_columns(self.sequences), PAD_ID))  # [S, T]
 
 
 def controls(search, suppress_ids=()) -> tuple[Modifier, ...]:

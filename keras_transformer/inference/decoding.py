@@ -4,7 +4,8 @@
 modifiers of its inputs (a target prefix: `prefix.py`; lexical constraints: `constraints.py`)
 and of its settings (the controls: `controls.py`), traced once per model and settings
 (`search.compiled`), with XLA on inputs padded to a few bucket shapes when `jit_compile` is on.
-The loop itself is `search.search`.
+The loop itself is `search.search`. Given a `lexical_shortlist`, the search's vocabulary is the union
+of the batch's vocabulary shortlists (`shortlist.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
+from keras_transformer.data.shortlist import Shortlist
 from keras_transformer.inference.beam import BeamSearch
 from keras_transformer.inference.constraints import CONSTRAINTS_SPEC, Constraints, check_constraints
 from keras_transformer.inference.controls import controls
@@ -26,6 +28,7 @@ from keras_transformer.inference.search import (
     search,
     traced_settings,
 )
+from keras_transformer.inference.shortlist import FREQUENT_SPEC, TABLE_SPEC, check_shortlist
 from keras_transformer.special_tokens import PAD_ID, never_generated
 
 
@@ -47,13 +50,15 @@ def search_beams(
     target_prefix=None,
     constraints=None,
     suppress_ids=(),
+    lexical_shortlist=None,
 ):
     """The traceable beam search: source_ids [B, S] int32 -> (ids [B, n, L] int32, scores [B, n]
     float32), the n = `nbest` (default K) best hypotheses, by the stopping rule `patience`; with
     `target_prefix` [B, P] int32 (pad-padded), every hypothesis starts with its sentence's prefix;
     with `constraints` [B, C, T] int32, every phrase is in the output; `suppress_ids`: the
-    `suppress_sequences` as token ids. Wrap it in `tf.function` or a `tf.Module` signature;
-    `beam_search` is the checked, compiled entry point; `search.search` says what L is."""
+    `suppress_sequences` as token ids; `lexical_shortlist`: the search's vocabulary is the union
+    of the batch's shortlists (`shortlist.py`). Wrap it in `tf.function` or a `tf.Module`
+    signature; `beam_search` is the checked, compiled entry point; `search.search` says what L is."""
     modifiers = []
     if target_prefix is not None:
         modifiers.append(Prefix(target_prefix))
@@ -70,6 +75,7 @@ def search_beams(
         max_decoding_length=settings.max_decoding_length,
         max_decode_length=decoding.runtime.max_decode_length,
         static_shapes=static_shapes,
+        lexical_shortlist=lexical_shortlist,
     )
 
 
@@ -109,11 +115,20 @@ def _xla_search(model, source_ids, decoding: DecodingConfig, suppress_ids=()):
 
 
 def _search_with(model, source_ids, *values, names: tuple[str, ...], decoding: DecodingConfig, suppress_ids=()):
-    """`search_beams` with the inputs `names` (target_prefix, constraints) given as `values`."""
-    return search_beams(model, source_ids, decoding, suppress_ids=suppress_ids, **dict(zip(names, values)))
+    """`search_beams` with the inputs `names` (target_prefix, constraints, a shortlist's arrays)
+    given as `values`."""
+    given = dict(zip(names, values))
+    table, frequent = given.pop("shortlist_table", None), given.pop("shortlist_frequent", None)
+    shortlist = None if table is None else Shortlist(table, frequent)
+    return search_beams(model, source_ids, decoding, suppress_ids=suppress_ids, lexical_shortlist=shortlist, **given)
 
 
-INPUT_SPECS = {"target_prefix": PREFIX_SPEC, "constraints": CONSTRAINTS_SPEC}
+INPUT_SPECS = {
+    "target_prefix": PREFIX_SPEC,
+    "constraints": CONSTRAINTS_SPEC,
+    "shortlist_table": TABLE_SPEC,
+    "shortlist_frequent": FREQUENT_SPEC,
+}
 
 
 def traced_beam_search(model, decoding: DecodingConfig, names: tuple[str, ...] = (), suppress_ids=()):
@@ -134,6 +149,7 @@ def beam_search(
     target_prefix=None,
     constraints=None,
     suppress_ids=(),
+    lexical_shortlist=None,
     **overrides,
 ) -> DecodeResult:
     """Beam search with the GNMT length penalty (§6.1; Wu et al., 2016): the `nbest` (default
@@ -157,9 +173,14 @@ def beam_search(
     phrase is met only if the length limit leaves room for it. A search with either is never
     compiled by XLA (`jit_compile` is ignored), and traced apart from the plain one.
     `suppress_ids`: `suppress_sequences` as token ids (a tuple of tuples; `Translator` tokenizes
-    them). Returns ids [B, nbest, L] and scores [B, nbest].
+    them). `lexical_shortlist` (a `data.shortlist.Shortlist`): the search's vocabulary is the union
+    of the batch's vocabulary shortlists (`shortlist.py`: the ids of a prefix, constraints and
+    suppressed sequences are kept too), never with XLA or `max_decode_length`; the `shortlist`
+    setting, which tells `Translator` and `export` to read the model dir's, needs one.
+    Returns ids [B, nbest, L] and scores [B, nbest].
     """
     decoding = (decoding or DecodingConfig()).replace(**overrides)
+    check_shortlist(decoding, lexical_shortlist)
     source_ids = check_source_ids(source_ids, model.config.max_length)
     batch = source_ids.shape[0]
     given = {}
@@ -167,6 +188,9 @@ def beam_search(
         given["target_prefix"] = check_prefix(target_prefix, batch) if tf.executing_eagerly() else target_prefix
     if constraints is not None:
         given["constraints"] = check_constraints(constraints, batch) if tf.executing_eagerly() else constraints
+    if lexical_shortlist is not None:  # inputs of the traced search, which every shortlist shares
+        given["shortlist_table"] = lexical_shortlist.table
+        given["shortlist_frequent"] = lexical_shortlist.frequent
     suppress_ids = tuple(map(tuple, suppress_ids))
     if decoding.runtime.jit_compile and not given:
         if not model.built:  # XLA cannot create the variables
@@ -179,10 +203,14 @@ def beam_search(
     return DecodeResult(ids=ids, scores=scores)
 
 
-def greedy_search(model, source_ids, *, target_prefix=None, constraints=None, **overrides) -> DecodeResult:
+def greedy_search(
+    model, source_ids, *, target_prefix=None, constraints=None, lexical_shortlist=None, **overrides
+) -> DecodeResult:
     """Greedy decoding, which is beam search with beam_size 1 and alpha 0: ids [B, 1, L], scores
     [B, 1] = the sum of the chosen tokens' log-probabilities; `overrides` of the other
-    `DecodingConfig` settings (e.g. `length_b`); `target_prefix` and `constraints` as
-    `beam_search`'s (greedy with constraints writes each phrase as soon as it can: weak)."""
+    `DecodingConfig` settings (e.g. `length_b`); `target_prefix`, `constraints` and
+    `lexical_shortlist` as `beam_search`'s (greedy with constraints writes each phrase as soon as
+    it can: weak)."""
     decoding = DecodingConfig.greedy(**overrides)
-    return beam_search(model, source_ids, decoding, target_prefix=target_prefix, constraints=constraints)
+    given = dict(target_prefix=target_prefix, constraints=constraints, lexical_shortlist=lexical_shortlist)
+    return beam_search(model, source_ids, decoding, **given)

@@ -83,10 +83,14 @@ class Ensemble:
         """The ensemble of the models in `dtype` (`Transformer.with_dtype`)."""
         return Ensemble([model.with_dtype(dtype) for model in self.models])
 
-    def start_decoding(self, source_ids, hypotheses: int, max_length=None):
-        """`Transformer.start_decoding` of every model: (one `DecodingContext` of every model's
-        rows and shared entries, the tuple of their caches)."""
-        started = [model.start_decoding(source_ids, hypotheses, max_length) for model in self.models]
+    def with_int8(self) -> Ensemble:
+        """The ensemble of the models with int8 weights (`Transformer.with_int8`)."""
+        return Ensemble([model.with_int8() for model in self.models])
+
+    def start_decoding(self, source_ids, hypotheses: int, max_length=None, vocabulary=None):
+        """`Transformer.start_decoding` of every model (over the same `vocabulary`, if given): (one
+        `DecodingContext` of every model's rows and shared entries, the tuple of their caches)."""
+        started = [model.start_decoding(source_ids, hypotheses, max_length, vocabulary) for model in self.models]
         contexts = [context for context, _ in started]
         context = DecodingContext(
             rows=tuple(c.rows for c in contexts),

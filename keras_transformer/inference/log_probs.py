@@ -2,7 +2,7 @@
 
 The search reads a few tokens of each row (`best_tokens`, `LogProbs.take`), so it never writes
 the [N, V] log-probabilities, whose `log_softmax` costs as much as the blocked top-k over them
-(128 x 8000 here: 1.3 and 1.0 ms; `bench/token_selection.py`).
+(128 x 8000 here: 1.3 and 1.0 ms; `bench/decoding.py token-selection`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ import tensorflow as tf
 # Scores are float32 whatever the model's compute dtype; -inf is exact in every float dtype
 # (unlike -1e9, which overflows float16) and marks "no hypothesis" in a beam slot.
 NEG_INF = float("-inf")
+
+
+def vocabulary_size(values):
+    """The size V of the last axis of `values` [N, V]: an int where the shape says it, else a
+    scalar tensor (a search over a vocabulary shortlist, whose size depends on the batch)."""
+    return values.shape[-1] if values.shape[-1] is not None else tf.shape(values)[-1]
 
 
 class LogProbs(NamedTuple):
@@ -52,7 +58,8 @@ class LogProbs(NamedTuple):
 
     def dense(self, banned: tuple[int, ...]):
         """[N, V] float32: every token's log-probability, -inf at the `banned` ids (sampling reads them all)."""
-        is_banned = tf.reduce_any(tf.range(self.logits.shape[-1])[:, None] == tf.constant(banned), axis=-1)  # [V]
+        ids = tf.range(vocabulary_size(self.logits))  # [V]
+        is_banned = tf.reduce_any(ids[:, None] == tf.constant(banned), axis=-1)  # [V]
         return tf.where(is_banned, NEG_INF, self.logits - self.normalized().log_z)
 
 
@@ -61,9 +68,9 @@ def best_tokens(log_probs: LogProbs, count, banned: tuple[int, ...]):
     (`special_tokens.never_generated`), best first: (log-probabilities, ids) [N, count +
     len(banned)] with every banned id among them at -inf, so that they rank last. Masking after
     the top-k reads K x (2K + 2) values instead of the whole [N, V]. `count` may be a tensor (a
-    beam size given per request)."""
-    vocab_size = log_probs.logits.shape[-1]
-    if isinstance(count, int):
+    beam size given per request); the vocabulary's size V may be one too (a shortlist)."""
+    vocab_size = vocabulary_size(log_probs.logits)
+    if isinstance(count, int) and isinstance(vocab_size, int):
         values, ids = top_k_rows(log_probs.logits, min(count + len(banned), vocab_size))  # [N, count + banned]
     else:
         values, ids = tf.math.top_k(log_probs.logits, k=tf.minimum(count + len(banned), vocab_size))
@@ -87,7 +94,7 @@ def top_k_block(vocab_size: int) -> int:
     sqrt(V) / 2 to sqrt(V) (8000: 50; 32000: 100), so that the rows are cut into blocks without a
     padded copy, or else ceil(sqrt(V) / 2) and a padded copy. Near sqrt(V) / 2 the two top-k stages
     read about as much, and TensorFlow's top-k costs ~5 ns per value it reads
-    (`bench/token_selection.py`)."""
+    (`bench/decoding.py token-selection`)."""
     low, high = math.ceil(math.sqrt(vocab_size) / 2), math.isqrt(vocab_size)
     return next((width for width in range(low, high + 1) if vocab_size % width == 0), low)
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from keras_transformer.inference.log_probs import vocabulary_size
 from keras_transformer.inference.search import Modifier, ModifierState, Step, refuse_reserved
 from keras_transformer.special_tokens import PAD_ID
 
 PREFIX_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_prefix")
 
 
-def forced_out(target_prefix, position, hypotheses: int, vocab_size: int):
+def forced_out(target_prefix, position, hypotheses: int, vocab_size):
     """[N * H, V] bool: the tokens that step `position` rules out (H hypotheses per sentence,
     sentence-major), every token but the prefix's at `position` for each sentence whose prefix
     (`target_prefix` [N, P] int32, left-aligned, padded with PAD_ID) is longer than `position`."""
@@ -41,8 +42,14 @@ class Prefix(Modifier):
         return ModifierState(sentence=self.target_prefix)  # [B, P], the rows of the sentences still searching
 
     def log_probs(self, state: ModifierState, log_probs, step: Step):
-        vocab_size = log_probs.logits.shape[-1]
+        vocab_size = vocabulary_size(log_probs.logits)
         return log_probs.rule_out(forced_out(state.sentence, step.position, step.hypotheses, vocab_size))
+
+    def token_ids(self) -> tuple:
+        return (self.target_prefix,)
+
+    def over(self, vocabulary) -> Prefix:
+        return Prefix(vocabulary.to_columns(self.target_prefix))
 
 
 def check_prefix(target_prefix, batch: int) -> tf.Tensor:

@@ -26,8 +26,9 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig, SamplingSettings
+from keras_transformer.data.shortlist import Shortlist
 from keras_transformer.inference.controls import controls
-from keras_transformer.inference.log_probs import NEG_INF, LogProbs, gather_beams
+from keras_transformer.inference.log_probs import NEG_INF, LogProbs, gather_beams, vocabulary_size
 from keras_transformer.inference.search import (
     SOURCE_SPEC,
     DecodeResult,
@@ -39,6 +40,7 @@ from keras_transformer.inference.search import (
     search,
     traced_settings,
 )
+from keras_transformer.inference.shortlist import FREQUENT_SPEC, TABLE_SPEC, check_shortlist
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, never_generated
 
 SEED_SPEC = tf.TensorSpec([2], tf.int64, name="seed")
@@ -48,9 +50,10 @@ def sampling_log_probs(log_probs, topk: int, topp: float, temperature: float):
     """log_probs [N, V] -> the logits that `sample` draws from [N, V]: log_probs / T, -inf outside
     the K best (K = 0: none cut), then outside the nucleus of probability P of what is left."""
     logits = log_probs / temperature  # [N, V]
-    vocab_size = log_probs.shape[-1]
-    if 0 < topk < vocab_size:
-        kth = tf.math.top_k(logits, k=topk).values[:, -1:]  # [N, 1]
+    vocab_size = vocabulary_size(log_probs)  # a tensor over a shortlist
+    if 0 < topk and (not isinstance(vocab_size, int) or topk < vocab_size):
+        k = topk if isinstance(vocab_size, int) else tf.minimum(topk, vocab_size)
+        kth = tf.math.top_k(logits, k=k).values[:, -1:]  # [N, 1]
         logits = tf.where(logits < kth, NEG_INF, logits)
     if topp < 1.0:
         ranked = tf.sort(logits, axis=-1, direction="DESCENDING")  # [N, V]
@@ -130,9 +133,10 @@ class Sampling:
         return gather_beams(ids, order), scores
 
 
-def sample_search(model, source_ids, seed, *, decoding: DecodingConfig, suppress_ids=()):
+def sample_search(model, source_ids, seed, *, decoding: DecodingConfig, suppress_ids=(), lexical_shortlist=None):
     """The traceable sampling: source_ids [B, S] int32, seed [2] int64 -> (ids [B, n, L] int32,
-    scores [B, n] float32), n = `num_samples` samples per sentence, best first."""
+    scores [B, n] float32), n = `num_samples` samples per sentence, best first; drawn from the
+    union of the batch's shortlists with a `lexical_shortlist` (`shortlist.py`)."""
     settings = decoding.search
     drawn = decoding.sampling or SamplingSettings()  # sampling off: top-1 draws, greedy decoding
     strategy = Sampling(drawn, seed, settings.alpha, never_generated(settings.disable_unk))
@@ -145,28 +149,42 @@ def sample_search(model, source_ids, seed, *, decoding: DecodingConfig, suppress
         length_b=settings.length_b,
         max_decoding_length=settings.max_decoding_length,
         max_decode_length=decoding.runtime.max_decode_length,
+        lexical_shortlist=lexical_shortlist,
     )
 
 
-def sample(model, source_ids, decoding: DecodingConfig | None = None, *, suppress_ids=(), **overrides):
+def sample(
+    model, source_ids, decoding: DecodingConfig | None = None, *, suppress_ids=(), lexical_shortlist=None, **overrides
+):
     """`num_samples` translations per sentence drawn by `decoding`'s sampling settings (with
     `overrides` of its fields; sampling must be on: `sampling_topk` 0 or K > 1), best first: ids
     [B, n, L], scores [B, n]. `seed` (default: a new one per call) gives the same samples for the
-    same batch; source_ids as `beam_search` takes them."""
+    same batch; source_ids and `lexical_shortlist` as `beam_search` takes them."""
     decoding = (decoding or DecodingConfig()).replace(**overrides)
     if not decoding.sampling:
         raise ValueError("sampling needs sampling_topk 0 (the whole vocabulary) or K > 1")
+    check_shortlist(decoding, lexical_shortlist)
     source_ids = check_source_ids(source_ids, model.config.max_length)
     seed = random.getrandbits(62) if decoding.sampling.seed is None else decoding.sampling.seed
-    ids, scores = sample_with_seed(model, source_ids, tf.constant([seed, 0], tf.int64), decoding, suppress_ids)
+    seed = tf.constant([seed, 0], tf.int64)
+    ids, scores = sample_with_seed(model, source_ids, seed, decoding, suppress_ids, lexical_shortlist)
     return DecodeResult(ids, scores)
 
 
-def sample_with_seed(model, source_ids, seed, decoding: DecodingConfig, suppress_ids=()):
-    """`sample_search` traced once per model and settings, with the seed [2] int64 an input."""
+def _sample_with(model, source_ids, seed, *shortlist, decoding: DecodingConfig, suppress_ids=()):
+    """`sample_search`, over the shortlist of the arrays `shortlist` (table, frequent) if given."""
+    lexical_shortlist = Shortlist(*shortlist) if shortlist else None
+    options = dict(decoding=decoding, suppress_ids=suppress_ids, lexical_shortlist=lexical_shortlist)
+    return sample_search(model, source_ids, seed, **options)
+
+
+def sample_with_seed(model, source_ids, seed, decoding: DecodingConfig, suppress_ids=(), lexical_shortlist=None):
+    """`sample_search` traced once per model and settings (and whether it reads a shortlist), with
+    the seed [2] int64 and the shortlist's arrays inputs."""
     settings = traced_settings(decoding.replace(seed=None))
-    inputs = (SOURCE_SPEC, SEED_SPEC)
-    search_function = compiled(
-        model, "sample", sample_search, inputs=inputs, decoding=settings, suppress_ids=tuple(suppress_ids)
-    )
-    return search_function(source_ids, seed)
+    arrays = () if lexical_shortlist is None else (lexical_shortlist.table, lexical_shortlist.frequent)
+    inputs = (SOURCE_SPEC, SEED_SPEC, *((TABLE_SPEC, FREQUENT_SPEC) if arrays else ()))
+    options = dict(decoding=settings, suppress_ids=tuple(suppress_ids))
+    name = "sample_shortlisted" if arrays else "sample"  # another input signature
+    search_function = compiled(model, name, _sample_with, inputs=inputs, **options)
+    return search_function(source_ids, seed, *arrays)

@@ -19,6 +19,9 @@ so shapes change from step to step (the TensorFlow graph and TFLite builtins run
 static shapes (`static_shapes=True` or a `max_decode_length`) the cache has a fixed length and
 the whole batch runs to the end: what XLA compiles.
 
+With a vocabulary shortlist (`lexical_shortlist`) the search runs over the union of the batch's
+shortlists only (`shortlist.py`).
+
 Maximum output length per sentence (§6.1): `a * source_length + b` tokens, EOS included
 (paper: a = 1, b = 50), capped at the model's `max_length` (and `max_decoding_length`). A
 hypothesis that reaches it without EOS ends there.
@@ -36,6 +39,7 @@ import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig, RuntimeSettings
 from keras_transformer.inference.log_probs import LogProbs, gather_beams
+from keras_transformer.inference.shortlist import STATIC_SHAPES, restrict
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 
@@ -52,11 +56,12 @@ class DecodingModel(Protocol):
 
     config: Any  # vocab_size and max_length
 
-    def start_decoding(self, source_ids, hypotheses, max_length=None):
-        """source_ids [B, S] -> (`model.DecodingContext`, cache with every leaf [B * hypotheses, ...])."""
+    def start_decoding(self, source_ids, hypotheses, max_length=None, vocabulary=None):
+        """source_ids [B, S] -> (`model.DecodingContext`, cache with every leaf [B * hypotheses, ...]);
+        `vocabulary` [V'] int32: the steps' logits over those ids only (a shortlist: `shortlist.py`)."""
 
     def decode_step(self, token_ids, position, cache, context):
-        """token_ids [B'] at `position` -> (logits [B', V], the cache with this position)."""
+        """token_ids [B'] at `position` -> (logits [B', V] (or [B', V']), the cache with this position)."""
 
     def cross_attention(self, source_ids, target_in_ids, layer: int):
         """The cross-attention [B, T, S] of decoder layer `layer`, averaged over heads (alignments)."""
@@ -137,6 +142,10 @@ class Modifier:
       hypotheses, each its parent hypothesis (index into K) extended by its token.
     - `complete(alive)`: with `completes`, [B, M] bool, the hypotheses whose modifier is
       satisfied (finished ones rank above those that are not).
+    - `token_ids()`: the tensors of token ids that its inputs hold (a target prefix, phrases),
+      which a vocabulary shortlist keeps; `over(vocabulary)`: the same modifier with those ids
+      mapped to the shortlist's columns (`shortlist.Vocabulary.to_columns`). A modifier whose
+      inputs hold no token id needs neither: the search's own ids are columns already.
     """
 
     completes = False  # whether `complete` ranks the finished hypotheses
@@ -161,6 +170,12 @@ class Modifier:
 
     def complete(self, alive):
         raise NotImplementedError
+
+    def token_ids(self) -> tuple:
+        return ()
+
+    def over(self, vocabulary) -> Modifier:
+        return self
 
 
 class SearchState(NamedTuple):
@@ -218,13 +233,21 @@ def search(
     max_decoding_length=None,
     max_decode_length: int | None = None,
     static_shapes: bool = False,
+    lexical_shortlist=None,
 ):
     """The traceable search: source_ids [B, S] int32 -> the strategy's result (ids [B, K, L]
     int32, scores [B, K] float32), best first. Length limits as the module docstring says
     (`max_decoding_length` may be a tensor). L = `max_decode_length` if given; else, with
     `static_shapes` (every shape follows from the input's), the limit of a source as long as the
-    input; else the longest per-sentence limit in the batch."""
+    input; else the longest per-sentence limit in the batch. `lexical_shortlist` (a
+    `data.shortlist.Shortlist`): the search's vocabulary is the union of the batch's shortlists
+    (`shortlist.py`; not with static shapes)."""
     source_ids = tf.cast(source_ids, tf.int32)  # [B, S]
+    vocabulary = None
+    if lexical_shortlist is not None:
+        if max_decode_length is not None or static_shapes:
+            raise ValueError(STATIC_SHAPES)
+        model, modifiers, vocabulary = restrict(model, tuple(modifiers), lexical_shortlist, source_ids)
     batch = tf.shape(source_ids)[0]
     cap = model.config.max_length if max_decode_length is None else min(max_decode_length, model.config.max_length)
     sentence_cap = cap if max_decoding_length is None else tf.minimum(cap, max_decoding_length)
@@ -260,7 +283,7 @@ def search(
             lambda state: (step(state, context.rows, limits),),
             (state,),
         )[0]
-        return strategy.result(state.finished_ids, state.finished_scores)
+        return strategy.result(state.finished_ids, state.finished_scores)  # static shapes: never a shortlist
     # The batch shrinks as sentences stop, and the cache grows: every shape but the position's may change.
     loop = _Loop(state, context.rows, limits, tf.range(batch), state.finished_ids, state.finished_scores)
     loop = tf.while_loop(
@@ -269,7 +292,8 @@ def search(
         (loop,),
         shape_invariants=(tf.nest.map_structure(lambda value: tf.TensorShape([None] * value.shape.rank), loop),),
     )[0]
-    return strategy.result(loop.ids, loop.scores)
+    ids, scores = strategy.result(loop.ids, loop.scores)
+    return (ids, scores) if vocabulary is None else (vocabulary.to_ids(ids), scores)
 
 
 def _retire(loop: _Loop, strategy: Strategy) -> _Loop:

@@ -8,10 +8,12 @@ translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
 translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
 translator.translate("Jesus wept.", prefixes="Jesus")  # continues the given start of a translation
 translator.translate("Jesus wept.", constraints=["Jesus"])  # every output holds the phrases (constraints.py)
+kt.Translator.from_model_dir("runs/small", glossary=kt.Glossary.from_tsv("terms.tsv"))  # terminology (glossary.py)
 translator.translate("Jesus wept.", target_lang="fr")  # a multilingual model: into French (or one per text)
 translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
+kt.Translator.from_model_dir("runs/small", shortlist=True)  # over the vocabulary shortlist (shortlist.py)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
+from keras_transformer.data.shortlist import Shortlist
 from keras_transformer.data.tokenizer import lang_token
 from keras_transformer.inference import alignment
 from keras_transformer.inference import constraints as lexical
@@ -35,9 +38,11 @@ from keras_transformer.inference.alternatives import alternatives as expand
 from keras_transformer.inference.controls import suppressed_ids
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.ensemble import Ensemble
+from keras_transformer.inference.glossary import Glossary
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.inference.search import graph_function
+from keras_transformer.inference.shortlist import check_shortlist
 from keras_transformer.special_tokens import PAD_ID
 
 _ALIGNING = threading.Lock()  # threads' first alignments (a service's pool) build one function
@@ -76,7 +81,8 @@ class Translator:
     stderr. An empty (or all-space) source translates to the empty string (score 0). A score is
     the sum of the hypothesis's token log-probabilities divided by the length penalty
     ((5 + |y|) / 6)^alpha (Wu et al., 2016). With `dtype` "bfloat16" the model decodes
-    in a bf16 copy (`Transformer.with_dtype`). With sampling on (`sampling_topk` 0 or
+    in a bf16 copy (`Transformer.with_dtype`), with `int8` in a copy with int8 weights
+    (`Transformer.with_int8`). With sampling on (`sampling_topk` 0 or
     K > 1) translations are drawn (`sampling.py`) instead of searched: `translate` gives each
     text's best-scoring of `num_samples` samples, `translate_nbest` all of them.
 
@@ -86,28 +92,60 @@ class Translator:
     list of phrases for every text, or one list per text ([] for none).
     `model` may be an `Ensemble` of models that share `tokenizer`.
 
+    With the `shortlist` setting, every search (not `score`) runs over the union of its batch's
+    vocabulary shortlists (`inference/shortlist.py`), those of `lexical_shortlist` (a
+    `data.shortlist.Shortlist`; `from_model_dir` reads the model dir's `shortlist.npz`).
+
+    `glossary` (a `Glossary`): where a text holds one of its terms, `translate` and
+    `translate_nbest` constrain the search to the term's target (`glossary.py`), beside any
+    `constraints` given; a ValueError at once for a target term the constraint search cannot
+    hold (characters the vocabulary lacks, more than max_length - 1 tokens) and for sampling.
+
     `target_lang` (of `translate`, `translate_nbest`, `score`): a multilingual model's target language for
     every text (a str), or one per text (a list); it puts that language's piece before each text
     (`SubwordTokenizer.tagged`: "<2fr> Jesus wept."), which a text may also carry itself. A
     multilingual model needs one of the two; an unknown language is a `ValueError`.
     """
 
-    def __init__(self, model, tokenizer, decoding: DecodingConfig | None = None, **overrides):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        decoding: DecodingConfig | None = None,
+        glossary: Glossary | None = None,
+        *,
+        lexical_shortlist=None,
+        **overrides,
+    ):
         self.decoding = (decoding or DecodingConfig()).replace(**overrides)
+        check_shortlist(self.decoding, lexical_shortlist)
+        if glossary is not None:
+            if self.decoding.sampling:
+                raise ValueError("a glossary constrains beam search, not sampling: set sampling_topk 1")
+            glossary.check(tokenizer, model.config.max_length)
+        self.glossary = glossary
         dtype = self.decoding.runtime.dtype
-        self.model = model if dtype is None else model.with_dtype(dtype)
+        model = model if dtype is None else model.with_dtype(dtype)
+        self.model = model.with_int8() if self.decoding.runtime.int8 else model
         self.tokenizer = tokenizer
+        self.lexical_shortlist = lexical_shortlist if self.decoding.search.shortlist else None
         self._alignment_function = None
         self.suppress_ids = suppressed_ids(tokenizer, self.decoding.search.suppress_sequences)
 
     @classmethod
     def from_model_dir(
-        cls, path: str | Sequence[str], checkpoint: str = "latest", decoding: DecodingConfig | None = None, **overrides
+        cls,
+        path: str | Sequence[str],
+        checkpoint: str = "latest",
+        decoding: DecodingConfig | None = None,
+        glossary: Glossary | None = None,
+        **overrides,
     ) -> Translator:
         """The translator of a model directory (`keras-transformer train --model-dir PATH`), with the
         weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path,
-        decoding with `decoding` and `overrides` of its fields (`DecodingConfig`). A list of
-        several directories gives their `Ensemble` (which must share one tokenizer)."""
+        decoding with `decoding` and `overrides` of its fields (`DecodingConfig`), constrained by
+        `glossary`. A list of several directories gives their `Ensemble` (which must share one
+        tokenizer). With the `shortlist` setting, the (first) directory's vocabulary shortlist is read."""
         from keras_transformer.model_dir import load_model
 
         paths = [path] if isinstance(path, str) else list(path)
@@ -115,7 +153,9 @@ class Translator:
             model, tokenizer = Ensemble.from_model_dirs(paths, checkpoint)
         else:
             model, tokenizer, _ = load_model(paths[0], checkpoint)
-        return cls(model, tokenizer, decoding, **overrides)
+        settings = (decoding or DecodingConfig()).replace(**overrides)
+        shortlist = Shortlist.load(paths[0], model.config.vocab_size) if settings.search.shortlist else None
+        return cls(model, tokenizer, settings, glossary, lexical_shortlist=shortlist)
 
     def source_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Token ids of each text, truncated to max_length - 1, then EOS (`SubwordTokenizer.source_ids`)."""
@@ -158,7 +198,9 @@ class Translator:
                 raise ValueError("alternatives are searched by beam search, without constraints: set sampling_topk 1")
             if target_prefix is None:
                 target_prefix = np.zeros([len(source_ids), 0], np.int32)
-            result = expand(self.model, source_ids, target_prefix, n, self.decoding, self.suppress_ids)
+            result = expand(
+                self.model, source_ids, target_prefix, n, self.decoding, self.suppress_ids, self.lexical_shortlist
+            )
             return result.ids, result.scores
         if self.decoding.sampling:
             if target_prefix is not None:
@@ -168,7 +210,9 @@ class Translator:
             seed = self.decoding.sampling.seed if seed is None else seed
             seed = random.getrandbits(62) if seed is None else seed
             seed = tf.constant([seed, 0], tf.int64)
-            ids, scores = sample_with_seed(self.model, source_ids, seed, self.decoding, self.suppress_ids)
+            ids, scores = sample_with_seed(
+                self.model, source_ids, seed, self.decoding, self.suppress_ids, self.lexical_shortlist
+            )
             return ids[:, :n], scores[:, :n]
         result = beam_search(
             self.model,
@@ -178,6 +222,7 @@ class Translator:
             target_prefix=target_prefix,
             constraints=constraints,
             suppress_ids=self.suppress_ids,
+            lexical_shortlist=self.lexical_shortlist,
         )
         return result.ids, result.scores
 
@@ -326,7 +371,7 @@ class Translator:
 
         A search's ops are too small to spread over cores (TensorFlow's intra-op pool): one search
         on two cores took as long as on one, and two at once on two cores, one thread per op, 0.55x
-        as long (the held-out verses, bench/RESULTS.md, "2026-12-02 (midday)"); so a CPU's cores
+        as long (the held-out verses, bench/RESULTS.md, "One thread per op, batches side by side"); so a CPU's cores
         translate side by side, as CTranslate2's `inter_threads` do."""
         batches = list(self._batches(texts))
         workers = min(self.concurrent_batches(), len(batches))
@@ -367,6 +412,8 @@ class Translator:
     ) -> list[list[tuple[str, float]]]:
         texts = self._with_language(texts, target_lang)
         prefix_rows = self._prefix_rows(prefixes, len(texts))
+        if self.glossary is not None and not alternatives:
+            constraints = self.glossary.with_terms(texts, lexical.per_text(constraints, len(texts)))
         phrase_rows = lexical.phrase_rows(self.tokenizer, constraints, len(texts), self.model.config.max_length)
 
         def search(indices, start, batch):

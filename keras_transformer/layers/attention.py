@@ -32,7 +32,7 @@ def batch_matmul(x, y, transpose_y: bool = False):
     every step (the cache grows, sentences leave the batch). Over the held-out verses, with the
     einsums, oneDNN's primitive cache missed 2,102 times in a pass whose every shape it had seen
     in the pass before (414 ms making matmul primitives), and the search took 1.19x as long, on
-    one thread, as with this kernel (`bench/RESULTS.md`, "2026-12-02 (morning)")."""
+    one thread, as with this kernel (bench/JOURNAL.md, "2026-12-02 (morning)")."""
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 

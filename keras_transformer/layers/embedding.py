@@ -22,6 +22,13 @@ class SharedEmbedding(keras.layers.Layer):
 
     Deviation from the paper (`output_bias=True`): the logits are x E^T + b with a learned [vocab]
     bias b, initially zero (Marian's `decoder_ff_logit_out_b`).
+
+    `quantize("int8")` (also through `Transformer.quantize`) stores E as int8 with one float scale
+    per row, E ~= E_q / s, E_q = round(127 E / max|E[i, :]|) (Keras' `abs_max_quantize`): a row is
+    a token's embedding and its unit of the output projection, so one scale serves both. The lookup
+    reads E_q[i] / s_i; the projection reads E^T made in float from E_q once per search
+    (`output_projection`), so that a decoding step multiplies by float32, as `Linear`'s int8 path
+    does (why: `Linear`). For decoding and export: an int8 layer is not saved as `.keras`.
     """
 
     def __init__(self, vocab_size: int, d_model: int, output_bias: bool = False, **kwargs):
@@ -41,30 +48,68 @@ class SharedEmbedding(keras.layers.Layer):
         if self.output_bias:
             self.logit_bias = self.add_weight(name="output_bias", shape=(self.vocab_size,), initializer="zeros")
 
+    def quantize(self, mode=None, type_check=True, config=None):
+        """int8 weights, one scale per row (see the class docstring); no other mode."""
+        if mode != "int8":
+            raise NotImplementedError(f"SharedEmbedding quantizes to int8 only, not {mode}")
+        quantized, scale = keras.quantizers.abs_max_quantize(self.embeddings, axis=-1, to_numpy=True)
+        del self.embeddings
+        shape = (self.vocab_size, self.d_model)
+        self.quantized_embeddings = self.add_weight(
+            name="embeddings", shape=shape, initializer="zeros", dtype="int8", trainable=False
+        )
+        self.embeddings_scale = self.add_weight(
+            name="embeddings_scale", shape=(self.vocab_size,), initializer="ones", trainable=False
+        )
+        self.quantized_embeddings.assign(quantized)  # [vocab, d_model]
+        self.embeddings_scale.assign(ops.squeeze(scale, -1))  # [vocab]
+        self._is_quantized = True  # first: a quantized policy set on a layer that is not quantizes it
+        self.dtype_policy = keras.dtype_policies.get(f"int8_from_{self.dtype_policy.name}")
+
     def call(self, ids, zero_id=None):
         """ids [B, L] -> [B, L, d_model]. Deviation from the paper (`zero_id`, Marian's decoder start):
         where the id is `zero_id` the embedding is a zero vector."""
+        return self._embed(ids, self.embeddings, zero_id)
+
+    def _int8_call(self, ids, zero_id=None):
+        return self._embed(ids, self.quantized_embeddings, zero_id, self.embeddings_scale)
+
+    def _embed(self, ids, table, zero_id=None, row_scales=None):
         ids = ops.cast(ids, "int32")
-        x = ops.take(self.embeddings, ids, axis=0)  # [B, L, d_model]
+        x = ops.cast(ops.take(table, ids, axis=0), self.compute_dtype)  # [B, L, d_model]
         scale = ops.cast(self.d_model**0.5, x.dtype)
+        if row_scales is not None:  # int8 rows: E_q[i] / s_i
+            scale = scale / ops.expand_dims(ops.cast(ops.take(row_scales, ids, axis=0), x.dtype), -1)  # [B, L, 1]
         if zero_id is not None:
             scale = ops.where(ops.expand_dims(ops.equal(ids, zero_id), -1), ops.zeros((), x.dtype), scale)  # [B, L, 1]
         return x * scale
 
-    def output_projection(self, dtype="float32"):
-        """E^T [d_model, vocab] in `dtype`: the pre-softmax linear transformation's matrix laid out
-        for x E^T. Decoding makes it once per search and multiplies every step by it: oneDNN's
-        matmul against the [vocab, d_model] matrix itself, transposed inside the op (what `project`
-        alone runs), took 1.3-2.2x as long on a decoding step's shapes (bench/RESULTS.md,
-        "2026-12-02 (midday)")."""
-        return ops.transpose(ops.cast(self.embeddings, dtype))  # [d_model, vocab]
+    def output_projection(self, dtype="float32", ids=None):
+        """(E^T [d_model, vocab] in `dtype`, the output bias [vocab] float32 or None): the pre-softmax
+        linear transformation laid out for x E^T + b; with `ids` [V'] int32 (a vocabulary shortlist,
+        `inference/shortlist.py`), only those tokens' columns [d_model, V'] and biases [V'].
+        Decoding makes it once per search and multiplies every step by it: oneDNN's matmul against
+        the [vocab, d_model] matrix itself, transposed inside the op (what `project` alone runs),
+        took 1.3-2.2x as long on a decoding step's shapes (bench/JOURNAL.md, "2026-12-02 (midday)").
+        With int8 weights: E_q^T / s in `dtype`, transposed while int8."""
+        int8 = self.quantization_mode == "int8"
+        table = self.quantized_embeddings if int8 else self.embeddings  # [vocab, d_model]
+        scale, bias = (self.embeddings_scale if int8 else None), self.logit_bias  # [vocab]
+        if ids is not None:
+            table = ops.take(table, ids, axis=0)  # [V', d_model]
+            scale = None if scale is None else ops.take(scale, ids, axis=0)  # [V']
+            bias = None if bias is None else ops.take(bias, ids, axis=0)  # [V']
+        bias = None if bias is None else ops.cast(bias, "float32")
+        if int8:
+            return ops.cast(ops.transpose(table), dtype) / ops.cast(scale, dtype), bias  # [d_model, V']
+        return ops.transpose(ops.cast(table, dtype)), bias  # [d_model, V']
 
     def project(self, x, output_projection=None):
         """The pre-softmax linear transformation x E^T (§3.4), plus the output bias if any, in float32;
-        `output_projection`: E^T made beforehand (`output_projection()`), as a decoding step reads it."""
-        weights = self.output_projection(x.dtype) if output_projection is None else output_projection
+        `output_projection`: (E^T, b) made beforehand (`output_projection()`), as a decoding step reads it."""
+        weights, bias = self.output_projection(x.dtype) if output_projection is None else output_projection
         logits = ops.cast(ops.matmul(x, weights), "float32")  # [..., vocab]
-        return logits if self.logit_bias is None else logits + ops.cast(self.logit_bias, "float32")
+        return logits if bias is None else logits + bias
 
     def compute_output_shape(self, input_shape):
         return (*input_shape, self.d_model)

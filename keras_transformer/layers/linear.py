@@ -5,6 +5,10 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+# `Linear.quantize`'s config: Keras' int8 weights, no activation quantizer (`_int8_call` multiplies
+# float activations by the int8 kernel; the config is what `get_config` records of it).
+WEIGHTS_ONLY = keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Linear(keras.layers.Dense):
@@ -15,10 +19,37 @@ class Linear(keras.layers.Dense):
     [B, T, d] inputs: about 15 shape ops per call, which made up a quarter of a beam-search
     step's ops (measured with `python bench/profiles.py decode`); here a reshape on each side, to a shape
     known when traced wherever only the first dimension is not (a decoding step's [B', 1, d]).
+
+    `quantize("int8")` (also through `Transformer.quantize`) stores the kernel as int8 with one
+    float scale per output unit (Keras' `AbsMaxQuantizer(axis=0)`: W ~= W_q / s, W_q = round(127 W /
+    max|W[:, j]|)), and the layer then computes (x cast(W_q)) / s + b with float activations
+    (dynamic-range, weights-only quantisation). Not Keras' own int8 call, which also rounds the
+    activations to int8 per row and multiplies int8 by int8 into int32: TensorFlow's CPU kernel for
+    that (Eigen's; oneDNN does not run it) took several times as long as the float32 matmul on a
+    decoding step's shapes in a smoke timing (AVX-512 VNNI CPU, a shared machine), where the cast
+    of the int8 kernel added a fraction of it; `python bench/decoding.py int8` measures the whole
+    search. Keras' `Dense.quantize` refuses subclasses (`type_check`): Keras' `model.quantize("int8")`
+    skips every layer of this model.
     """
 
     def call(self, inputs, training=None):
-        x = ops.matmul(ops.reshape(inputs, (-1, ops.shape(inputs)[-1])), self.kernel)  # [N, units]
+        return self._apply(inputs, self.kernel)
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        """int8 weights (see the class docstring); other modes are Keras' `Dense`'s, which
+        `_apply` does not run: refused."""
+        if mode != "int8":
+            raise NotImplementedError(f"Linear quantizes to int8 only, not {mode}")
+        super().quantize(mode, type_check=False, config=WEIGHTS_ONLY)
+
+    def _int8_call(self, inputs, training=None):
+        return self._apply(inputs, ops.cast(self._kernel, self.compute_dtype), self.kernel_scale)
+
+    def _apply(self, inputs, kernel, kernel_scale=None):
+        """activation(x kernel (/ kernel_scale, per unit) + bias) over the last axis of `inputs`."""
+        x = ops.matmul(ops.reshape(inputs, (-1, ops.shape(inputs)[-1])), kernel)  # [N, units]
+        if kernel_scale is not None:
+            x = ops.divide(x, ops.cast(kernel_scale, x.dtype))  # [N, units]
         if self.bias is not None:
             x = ops.add(x, self.bias)
         if self.activation is not None:

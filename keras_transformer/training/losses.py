@@ -11,7 +11,7 @@ Other backends compute the second line with `keras.ops`. On TensorFlow the fused
 kernel: composing it from `logsumexp`, `take_along_axis` and a sum cost TensorFlow ~12% of a
 training step at the medium workload: the gradient of `take_along_axis` scatters through an
 UnsortedSegmentSum over all B x T x V logits, and that of `logsumexp` tiles them
-(`python bench/profiles.py step`; the measured step time is in bench/RESULTS.md).
+(`python bench/profiles.py step`: bench/RESULTS.md, "Where the training step goes").
 """
 
 from __future__ import annotations
