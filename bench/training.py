@@ -402,12 +402,16 @@ def backends(args) -> None:
             for worker in workers:
                 worker.close()
     tokens = workload.batch * workload.target_length
+    speed = {
+        backend: {system: tokens / median(steps) for system, steps in systems.items()}
+        for backend, systems in times.items()
+    }
     table = {
         backend: {
             system: {
                 "step_s_median": round(median(steps), 4),
                 "step_s_per_round": [round(t, 4) for t in steps],
-                "tgt_tokens_per_s": round(tokens / median(steps), 1),
+                "tgt_tokens_per_s": round(speed[backend][system], 1),
                 "jit_compile": ready[backend]["jit_compile"][system],
                 "params": ready[backend]["params"][system],
                 "warmup_s": ready[backend]["warmup_s"][system],
@@ -427,18 +431,12 @@ def backends(args) -> None:
             backends=table,
             versions_of_backends={backend: ready[backend]["backend_version"] for backend in table},
             tgt_tokens_per_s_over_reference={
-                system: {
-                    backend: round(
-                        table[backend][system]["tgt_tokens_per_s"] / table[reference][system]["tgt_tokens_per_s"], 3
-                    )
-                    for backend in table
-                }
+                system: {backend: round(speed[backend][system] / speed[reference][system], 3) for backend in table}
                 for system in SYSTEMS
             },
             reference_backend=reference,
             speedup_ours_over_keras_hub={
-                backend: round(systems["keras_hub"]["step_s_median"] / systems["ours"]["step_s_median"], 3)
-                for backend, systems in table.items()
+                backend: round(systems["ours"] / systems["keras_hub"], 3) for backend, systems in speed.items()
             },
             load_before=load_before,
             load_after=load_average(),
