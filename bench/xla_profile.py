@@ -43,6 +43,8 @@ DOT_PRIORITY = ("output_layer", "attention", "matmuls")
 FUSED_PRIORITY = ("softmax", "layer_norm", "output_layer", "dropout", "optimizer", "attention", "matmuls")
 LINEAR_LAYERS = ("query", "key_value", "output", "inner", "outer")  # keras_transformer.layers' Linear sublayers
 DOT_OPCODES = ("dot", "convolution")
+SOFTMAX_PRIMITIVES = ("reduce_max", "max", "exp", "reduce_sum", "sub", "div", "neg")
+LOGITS_PRIMITIVES = ("dot_general", "convert_element_type", "add", "add_any", "transpose")
 GEMM_TARGET = re.compile(r"gemm|matmul|cublas|triton", re.IGNORECASE)
 
 
@@ -137,8 +139,12 @@ def scopes(op_name: str) -> list[str]:
 
 
 def part_of_op(op_name: str, model_name: str) -> str:
-    """The part (`PARTS`) that one op of the training step belongs to, from its name scopes."""
-    names = scopes(op_name)
+    """The part (`PARTS`) that one op of the training step belongs to, from its name scopes and its
+    primitive. Inside an attention layer but outside its Linear sublayers, the softmax's primitives
+    (max, exp, sum, subtract, divide: forward and backward) are the softmax, the rest (the einsums,
+    the mask) attention. The model's own ops (its scope: its name, or "" as Keras 3.15's JAX
+    trainer names it) that compute the logits are the output layer; its masks (ids != pad) are not."""
+    names, primitive = scopes(op_name), op_name.rsplit("/", 1)[-1]
     if any("cross_entropy" in name for name in names):
         return "output_layer"
     if any(name.startswith("adam") or "optimizer" in name for name in names):
@@ -149,9 +155,9 @@ def part_of_op(op_name: str, model_name: str) -> str:
     if any(name in LINEAR_LAYERS for name in names):
         return "matmuls"
     if any(name.endswith("attention") for name in names):
-        return "attention"
-    if model_name in names and names[-1] == model_name:  # the model's own ops: x E^T and the logits
-        return "output_layer"
+        return "softmax" if primitive in SOFTMAX_PRIMITIVES else "attention"
+    if len(names) > 1 and names[-1] in (model_name, "") and primitive in LOGITS_PRIMITIVES:
+        return "output_layer"  # x E^T (dot_general), the logits' cast and bias, their gradients
     return "other"
 
 

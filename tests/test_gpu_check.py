@@ -32,12 +32,12 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 # A fused computation and the entry instructions that call it, as XLA dumps them: the op_names
 # carry Keras' layer names, forward and backward.
 OP_NAMES = {
-    "softmax": "jvp(transformer)/encoder/layer_0/self_attention/softmax/exp",
-    "masking": "jvp(transformer)/encoder/layer_0/self_attention/add",
-    "inner": "transpose(jvp(transformer))/decoder/layer_1/feed_forward/inner/dot_general",
-    "logits": "jvp(transformer)/dot_general",
+    "softmax": "jvp(encoder)/layer_0/self_attention_residual/self_attention/exp",
+    "masking": "jvp(encoder)/layer_0/self_attention_residual/self_attention/jit(_where)/select_n",
+    "inner": "transpose(jvp(decoder))/layer_1/feed_forward_residual/feed_forward/inner/dot_general",
+    "logits": "transpose(jvp())/dot_general",
     "adam": "adam/mul",
-    "norm": "jvp(transformer)/decoder/layer_0/sublayer_connection/layer_normalization/add",
+    "norm": "jvp(decoder)/layer_0/self_attention_residual/layer_normalization/add",
 }
 HLO = string.Template("""HloModule jit_one_train_step, entry_computation_layout={()->()}
 
@@ -69,7 +69,7 @@ ENTRY %main.9 (Arg_0.1: f32[8,4,16,16], Arg_1.2: bf16[128,64]) -> (f32[8,4,16,16
 
 
 def test_xla_profile_splits_kernels_by_the_layers_that_named_their_ops():
-    from xla_profile import parse_hlo, part_of_kernel, scopes
+    from xla_profile import parse_hlo, part_of_kernel, part_of_op, scopes
 
     instructions = parse_hlo(HLO)
     assert scopes("jit(f)/transpose(jvp(transformer))/decoder/layer_1/feed_forward/inner/dot_general") == [
@@ -88,6 +88,13 @@ def test_xla_profile_splits_kernels_by_the_layers_that_named_their_ops():
     assert parts["multiply.4"] == "optimizer" and parts["add.5"] == "layer_norm"
     assert instructions["custom_call_7"] is instructions["custom-call.7"]  # as kernel names spell it
     assert part_of_kernel(None, "transformer") == "other"
+    attention = "jit(train_step)/jvp(decoder)/layer_0/cross_attention_residual/cross_attention"
+    assert part_of_op(f"{attention}/bthd,bhsd->bhts/dot_general", "transformer") == "attention"  # Q K^T
+    assert part_of_op(f"{attention}/jit(_where)/select_n", "transformer") == "attention"  # the mask
+    assert part_of_op(f"{attention}/reduce_max", "transformer") == "softmax"
+    assert part_of_op(f"{attention}/key_value/add", "transformer") == "matmuls"  # a Linear's bias
+    assert part_of_op("jit(train_step)/jvp()/ne", "transformer") == "other"  # the model's pad mask
+    assert part_of_op("jit(train_step)/jvp(transformer)/convert_element_type", "transformer") == "output_layer"
 
 
 def tiny_prepared(folder) -> pathlib.Path:
@@ -136,5 +143,5 @@ def test_gpu_check_jax_trains_the_package_on_the_pipelines_batches_without_tenso
     assert profile["events_from"] == "host" and profile["busy_ms_per_step"] > 0
     assert sum(profile["parts_ms_per_step"].values()) == pytest.approx(profile["busy_ms_per_step"], rel=0.01, abs=0.01)
     assert profile["share_of_time_in_named_kernels"] > 0.5  # the trace's kernels found in XLA's dump
-    for part in ("matmuls", "attention", "output_layer", "layer_norm", "optimizer"):
+    for part in ("matmuls", "attention", "softmax", "output_layer", "layer_norm", "dropout", "optimizer"):
         assert profile["parts_ms_per_step"][part] > 0, part
