@@ -45,7 +45,7 @@ FLAGS = ["--data", str(FIXTURE), "--preset", "tiny", "--vocab-size", "300", "--b
 FLAGS += ["--max-length", "24", "--dropout", "0", "--warmup-steps", "30", "--max-steps", str(MAX_STEPS)]
 FLAGS += ["--steps-per-epoch", "40", "--checkpoint-every", "10"]
 BLEU_SENTENCES = 8
-BLEU = ["--bleu-every-epochs", "1", "--bleu-sentences", str(BLEU_SENTENCES)]  # at steps 40, 80 and 120
+BLEU = ["--bleu-every-epochs", "1", "--bleu-sentences", str(BLEU_SENTENCES)]  # every 40 steps of a run, and at 120
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
@@ -103,6 +103,15 @@ def assert_translated_alike(model_dir: str, decoded: dict, capsys) -> None:
     assert capsys.readouterr().out.splitlines() == expected
 
 
+def best_bleu(model_dir: str) -> dict | None:
+    """best/bleu.json, once written whole."""
+    try:
+        with open(os.path.join(model_dir, "best", "bleu.json")) as f:
+            return json.load(f)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def logged_bleus(stderr: str) -> list[tuple[int, float]]:
     """(step, BLEU) of each `BleuCallback` line."""
     found = []
@@ -124,20 +133,18 @@ class JaxRun:
 
 @pytest.fixture(scope="module")
 def jax_run(tmp_path_factory) -> JaxRun:
-    """`train --backend jax` with the validation BLEU every epoch (40 steps): stopped by SIGTERM once
-    its first checkpoint is written, resumed and killed with `kill -9` once its first BLEU is logged
-    (a checkpoint past step 40 written), resumed to step 120; the tests below read its model dir."""
+    """`train --backend jax` with the validation BLEU every epoch (40 steps of a run, and at its last
+    step): stopped by SIGTERM once its first checkpoint is written, resumed and killed with `kill -9`
+    once its first BLEU is logged (a checkpoint newer than best/bleu.json's step written), resumed to
+    step 120; the tests below read its model dir."""
     root = tmp_path_factory.mktemp("jax")
     model_dir, temporary = str(root / "model"), root / "tmp"
     temporary.mkdir()
     env = {**ENV, "TMPDIR": str(temporary)}
     argv = command("jax", model_dir, *BLEU)
     run = JaxRun(model_dir, temporary, [], [], [])
-    # A checkpoint past step 40: the first BLEU (at the end of epoch 1, before epoch 2's steps) is logged.
-    for ready, number in (
-        (lambda: latest_step(model_dir) > 0, signal.SIGTERM),
-        (lambda: latest_step(model_dir) > 40, signal.SIGKILL),
-    ):
+    bleu_logged = lambda: (best := best_bleu(model_dir)) is not None and latest_step(model_dir) > best["step"]
+    for ready, number in ((lambda: latest_step(model_dir) > 0, signal.SIGTERM), (bleu_logged, signal.SIGKILL)):
         status, stderr = run_until(argv, env, ready, number)
         run.statuses.append(status)
         run.stderrs.append(stderr)
@@ -166,15 +173,16 @@ def test_jax_training_stops_survives_kill_9_resumes_and_translates_with_tensorfl
 @pytest.mark.slow
 @installed("jax")
 def test_the_validation_bleu_on_jax_is_the_bleu_evaluate_gives_the_best_checkpoint(jax_run, capsys):
-    """Every epoch's BLEU is logged, by the killed run too (step 40) and after the resume; best/
-    holds the weights of the best BLEU (a Keras checkpoint), whose `evaluate` on the same validation
-    sentences with the same beam search gives that BLEU; the TensorFlow processes that translated
-    removed their files, the killed run's included (its stdin closed)."""
+    """Every epoch's BLEU is logged, by the killed run too and after the resume (a resumed run's
+    epochs count 40 steps from its first); best/ holds the weights of the best BLEU (a Keras
+    checkpoint), whose `evaluate` on the same validation sentences with the same beam search gives
+    that BLEU; the TensorFlow processes that translated removed their files, the killed run's
+    included (its stdin closed)."""
+    stopped, killed_at, _ = jax_run.steps
     killed, resumed = logged_bleus(jax_run.stderrs[1]), logged_bleus(jax_run.stderrs[2])
-    assert [step for step, _ in killed] == [40]
-    assert [step for step, _ in resumed] == [80, 120]
-    with open(os.path.join(jax_run.model_dir, "best", "bleu.json")) as f:
-        best = json.load(f)
+    assert [step for step, _ in killed] == [stopped + 40]
+    assert [step for step, _ in resumed] == [*range(killed_at + 40, MAX_STEPS, 40), MAX_STEPS]
+    best = best_bleu(jax_run.model_dir)
     scores = killed + resumed
     assert best == {"step": max(scores, key=lambda score: (score[1], -score[0]))[0], "bleu": max(b for _, b in scores)}
     assert best["bleu"] > 0
@@ -204,12 +212,12 @@ def test_the_tensorflow_tools_average_fine_tune_and_export_a_jax_model_dir(jax_r
     assert main(["average", "--model-dir", model_dir, "--last", "3"]) == 0
     reference = kt.Transformer(model.config)
     reference.build()
-    means = []
+    saved = []
     for path in list(reversed(checkpoint_paths(os.path.join(model_dir, "checkpoints"))))[-3:]:
         reference.load_weights(path + ".weights.h5")
-        means.append(reference.get_weights())
+        saved.append(reference.get_weights())
     averaged = kt.load_model(model_dir, "averaged")[0].get_weights()
-    for got, *values in zip(averaged, *means):
+    for got, *values in zip(averaged, *saved):
         np.testing.assert_allclose(got, np.mean(values, axis=0), atol=1e-6)
 
     ids = (np.array([[5, 6, 7, 2]], np.int32), np.array([[1, 8, 9, 10]], np.int32))

@@ -71,10 +71,9 @@ def keras_devices(backend: str, strategy: str | None = None) -> KerasDevices:
     makes N devices.)"""
     if backend != "jax" or strategy == "one-device":
         return KerasDevices()
-    import jax
     import keras
 
-    devices = jax.devices()
+    devices = keras.distribution.list_devices()  # the accelerators, else the CPU devices
     if strategy == "mirrored" or len(devices) > 1:
         return KerasDevices(keras.distribution.DataParallel(devices=devices))
     return KerasDevices()
