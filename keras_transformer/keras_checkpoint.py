@@ -98,18 +98,25 @@ model.save_weights(sys.argv[3])
 """
 
 
-def read_tensorflow_weights(model, prefix: str) -> None:
-    """Set `model`'s weights (on JAX or PyTorch) from the TensorFlow checkpoint `prefix`, which only
-    TensorFlow reads: a TensorFlow process converts it to Keras' format first (a few seconds)."""
+def tensorflow_process(script: str, *args: str) -> tuple[list[str], dict]:
+    """(the command, its environment) of a process that runs the Python `script` with `args` on Keras'
+    TensorFlow backend, importing this package from where this process does. It sees no GPU: on JAX
+    or PyTorch the accelerator is the training's (TensorFlow would take its memory)."""
     import keras_transformer
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(keras_transformer.__file__)))
-    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return [sys.executable, "-c", script, *args], env
+
+
+def read_tensorflow_weights(model, prefix: str) -> None:
+    """Set `model`'s weights (on JAX or PyTorch) from the TensorFlow checkpoint `prefix`, which only
+    TensorFlow reads: a TensorFlow process converts it to Keras' format first (a few seconds)."""
     with tempfile.TemporaryDirectory() as directory:
         converted = os.path.join(directory, "ckpt")
         config = json.dumps(model.config.to_dict())
-        command = [sys.executable, "-c", _CONVERT, config, prefix, converted + KERAS_SUFFIX]
+        command, env = tensorflow_process(_CONVERT, config, prefix, converted + KERAS_SUFFIX)
         result = subprocess.run(command, capture_output=True, text=True, env=env)
         if result.returncode:
             lines = result.stderr.strip().splitlines() or ["TensorFlow could not read it"]

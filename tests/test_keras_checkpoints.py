@@ -161,10 +161,15 @@ def test_train_refuses_what_tensorflow_alone_does_in_one_line():
     training = kt.TrainingConfig()
     assert refusal("tensorflow", kt.TrainingConfig(bleu_every_epochs=1), "mirrored") is None
     assert refusal("jax", training) is None and refusal("torch", training, "one-device") is None
-    assert "tf.distribute" in refusal("jax", training, "mirrored")
-    assert "--bleu-every-epochs translates with the TensorFlow search" in refusal(
-        "torch", kt.TrainingConfig(bleu_every_epochs=1)
+    assert refusal("jax", training, "mirrored") is None  # keras.distribution.DataParallel
+    assert refusal("torch", training, "mirrored") == (
+        "--strategy mirrored is TensorFlow's (tf.distribute): on torch, train on one device"
     )
+    assert refusal("jax", training, "tpu") == (
+        "--strategy tpu is TensorFlow's (tf.distribute): on jax, auto and mirrored train on every device JAX sees "
+        "(keras.distribution.DataParallel), one-device on one"
+    )
+    assert refusal("torch", kt.TrainingConfig(bleu_every_epochs=1)) is None  # a TensorFlow process translates
     assert "torch.compile" in refusal("torch", kt.TrainingConfig(jit_compile=True))
     assert refusal("jax", kt.TrainingConfig(jit_compile=True)) is None  # JAX always compiles
 

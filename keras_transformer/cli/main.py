@@ -57,10 +57,16 @@ def _add_train(subparsers):
     d.add_argument(
         "--backend",
         choices=BACKENDS,
-        help="the Keras backend to train on (default $KERAS_BACKEND, else tensorflow); on jax and torch, one "
-        "device, no --bleu-every-epochs (the README's Training on JAX or PyTorch)",
+        help="the Keras backend to train on (default $KERAS_BACKEND, else tensorflow); on jax, --strategy auto "
+        "and mirrored use every device JAX sees, on torch one device (the README's Training on JAX or PyTorch)",
     )
-    d.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy (default auto)")
+    d.add_argument(
+        "--strategy",
+        default="auto",
+        choices=STRATEGIES,
+        help="tf.distribute strategy (default auto); on --backend jax, auto and mirrored: keras.distribution."
+        "DataParallel on every device JAX sees (auto: when it sees several)",
+    )
     d.add_argument("--cpu-devices", type=int, help="split the CPU into N logical devices (try mirrored without GPUs)")
     d.add_argument(
         "--collective-timeout", type=float, default=600.0, help="seconds before a multi-worker collective fails"
@@ -373,9 +379,12 @@ def _train(args):
     from keras_transformer.training.trainer import train
 
     config, training, data = train_configs(args, "small")
-    if keras.backend.backend() != "tensorflow":  # one device; `train` refuses what TensorFlow alone does
+    if keras.backend.backend() != "tensorflow":  # Keras' distribution; `train` refuses what TensorFlow alone does
         if args.cpu_devices:
-            raise ValueError(f"--cpu-devices splits the CPU for tf.distribute: not on {keras.backend.backend()}")
+            raise ValueError(
+                f"--cpu-devices splits the CPU for tf.distribute, not on {keras.backend.backend()} (on jax, "
+                "XLA_FLAGS=--xla_force_host_platform_device_count=N makes N CPU devices)"
+            )
         train(args.model_dir, config, training, data, strategy=args.strategy, log=_log)
         return
     if args.cpu_devices:

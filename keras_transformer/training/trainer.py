@@ -2,7 +2,8 @@
 label-smoothed cross-entropy, on any `tf.distribute` strategy (`distribute.py`), checkpoints
 every epoch (and every `checkpoint_every` steps), resume from the model directory. SIGTERM and
 SIGINT end a run after the step in flight, with a checkpoint (`budget.StopOnSignal`). On JAX and
-PyTorch (`KERAS_BACKEND`), on one device, with Keras' checkpoints (`backends.py` says what else).
+PyTorch (`KERAS_BACKEND`) with Keras' checkpoints, on JAX's devices through Keras' `DataParallel`
+(`backends.py` says what else).
 
 Workflows on top (the README's "Training workflows"): weighted data sources (`data.mixing`),
 early stopping (`callbacks.early_stopping`), a moving average of the weights (`callbacks.ema`)
@@ -19,6 +20,7 @@ counted across restarts.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import warnings
@@ -35,7 +37,7 @@ from keras_transformer.inference.translator import Translator
 from keras_transformer.keras_checkpoint import KerasCheckpoint
 from keras_transformer.model import Transformer
 from keras_transformer.model_dir import ModelDir, restore_newest
-from keras_transformer.training.backends import refusal
+from keras_transformer.training.backends import KerasDevices, keras_devices, refusal
 from keras_transformer.training.callbacks.bleu import BleuCallback
 from keras_transformer.training.callbacks.budget import Interrupted, StopOnSignal, TimeBudget
 from keras_transformer.training.callbacks.checkpoint import CheckpointCallback
@@ -51,6 +53,7 @@ from keras_transformer.training.distribute import (
 from keras_transformer.training.optimization import compile_model, learning_rate_schedule
 from keras_transformer.training.preparation import initial_weights, prepare_model_dir
 from keras_transformer.training.schedules import StepBudgetSchedule, trained_steps
+from keras_transformer.training.tensorflow_translator import TensorFlowTranslator
 
 
 class TrainingDiverged(ValueError):
@@ -73,7 +76,9 @@ def train(
     `data`: a `DataConfig`, or a data source's name.
     `strategy`: a `tf.distribute.Strategy`, or a name from `distribute.STRATEGIES` (default
     "auto"). Batches hold `training.batch_tokens` tokens per side in all, split across replicas.
-    On JAX and PyTorch, one device; what TensorFlow alone does raises ValueError (`backends.refusal`).
+    On JAX and PyTorch, a strategy's name: on JAX, auto (several devices when JAX sees them) and
+    mirrored train through Keras' `DataParallel` (`backends.keras_devices`); what TensorFlow alone
+    does raises ValueError (`backends.refusal`).
     `callbacks`: more Keras callbacks for `fit`.
     Raises `TrainingDiverged` at a NaN or infinite loss, after keeping the last good checkpoint,
     `budget.Interrupted` after SIGTERM or SIGINT, once the step in flight is checkpointed,
@@ -103,13 +108,16 @@ def _train(
     if reason := refusal(keras.backend.backend(), training, strategy):
         raise ValueError(reason)
     if keras.backend.backend() != "tensorflow":
-        strategy = tf.distribute.get_strategy()  # TensorFlow's default: one replica, a no-op scope
-    elif strategy is None or isinstance(strategy, str):
-        strategy = resolve_strategy(strategy or "auto")
-    if training.jit_compile:
-        check_jit_compile(strategy)
+        strategy = keras_devices(keras.backend.backend(), strategy)
+    else:
+        if strategy is None or isinstance(strategy, str):
+            strategy = resolve_strategy(strategy or "auto")
+        if training.jit_compile:
+            check_jit_compile(strategy)
     directory = ModelDir(model_dir)
-    with directory.lock(worker_id(strategy)):  # before the tokenizer and config are written
+    # Keras' distribution is read where variables are made and where `fit` splits the batches: the whole run.
+    whole_run = strategy.scope() if isinstance(strategy, KerasDevices) else contextlib.nullcontext()
+    with directory.lock(worker_id(strategy)), whole_run:  # the lock before the tokenizer and config are written
         return _train_locked(directory, config, training, data, strategy, verbose, callbacks, log, stop_on_signal)
 
 
@@ -197,7 +205,10 @@ def _callbacks(
     if training.bleu_every_epochs:
         sources, references = read_validation(data, min(training.bleu_sentences, data.valid_pairs))
         best_dir = directory.weights_dir("best")
-        translator = Translator(model, tokenizer)
+        if keras.backend.backend() == "tensorflow":
+            translator = Translator(model, tokenizer)
+        else:  # the search is TensorFlow's: a TensorFlow process translates with the model's weights
+            translator = TensorFlowTranslator(model, directory.tokenizer_path)
         ordered.append(BleuCallback(translator, sources, references, best_dir, training.bleu_every_epochs, log))
     if training.ema_decay is not None:  # every worker saves, the chief to ema/, the others in their checkpoints/
         ema_dir = directory.weights_dir("ema")
@@ -252,7 +263,7 @@ def _train_locked(
     if keras.backend.backend() == "tensorflow":
         log(f"training on {strategy.num_replicas_in_sync} replica(s) with {type(strategy).__name__}")
     else:
-        log(f"training on {keras.backend.backend()}, one device")
+        log(f"training on {keras.backend.backend()}, {strategy}")
     train_batches, validation_batches, skipped = _batches(
         data, tokenizer, config, training, strategy.num_replicas_in_sync, step
     )
