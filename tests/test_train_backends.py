@@ -129,6 +129,7 @@ class JaxRun:
     statuses: list[int]  # of the 3 runs: stopped by SIGTERM, killed, resumed to the end
     stderrs: list[str]
     steps: list[int]  # the latest checkpoint's step after each
+    stopped_files: list[str]  # checkpoints/ after the first run (the next ones prune it)
 
 
 @pytest.fixture(scope="module")
@@ -142,13 +143,14 @@ def jax_run(tmp_path_factory) -> JaxRun:
     temporary.mkdir()
     env = {**ENV, "TMPDIR": str(temporary)}
     argv = command("jax", model_dir, *BLEU)
-    run = JaxRun(model_dir, temporary, [], [], [])
+    run = JaxRun(model_dir, temporary, [], [], [], [])
     bleu_logged = lambda: (best := best_bleu(model_dir)) is not None and latest_step(model_dir) > best["step"]
     for ready, number in ((lambda: latest_step(model_dir) > 0, signal.SIGTERM), (bleu_logged, signal.SIGKILL)):
         status, stderr = run_until(argv, env, ready, number)
         run.statuses.append(status)
         run.stderrs.append(stderr)
         run.steps.append(latest_step(model_dir))
+        run.stopped_files = run.stopped_files or sorted(os.listdir(os.path.join(model_dir, "checkpoints")))
     result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
     run.statuses.append(result.returncode)
     run.stderrs.append(result.stderr)
@@ -162,7 +164,7 @@ def test_jax_training_stops_survives_kill_9_resumes_and_translates_with_tensorfl
     stopped, killed_at, last = jax_run.steps
     assert jax_run.statuses == [128 + signal.SIGTERM, -signal.SIGKILL, 0], jax_run.stderrs[0][-3000:]
     assert f"interrupted by SIGTERM: stopped at step {stopped}; checkpoint" in jax_run.stderrs[0]
-    assert os.path.isfile(os.path.join(jax_run.model_dir, "checkpoints", f"ckpt-{stopped}.weights.h5"))
+    assert f"ckpt-{stopped}.weights.h5" in jax_run.stopped_files
     assert f"resumed from step {stopped}" in jax_run.stderrs[1]
     assert 0 < stopped < killed_at < last == MAX_STEPS
     assert f"resumed from step {killed_at}" in jax_run.stderrs[2]
