@@ -226,7 +226,10 @@ def isa_label(isa: str, flags: list[str]) -> str:
 
 
 class Worker:
-    """One system's process: `ready` after its warm-up, then `ask("round")` and `ask("finish")`."""
+    """One system's process: `ready` after its warm-up, then `ask("round")` and `ask("finish")`; `script`
+    is the worker program (`training.py backends` runs its own)."""
+
+    script = WORKER
 
     def __init__(self, job: dict, folder: str, env: dict[str, str]):
         self.name = job["system"]
@@ -234,7 +237,7 @@ class Worker:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(job, f)
         self.process = subprocess.Popen(
-            [sys.executable, WORKER, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+            [sys.executable, self.script, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
 
     def read(self) -> dict:

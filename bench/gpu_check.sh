@@ -5,6 +5,9 @@
 # float16 matmul rate of one GPU times the replicas). Bounded to 8 minutes. Knobs (env):
 # WORKLOAD=base BATCH=256 (sequences per replica) LENGTH=64 STEPS=50 CEILING=8192 PYTHON=python3.
 # On a CPU it runs too, for a dry run: WORKLOAD=tiny BATCH=8 LENGTH=16 STEPS=2 CEILING=256.
+# It needs TensorFlow on the GPU machine. Where there is none (the H200 lent to this project: JAX and
+# PyTorch only), `gpu_check_jax.py` trains the package itself on JAX: `prepare` its batches here,
+# `run` them there (its docstring).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec timeout 480 "${PYTHON:-python3}" bench/training.py throughput --workload "${WORKLOAD:-base}" \

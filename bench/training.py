@@ -29,6 +29,18 @@ where absolute figures are not. Prints one JSON line:
 
     python bench/training.py compare --workload medium --rounds 5 --steps 4 [--jit-compile]
 
+`backends`: Training throughput per Keras backend (issue 38): target tokens/s of `model.fit` steps on
+TensorFlow, JAX and PyTorch, for our model (`compile_model`, as `train` compiles it) and for
+keras-hub's `TransformerEncoder`/`TransformerDecoder` of the same shapes on the same backend (the
+peer of `compare`), on the same synthetic batch fed by `tf.data` (as `train` feeds every backend).
+Each backend runs in a process of its own (`train_worker.py`: KERAS_BACKEND is read once, when
+Keras is imported); after every process's warm-up, each round runs `--steps` steps of ours on each
+backend in turn, then of keras-hub's: one process computes at a time. JAX jits its step (always),
+TensorFlow with `--jit-compile`, PyTorch runs eagerly. Prints one JSON line: the table, each
+backend's tokens/s over the first backend's, ours over keras-hub's per backend:
+
+    python bench/training.py backends --workload small|base [--rounds 3] [--steps 4] [--jit-compile]
+
 `seed-parallelism`: The seed paper's central claim, measured (Vaswani et al., 2017, §1, §4, Table 1): self-attention
 connects all positions with O(1) sequential operations, a recurrent layer needs O(n), so a
 Transformer processes a training sequence's positions at once where an RNN goes one by one.
@@ -55,7 +67,9 @@ tokens/s. The line gives the cores that this pipeline would need for that rate.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
+import tempfile
 import time
 
 from common import (
@@ -70,6 +84,7 @@ from common import (
     repeated,
     synthetic_batch,
 )
+from decoding import Worker
 from flops import FLOPS_FORMULA, matmul_rate, model_flops_per_step
 from peers import build_keras_hub
 
@@ -346,6 +361,89 @@ def seed_parallelism(args) -> None:
     )
 
 
+BACKENDS = ("tensorflow", "jax", "torch")
+SYSTEMS = ("ours", "keras_hub")
+
+
+def backends_arguments(parser) -> None:
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="small")
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every backend and model in turn")
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per model per backend per round")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
+    parser.add_argument("--jit-compile", action="store_true", help="XLA on TensorFlow (JAX always jits, torch never)")
+
+
+class BackendWorker(Worker):
+    """A backend's process (`train_worker.py`)."""
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_worker.py")
+
+
+def backends(args) -> None:
+    """Every backend's `model.fit` steps, ours and keras-hub's, each backend in a process of its own
+    (KERAS_BACKEND is read once, at Keras' import), rounds alternating the processes and models
+    (only one computes at a time); ratios of medians: each backend over TensorFlow, ours over keras-hub."""
+    workload = WORKLOADS[args.workload]
+    load_before = load_average()
+    job = {"workload": args.workload, "steps": args.steps, "warmup": args.warmup, "jit_compile": args.jit_compile}
+    with tempfile.TemporaryDirectory() as folder:
+        workers = [BackendWorker({**job, "system": backend}, folder, dict(os.environ)) for backend in args.backends]
+        try:
+            ready = {worker.name: worker.read() for worker in workers}
+            times = {worker.name: {system: [] for system in SYSTEMS} for worker in workers}
+            for _ in range(args.rounds):
+                for system in SYSTEMS:
+                    for worker in workers:
+                        times[worker.name][system].append(worker.ask(system)["step_s"])
+            for worker in workers:
+                worker.ask("finish")
+        finally:
+            for worker in workers:
+                worker.close()
+    tokens = workload.batch * workload.target_length
+    speed = {
+        backend: {system: tokens / median(steps) for system, steps in systems.items()}
+        for backend, systems in times.items()
+    }
+    table = {
+        backend: {
+            system: {
+                "step_s_median": round(median(steps), 4),
+                "step_s_per_round": [round(t, 4) for t in steps],
+                "tgt_tokens_per_s": round(speed[backend][system], 1),
+                "jit_compile": ready[backend]["jit_compile"][system],
+                "params": ready[backend]["params"][system],
+                "warmup_s": ready[backend]["warmup_s"][system],
+            }
+            for system, steps in systems.items()
+        }
+        for backend, systems in times.items()
+    }
+    reference = args.backends[0]
+    emit(
+        record(
+            benchmark="train_backends",
+            workload=args.workload,
+            batch=[workload.batch, workload.source_length, workload.target_length],
+            rounds=args.rounds,
+            steps_per_round=args.steps,
+            backends=table,
+            versions_of_backends={backend: ready[backend]["backend_version"] for backend in table},
+            tgt_tokens_per_s_over_reference={
+                system: {backend: round(speed[backend][system] / speed[reference][system], 3) for backend in table}
+                for system in SYSTEMS
+            },
+            reference_backend=reference,
+            speedup_ours_over_keras_hub={
+                backend: round(systems["ours"] / systems["keras_hub"], 3) for backend, systems in speed.items()
+            },
+            load_before=load_before,
+            load_after=load_average(),
+        )
+    )
+
+
 GPU_TARGET_TOKENS_PER_S = 1.0e6  # the base model on an H200 at 40% MFU (module docstring)
 
 
@@ -424,6 +522,7 @@ def input_pipeline(args) -> None:
 COMMANDS = {
     "throughput": (throughput_arguments, throughput, "full model.fit training steps: tokens/s, FLOPs, MFU"),
     "compare": (compare_arguments, compare, "ours against keras-hub's layers of the same shapes, interleaved"),
+    "backends": (backends_arguments, backends, "model.fit on TensorFlow, JAX and PyTorch, ours and keras-hub's"),
     "seed-parallelism": (
         seed_parallelism_arguments,
         seed_parallelism,

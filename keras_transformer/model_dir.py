@@ -7,6 +7,10 @@ validation BLEU, `keras_transformer.training.callbacks.bleu.BleuCallback`, or lo
 Everything needed to rebuild and use a trained model lives here; `load_model` restores the
 latest checkpoint that restores (or a chosen one). One `train` at a time writes to a directory
 (`ModelDir.lock`).
+
+Checkpoints come in two kinds, listed, pruned and read alike: TensorFlow's (`ckpt-N.index` and
+`ckpt-N.data-*`, written on the TensorFlow backend) and Keras' (`ckpt-N.weights.h5`, written on JAX
+and PyTorch, `keras_checkpoint`), so that a model trained on any backend is used by the same tools.
 """
 
 from __future__ import annotations
@@ -22,10 +26,17 @@ import shutil
 import socket
 import sys
 
+import keras
 import tensorflow as tf
 
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer
+from keras_transformer.keras_checkpoint import (
+    KERAS_SUFFIX,
+    KerasCheckpoint,
+    is_keras_checkpoint,
+    read_tensorflow_weights,
+)
 
 WEIGHTS_CHECKPOINTS = ("averaged", "best", "ema")
 
@@ -220,16 +231,15 @@ class ModelDir:
     def tokenizer(self) -> SubwordTokenizer:
         return SubwordTokenizer.load(self.tokenizer_path)
 
-    def checkpoint_manager(
-        self, checkpoint: tf.train.Checkpoint, keep: int = 5, worker: int = 0, warn=None
-    ) -> tf.train.CheckpointManager:
-        """The chief (worker 0) saves to checkpoints/; in multi-worker training every other worker
+    def checkpoint_manager(self, checkpoint, keep: int = 5, worker: int = 0, warn=None):
+        """The manager of `checkpoint` (a `tf.train.Checkpoint` or a `KerasCheckpoint`: `manager`).
+        The chief (worker 0) saves to checkpoints/; in multi-worker training every other worker
         saves too (all must), to checkpoints/worker-N/, which nothing reads but that worker. An
         unreadable state file is rewritten first from the checkpoint files (`checkpoint_paths`,
         which says so through `warn`), so that the manager resumes and prunes them."""
         directory = self.checkpoint_dir if worker == 0 else os.path.join(self.checkpoint_dir, f"worker-{worker}")
         _repair_state(directory, warn)
-        return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep, checkpoint_name="ckpt")
+        return manager(checkpoint, directory, keep)
 
     def latest_checkpoint(self) -> str | None:
         paths = self.checkpoints()
@@ -255,10 +265,19 @@ def _read_state(directory: str) -> tuple[list[str] | None, str]:
 
 
 def _found_checkpoints(directory: str) -> list[str]:
-    """The checkpoints `directory` holds, from their index files (`ckpt-N.index`), newest first."""
-    paths = [path.removesuffix(".index") for path in glob.glob(os.path.join(glob.escape(directory), "ckpt-*.index"))]
+    """The checkpoints `directory` holds, from their files (`ckpt-N.index`, `ckpt-N.weights.h5`), newest first."""
+    paths = [
+        path.removesuffix(suffix)
+        for suffix in (".index", KERAS_SUFFIX)
+        for path in glob.glob(os.path.join(glob.escape(directory), "ckpt-*" + suffix))
+    ]
     numbered = [path for path in paths if checkpoint_step(path) is not None]
     return sorted(numbered, key=checkpoint_step, reverse=True)
+
+
+def checkpoint_file(prefix: str) -> str:
+    """The file that says the checkpoint `prefix` is complete: its `.weights.h5` or its `.index`."""
+    return prefix + KERAS_SUFFIX if is_keras_checkpoint(prefix) else prefix + ".index"
 
 
 def checkpoint_paths(directory: str, warn=None) -> list[str]:
@@ -289,8 +308,20 @@ def _repair_state(directory: str, warn=None) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(directory, STATE_FILE))
         return
-    times = [os.path.getmtime(path + ".index") for path in found]
-    names = [os.path.basename(path) for path in found]  # relative, as CheckpointManager writes them
+    _write_state(directory, found, [_saved_at(path) for path in found])
+
+
+def _saved_at(prefix: str) -> float:
+    """When the checkpoint `prefix` was written (0 for one whose files are gone)."""
+    try:
+        return os.path.getmtime(checkpoint_file(prefix))
+    except FileNotFoundError:
+        return 0.0
+
+
+def _write_state(directory: str, paths: list[str], times: list[float]) -> None:
+    """Point `directory`'s state file at the checkpoints `paths` (oldest first), saved at `times`."""
+    names = [os.path.basename(path) for path in paths]  # relative, as CheckpointManager writes them
     tf.compat.v1.train.update_checkpoint_state(
         directory,
         names[-1],
@@ -298,6 +329,38 @@ def _repair_state(directory: str, warn=None) -> None:
         all_model_checkpoint_timestamps=times,
         last_preserved_timestamp=min(times) - 1,
     )
+
+
+class KerasCheckpointManager:
+    """What training uses of `tf.train.CheckpointManager`, for a `KerasCheckpoint`: `save` numbered
+    by step, the `max_to_keep` newest kept, the state file rewritten (atomically, by TensorFlow)
+    once the new file is complete and before the oldest is deleted."""
+
+    def __init__(self, checkpoint: KerasCheckpoint, directory: str, max_to_keep: int):
+        self.checkpoint, self.directory, self.max_to_keep = checkpoint, directory, max_to_keep
+        self.checkpoints = list(reversed(checkpoint_paths(directory)))  # oldest first, as TensorFlow's
+
+    @property
+    def latest_checkpoint(self) -> str | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    def save(self, checkpoint_number: int) -> str:
+        os.makedirs(self.directory, exist_ok=True)
+        prefix = self.checkpoint.write(os.path.join(self.directory, f"ckpt-{checkpoint_number}"))
+        paths = [path for path in self.checkpoints if path != prefix] + [prefix]
+        self.checkpoints, dropped = paths[-self.max_to_keep :], paths[: -self.max_to_keep]
+        _write_state(self.directory, self.checkpoints, [_saved_at(path) for path in self.checkpoints])
+        for path in dropped:
+            remove_checkpoint_files(path)
+        return prefix
+
+
+def manager(checkpoint, directory: str, keep: int):
+    """A checkpoint manager in `directory` keeping the `keep` newest: TensorFlow's for a
+    `tf.train.Checkpoint`, `KerasCheckpointManager` for a `KerasCheckpoint`."""
+    if isinstance(checkpoint, KerasCheckpoint):
+        return KerasCheckpointManager(checkpoint, directory, keep)
+    return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep, checkpoint_name="ckpt")
 
 
 def _warn(line: str) -> None:
@@ -310,9 +373,12 @@ def checkpoint_step(path: str) -> int | None:
     return int(number) if number.isdigit() else None
 
 
-def weights_checkpoint(model) -> tf.train.Checkpoint:
-    """A checkpoint of the model's weights only (no optimizer); it also reads training checkpoints."""
-    return tf.train.Checkpoint(model=model)
+def weights_checkpoint(model):
+    """A checkpoint of the model's weights only (no optimizer); it also reads training checkpoints.
+    TensorFlow's on the TensorFlow backend, Keras' (`KerasCheckpoint`) on the others."""
+    if keras.backend.backend() == "tensorflow":
+        return tf.train.Checkpoint(model=model)
+    return KerasCheckpoint(model)
 
 
 def save_weights(model, directory: str, step: int, keep: int = 1) -> str:
@@ -330,10 +396,10 @@ def save_weights(model, directory: str, step: int, keep: int = 1) -> str:
         if os.path.isdir(directory):
             shutil.copytree(directory, temporary, copy_function=os.link)
             _repair_state(temporary, warn=lambda line: None)  # CheckpointManager refuses an unreadable one
-        manager = tf.train.CheckpointManager(
-            weights_checkpoint(model), temporary, max_to_keep=keep, checkpoint_name="ckpt"
-        )
-        manager.save(checkpoint_number=step)
+        kept = manager(weights_checkpoint(model), temporary, keep)
+        kept.save(checkpoint_number=step)
+        for prefix in set(_found_checkpoints(temporary)) - set(checkpoint_paths(temporary)):
+            remove_checkpoint_files(prefix)  # of the other kind, which the manager does not prune
     except (tf.errors.OpError, OSError) as error:
         shutil.rmtree(temporary, ignore_errors=True)
         last_good = checkpoint_paths(directory)
@@ -356,13 +422,13 @@ def remove_checkpoint_files(prefix: str) -> None:
                 os.remove(path)
 
 
-def save_checkpoint(manager: tf.train.CheckpointManager, step: int) -> str:
-    """`manager.save(checkpoint_number=step)`; a failed write (no space left, most often) leaves
-    none of its files and raises `CheckpointWriteError` naming the last good checkpoint."""
-    last_good = manager.latest_checkpoint
-    prefix = os.path.join(manager.directory, f"ckpt-{step}")
+def save_checkpoint(saver, step: int) -> str:
+    """`saver.save(checkpoint_number=step)` (a `manager`); a failed write (no space left, most
+    often) leaves none of its files and raises `CheckpointWriteError` naming the last good checkpoint."""
+    last_good = saver.latest_checkpoint
+    prefix = os.path.join(saver.directory, f"ckpt-{step}")
     try:
-        return manager.save(checkpoint_number=step)
+        return saver.save(checkpoint_number=step)
     except (tf.errors.OpError, OSError) as error:
         remove_checkpoint_files(prefix)
         raise _write_error(error, prefix, last_good) from None
@@ -382,7 +448,7 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def restore_newest(checkpoint: tf.train.Checkpoint, paths: list[str], *, weights_only: bool = False, warn=None) -> str:
+def restore_newest(checkpoint, paths: list[str], *, weights_only: bool = False, warn=None) -> str:
     """Restore `checkpoint` from the first of `paths` (newest first) that restores; return it.
     Skipping a broken one (a truncated file) is said through `warn` (default: stderr), one line;
     when none restores, the newest one's `ModelDirError`."""
@@ -400,11 +466,29 @@ def restore_newest(checkpoint: tf.train.Checkpoint, paths: list[str], *, weights
     raise errors[0]
 
 
-def restore(checkpoint: tf.train.Checkpoint, path: str, *, weights_only: bool = False) -> None:
-    """Restore `checkpoint` from `path`, with a one-line error for a corrupt or foreign file.
-    `weights_only` (a `weights_checkpoint`): what else the file holds (an optimizer) is ignored, but
-    every weight of the model must be in it; the error names those that are not (a checkpoint of
-    another model: fewer layers, another architecture)."""
+def restore(checkpoint, path: str, *, weights_only: bool = False) -> None:
+    """Restore `checkpoint` (a `tf.train.Checkpoint` or a `KerasCheckpoint`) from `path`, of either
+    kind, with a one-line error for a corrupt or foreign file. `weights_only` (a
+    `weights_checkpoint`): what else the file holds (an optimizer) is ignored, but every weight of
+    the model must be in it; the error names those that are not (a checkpoint of another model:
+    fewer layers, another architecture). A training run resumes from checkpoints of its own kind only."""
+    keras_kind, keras_run = is_keras_checkpoint(path), isinstance(checkpoint, KerasCheckpoint)
+    if keras_kind != keras_run and not weights_only:
+        raise ModelDirError(
+            f"cannot resume from checkpoint {path}: it was written on "
+            + ("JAX or PyTorch (Keras weights): train it with --backend jax or torch" if keras_kind else
+               "TensorFlow: train it with --backend tensorflow")
+            + ", or fine-tune it into a new model dir (--init-from)"
+        )  # fmt: skip
+    if keras_kind or keras_run:
+        try:
+            if keras_kind:
+                (checkpoint if keras_run else KerasCheckpoint(checkpoint.model)).read(path)
+            else:
+                read_tensorflow_weights(checkpoint.model, path)
+        except ValueError as error:
+            raise ModelDirError(f"cannot restore checkpoint {path}: {error}") from None
+        return
     try:
         status = checkpoint.restore(path)
         if weights_only:

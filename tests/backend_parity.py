@@ -4,6 +4,7 @@ it prints one JSON line and writes arrays into DIR.
 
     KERAS_BACKEND=jax python tests/backend_parity.py DIR
     KERAS_BACKEND=tensorflow python tests/backend_parity.py DIR --decode DIR/jax.trained.weights.h5
+    KERAS_BACKEND=jax python tests/backend_parity.py MODEL_DIR --model-dir
 
 DIR holds `tokenizer.model` and `initial.weights.h5` (saved once, on TensorFlow). From those weights
 the run computes the logits of the first batch of the `make_batches` pipeline (DIR/BACKEND.logits.npy)
@@ -11,7 +12,9 @@ and both learning-rate schedules at a few steps, trains `compile_model`'s model 
 `fit` on that pipeline (the loss of every step), saves the trained weights to
 DIR/BACKEND.trained.weights.h5 and decodes `SOURCES` greedily by a full forward pass per step. With
 `--decode`, it also decodes `SOURCES` with `kt.greedy_search` (TensorFlow's cached search, the
-tools a model dir is translated with) from each of the given weights.
+tools a model dir is translated with) from each of the given weights. With `--model-dir`, it only
+decodes `SOURCES` greedily by full forward passes with the model dir's latest checkpoint (`load_model`
+on this backend).
 """
 
 import argparse
@@ -161,13 +164,23 @@ def run(directory: pathlib.Path, decode: list[str]) -> dict:
     }
 
 
+def decode_model_dir(path: str) -> dict:
+    """Greedy decoding of `SOURCES` by full forward passes with the latest checkpoint of the model dir
+    `path`, on this backend."""
+    model, tokenizer, values = kt.load_model(path)
+    ids = tokenizer.source_ids(tf.constant(SOURCES), model.config.max_length)[0].numpy()  # [B, S]
+    tokens, scores = greedy_by_forward_passes(model, ids)
+    return {"backend": keras.backend.backend(), "checkpoint": values["checkpoint_path"], "greedy": tokens}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory", type=pathlib.Path)
     parser.add_argument("--decode", nargs="*", default=[], metavar="WEIGHTS", help="decode with kt.greedy_search")
+    parser.add_argument("--model-dir", action="store_true", help="DIRECTORY is a model dir: decode with it only")
     args = parser.parse_args()
     keras.utils.set_random_seed(0)
-    print(json.dumps(run(args.directory, args.decode)))
+    print(json.dumps(decode_model_dir(str(args.directory)) if args.model_dir else run(args.directory, args.decode)))
 
 
 if __name__ == "__main__":

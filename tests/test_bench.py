@@ -310,6 +310,62 @@ def test_compare(capsys):
     assert set(line["systems"]) == {"ours", "keras_hub"} and line["speedup_ours_over_keras_hub"] > 0
 
 
+class ScriptedBackend:
+    """`training.BackendWorker` without its process: the step times of `STEP_S`, every request logged."""
+
+    STEP_S = {"tensorflow": {"ours": 0.2, "keras_hub": 0.4}, "jax": {"ours": 0.1, "keras_hub": 0.25}}
+    asked: list = []
+
+    def __init__(self, job: dict, folder: str, env: dict[str, str]):
+        self.name = job["system"]
+
+    def read(self) -> dict:
+        ready = {"jit_compile": {"ours": True, "keras_hub": True}, "params": {"ours": 1, "keras_hub": 2}}
+        return {"ready": True, "backend_version": "0", "warmup_s": {"ours": 0.0, "keras_hub": 0.0}, **ready}
+
+    def ask(self, command: str) -> dict:
+        self.asked.append((self.name, command))
+        return {"finished": True} if command == "finish" else {"step_s": self.STEP_S[self.name][command]}
+
+    def close(self) -> None:
+        pass
+
+
+def test_backends_alternates_backends_and_models_and_divides_medians(capsys, monkeypatch):
+    import training
+
+    monkeypatch.setattr(training, "BackendWorker", ScriptedBackend)
+    monkeypatch.setattr(ScriptedBackend, "asked", [])
+    argv = ["backends", "--workload", "tiny", "--backends", "tensorflow", "jax", "--rounds", "2", "--steps", "1"]
+    line = run_main("training", argv, capsys)
+    one_round = [("tensorflow", "ours"), ("jax", "ours"), ("tensorflow", "keras_hub"), ("jax", "keras_hub")]
+    assert ScriptedBackend.asked == one_round * 2 + [("tensorflow", "finish"), ("jax", "finish")]
+    tokens = 8 * 12  # the tiny workload's batch x target length
+    assert line["backends"]["jax"]["ours"]["tgt_tokens_per_s"] == pytest.approx(tokens / 0.1)
+    assert line["backends"]["tensorflow"]["keras_hub"]["step_s_per_round"] == [0.4, 0.4]
+    assert line["tgt_tokens_per_s_over_reference"] == {
+        "ours": {"tensorflow": 1.0, "jax": 2.0},
+        "keras_hub": {"tensorflow": 1.0, "jax": 1.6},
+    }
+    assert line["speedup_ours_over_keras_hub"] == {"tensorflow": 2.0, "jax": 2.5}
+    assert (
+        line["reference_backend"] == "tensorflow" and "cpu_flags" in line["machine"] and len(line["load_before"]) == 3
+    )
+
+
+@pytest.mark.slow
+def test_backends_trains_on_every_backend_in_its_own_process(capsys):
+    argv = ["backends", "--workload", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "1"]
+    line = run_main("training", argv, capsys)
+    assert set(line["backends"]) == {"tensorflow", "jax", "torch"}
+    assert set(line["versions_of_backends"]) == {"tensorflow", "jax", "torch"}
+    for systems in line["backends"].values():
+        assert set(systems) == {"ours", "keras_hub"}
+        assert all(system["tgt_tokens_per_s"] > 0 and system["params"] > 0 for system in systems.values())
+    assert line["backends"]["jax"]["ours"]["jit_compile"] and not line["backends"]["torch"]["ours"]["jit_compile"]
+    assert line["backends"]["tensorflow"]["ours"]["params"] == line["backends"]["jax"]["ours"]["params"]
+
+
 @pytest.mark.slow
 def test_seed_parallelism(capsys, tmp_path):
     png = tmp_path / "plot.png"

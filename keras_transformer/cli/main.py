@@ -4,6 +4,11 @@ Bad input (a missing file, a malformed line, an unknown preset, a model dir made
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
 traceback; set KERAS_TRANSFORMER_DEBUG=1 to see the traceback.
 
+`train --backend jax|torch|tensorflow` picks the Keras backend (default $KERAS_BACKEND, else
+tensorflow); every other command runs the TensorFlow tools. Keras fixes its backend when it is first
+imported, and `main` imports no Keras before it has parsed the command line, so it sets
+KERAS_BACKEND itself (`use_backend`): one process, whose PID, signals and exit status are the run's.
+
 Quiet by default: TensorFlow's log lines are kept out of the output (`quiet.py`), `--verbose`
 or KERAS_TRANSFORMER_DEBUG=1 lets them through. Building the parser imports no TensorFlow (each
 command imports what it needs), so `--help` and `--version` answer at once.
@@ -28,6 +33,7 @@ from keras_transformer.cli.flags import (
 )
 from keras_transformer.cli.quiet import filter_native_logs, quiet_python_logs
 from keras_transformer.config import PRESETS, STRATEGIES, DataConfig, decoding_names
+from keras_transformer.training.backends import BACKENDS
 
 EXIT_USAGE = 2
 CHECKPOINT_HELP = "latest (default), averaged, best, ema (the moving average), or a checkpoint path"
@@ -48,7 +54,19 @@ def _add_train(subparsers):
         help="where checkpoints, the tokenizer and config.json go (resumed if it has them)",
     )
     d = p.add_argument_group("distribution")
-    d.add_argument("--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy (default auto)")
+    d.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="the Keras backend to train on (default $KERAS_BACKEND, else tensorflow); on jax, --strategy auto "
+        "and mirrored use every device JAX sees, on torch one device (the README's Training on JAX or PyTorch)",
+    )
+    d.add_argument(
+        "--strategy",
+        default="auto",
+        choices=STRATEGIES,
+        help="tf.distribute strategy (default auto); on --backend jax, auto and mirrored: keras.distribution."
+        "DataParallel on every device JAX sees (auto: when it sees several)",
+    )
     d.add_argument("--cpu-devices", type=int, help="split the CPU into N logical devices (try mirrored without GPUs)")
     d.add_argument(
         "--collective-timeout", type=float, default=600.0, help="seconds before a multi-worker collective fails"
@@ -352,13 +370,42 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def use_backend(args) -> str:
+    """Set KERAS_BACKEND for the command, before Keras is imported: `train --backend`'s (default
+    $KERAS_BACKEND), the TensorFlow tools' for every other command; return it. In a process whose
+    Keras runs on another backend already (`main` called from Python), ValueError."""
+    wanted = getattr(args, "backend", None) or (
+        os.environ["KERAS_BACKEND"] if args.command == "train" else "tensorflow"
+    )
+    keras = sys.modules.get("keras")
+    if keras is None:
+        os.environ["KERAS_BACKEND"] = wanted
+        return wanted
+    if keras.backend.backend() != wanted:
+        raise ValueError(
+            f"Keras runs on {keras.backend.backend()} in this process already (it fixes its backend when first "
+            f"imported): run keras-transformer {args.command} on {wanted} in a new process"
+        )
+    return wanted
+
+
 def _train(args):
+    import keras
+
     from keras_transformer.training.distribute import resolve_strategy, use_cpu_devices
     from keras_transformer.training.trainer import train
 
+    config, training, data = train_configs(args, "small")
+    if keras.backend.backend() != "tensorflow":  # Keras' distribution; `train` refuses what TensorFlow alone does
+        if args.cpu_devices:
+            raise ValueError(
+                f"--cpu-devices splits the CPU for tf.distribute, not on {keras.backend.backend()} (on jax, "
+                "XLA_FLAGS=--xla_force_host_platform_device_count=N makes N CPU devices)"
+            )
+        train(args.model_dir, config, training, data, strategy=args.strategy, log=_log)
+        return
     if args.cpu_devices:
         use_cpu_devices(args.cpu_devices)
-    config, training, data = train_configs(args, "small")
     strategy = resolve_strategy(args.strategy, args.collective_timeout)
     train(args.model_dir, config, training, data, strategy=strategy, log=_log)
     if args.build_shortlist:
@@ -693,6 +740,11 @@ def main(argv=None) -> int:
     """Run the command in `argv` (default: this process's command line, and then this process's
     stderr is the user's: TensorFlow's native log lines are filtered out of it too)."""
     args = parser().parse_args(argv)
+    try:
+        use_backend(args)
+    except ValueError as error:
+        _log(f"error: {error}")
+        return EXIT_USAGE
     if not (args.verbose or os.environ.get("KERAS_TRANSFORMER_DEBUG")):
         quiet_python_logs()
         if argv is None:

@@ -50,8 +50,9 @@ def compile_model(model: Transformer, training: TrainingConfig, schedule=None) -
     """
     config = model.config
     accumulation = training.grad_accumulation
+    schedule = schedule or learning_rate_schedule(config.d_model, training)
     optimizer = keras.optimizers.Adam(
-        learning_rate=schedule or learning_rate_schedule(config.d_model, training),
+        learning_rate=schedule,
         beta_1=training.beta_1,
         beta_2=training.beta_2,
         epsilon=training.epsilon,
@@ -74,6 +75,11 @@ def compile_model(model: Transformer, training: TrainingConfig, schedule=None) -
     if not model.built:
         model.build()
     model.optimizer.build(model.trainable_variables)  # a LossScaleOptimizer under mixed_float16
+    if isinstance(schedule, StepBudgetSchedule) and keras.backend.backend() != "tensorflow":
+        # A jitted JAX step reads only the variables it is handed: the step budget, which the time
+        # budget re-fits during training, would stay what it was at the first trace. As one of the
+        # optimizer's variables it is handed to every step (and saved in Keras' checkpoints).
+        model.optimizer._track_variable(schedule.total_steps)
     if keras.backend.backend() == "tensorflow":
         from keras_transformer.training.keras_compat import fit_under_tf_distribute
 

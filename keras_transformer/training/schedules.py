@@ -7,8 +7,9 @@ from keras import ops
 
 
 def trained_steps(model) -> int:
-    """Optimizer updates `model` has taken: the training steps of §5.2, counted across restarts."""
-    return int(model.optimizer.iterations.numpy())
+    """Optimizer updates `model` has taken: the training steps of §5.2, counted across restarts.
+    (With gradient accumulation Keras computes them from the micro-batches: a tensor, not a variable.)"""
+    return int(ops.convert_to_numpy(model.optimizer.iterations))
 
 
 def update_number(step, accumulation_steps: int = 1):

@@ -1,7 +1,9 @@
 """Training with `model.fit` (Vaswani et al., 2017, §5): Adam with the Eq. 3 schedule,
 label-smoothed cross-entropy, on any `tf.distribute` strategy (`distribute.py`), checkpoints
 every epoch (and every `checkpoint_every` steps), resume from the model directory. SIGTERM and
-SIGINT end a run after the step in flight, with a checkpoint (`budget.StopOnSignal`).
+SIGINT end a run after the step in flight, with a checkpoint (`budget.StopOnSignal`). On JAX and
+PyTorch (`KERAS_BACKEND`) with Keras' checkpoints, on JAX's devices through Keras' `DataParallel`
+(`backends.py` says what else).
 
 Workflows on top (the README's "Training workflows"): weighted data sources (`data.mixing`),
 early stopping (`callbacks.early_stopping`), a moving average of the weights (`callbacks.ema`)
@@ -18,6 +20,7 @@ counted across restarts.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import warnings
@@ -31,8 +34,10 @@ from keras_transformer.data.batching import SkippedPairs, make_batches
 from keras_transformer.data.errors import data_errors
 from keras_transformer.data.mixing import read_validation, training_pairs, validation_pairs
 from keras_transformer.inference.translator import Translator
+from keras_transformer.keras_checkpoint import KerasCheckpoint
 from keras_transformer.model import Transformer
 from keras_transformer.model_dir import ModelDir, restore_newest
+from keras_transformer.training.backends import KerasDevices, keras_devices, refusal
 from keras_transformer.training.callbacks.bleu import BleuCallback
 from keras_transformer.training.callbacks.budget import Interrupted, StopOnSignal, TimeBudget
 from keras_transformer.training.callbacks.checkpoint import CheckpointCallback
@@ -48,6 +53,7 @@ from keras_transformer.training.distribute import (
 from keras_transformer.training.optimization import compile_model, learning_rate_schedule
 from keras_transformer.training.preparation import initial_weights, prepare_model_dir
 from keras_transformer.training.schedules import StepBudgetSchedule, trained_steps
+from keras_transformer.training.tensorflow_translator import TensorFlowTranslator
 
 
 class TrainingDiverged(ValueError):
@@ -70,6 +76,9 @@ def train(
     `data`: a `DataConfig`, or a data source's name.
     `strategy`: a `tf.distribute.Strategy`, or a name from `distribute.STRATEGIES` (default
     "auto"). Batches hold `training.batch_tokens` tokens per side in all, split across replicas.
+    On JAX and PyTorch, a strategy's name: on JAX, auto (several devices when JAX sees them) and
+    mirrored train through Keras' `DataParallel` (`backends.keras_devices`); what TensorFlow alone
+    does raises ValueError (`backends.refusal`).
     `callbacks`: more Keras callbacks for `fit`.
     Raises `TrainingDiverged` at a NaN or infinite loss, after keeping the last good checkpoint,
     `budget.Interrupted` after SIGTERM or SIGINT, once the step in flight is checkpointed,
@@ -96,31 +105,43 @@ def _train(
     stop_on_signal: StopOnSignal,
 ) -> Transformer:
     keras.utils.set_random_seed(training.seed)
-    if strategy is None or isinstance(strategy, str):
-        strategy = resolve_strategy(strategy or "auto")
-    if training.jit_compile:
-        check_jit_compile(strategy)
+    if reason := refusal(keras.backend.backend(), training, strategy):
+        raise ValueError(reason)
+    if keras.backend.backend() != "tensorflow":
+        strategy = keras_devices(keras.backend.backend(), strategy)
+    else:
+        if strategy is None or isinstance(strategy, str):
+            strategy = resolve_strategy(strategy or "auto")
+        if training.jit_compile:
+            check_jit_compile(strategy)
     directory = ModelDir(model_dir)
-    with directory.lock(worker_id(strategy)):  # before the tokenizer and config are written
+    # Keras' distribution is read where variables are made and where `fit` splits the batches: the whole run.
+    whole_run = strategy.scope() if isinstance(strategy, KerasDevices) else contextlib.nullcontext()
+    with directory.lock(worker_id(strategy)), whole_run:  # the lock before the tokenizer and config are written
         return _train_locked(directory, config, training, data, strategy, verbose, callbacks, log, stop_on_signal)
 
 
 def _build(config: TransformerConfig, training: TrainingConfig, strategy: tf.distribute.Strategy):
     """(the compiled model, built with its optimizer under the strategy's scope; its schedule if
     that is fitted to a step budget, else None)."""
-    dtype = mixed_precision_policy(strategy) if training.mixed_precision else None
+    policy = mixed_precision_policy(strategy) if keras.backend.backend() == "tensorflow" else "mixed_bfloat16"
+    dtype = policy if training.mixed_precision else None
     with strategy.scope():
         schedule = learning_rate_schedule(config.d_model, training)
         model = compile_model(Transformer(config, dtype=dtype), training, schedule)
     return model, schedule if isinstance(schedule, StepBudgetSchedule) else None
 
 
-def _resume(directory: ModelDir, model, fitted, training: TrainingConfig, strategy, log) -> tf.train.CheckpointManager:
-    """The run's checkpoint manager, after restoring the newest checkpoint that restores (a
-    resume; found from the files themselves when the state file is unreadable), or, in a new
-    fine-tuning dir, the parent's weights with a fresh optimizer."""
-    budget_state = {"step_budget": fitted.total_steps} if fitted else {}  # resumes keep the fitted budget
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **budget_state)
+def _resume(directory: ModelDir, model, fitted, training: TrainingConfig, strategy, log):
+    """The run's checkpoint manager (`model_dir.manager`), after restoring the newest checkpoint
+    that restores (a resume; found from the files themselves when the state file is unreadable),
+    or, in a new fine-tuning dir, the parent's weights with a fresh optimizer. On JAX and PyTorch
+    the checkpoints are Keras' (`keras_checkpoint`), whose optimizer holds the fitted step budget."""
+    if keras.backend.backend() == "tensorflow":
+        budget_state = {"step_budget": fitted.total_steps} if fitted else {}  # resumes keep the fitted budget
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **budget_state)
+    else:
+        checkpoint = KerasCheckpoint(model, model.optimizer)
     manager = directory.checkpoint_manager(checkpoint, training.keep_checkpoints, worker_id(strategy), warn=log)
     newest_first = list(reversed(manager.checkpoints)) or directory.checkpoints()  # a worker > 0 resumes as the chief
     if newest_first:
@@ -184,7 +205,10 @@ def _callbacks(
     if training.bleu_every_epochs:
         sources, references = read_validation(data, min(training.bleu_sentences, data.valid_pairs))
         best_dir = directory.weights_dir("best")
-        translator = Translator(model, tokenizer)
+        if keras.backend.backend() == "tensorflow":
+            translator = Translator(model, tokenizer)
+        else:  # the search is TensorFlow's: a TensorFlow process translates with the model's weights
+            translator = TensorFlowTranslator(model, directory.tokenizer_path)
         ordered.append(BleuCallback(translator, sources, references, best_dir, training.bleu_every_epochs, log))
     if training.ema_decay is not None:  # every worker saves, the chief to ema/, the others in their checkpoints/
         ema_dir = directory.weights_dir("ema")
@@ -236,7 +260,10 @@ def _train_locked(
     except Interrupted as interrupted:
         log(f"{interrupted} before the first step")
         raise
-    log(f"training on {strategy.num_replicas_in_sync} replica(s) with {type(strategy).__name__}")
+    if keras.backend.backend() == "tensorflow":
+        log(f"training on {strategy.num_replicas_in_sync} replica(s) with {type(strategy).__name__}")
+    else:
+        log(f"training on {keras.backend.backend()}, {strategy}")
     train_batches, validation_batches, skipped = _batches(
         data, tokenizer, config, training, strategy.num_replicas_in_sync, step
     )

@@ -18,7 +18,8 @@ from keras_transformer.training.schedules import trained_steps
 class BleuCallback(keras.callbacks.Callback):
     """Scores `translator.translate(sources)` against `references` every `every_epochs` epochs;
     a new best BLEU saves the model's weights to `best_dir`. A resumed run starts from the best
-    recorded in `best_dir/bleu.json`."""
+    recorded in `best_dir/bleu.json`. A translator with a `close()` (on JAX and PyTorch, the
+    TensorFlow process of `training.tensorflow_translator`) is closed when training ends."""
 
     def __init__(
         self,
@@ -60,3 +61,8 @@ class BleuCallback(keras.callbacks.Callback):
             f"step {step}: validation BLEU {bleu} on {len(self.sources)} sentences "
             f"(best {self.best['bleu']} at step {self.best['step']})"
         )
+
+    def on_train_end(self, logs=None):
+        close = getattr(self.translator, "close", None)
+        if close is not None:
+            close()
