@@ -43,14 +43,15 @@ calls for 64 tokens, as in keras-hub's Bart); learned positions and an untied ou
 
 `verses` work: a trained model's `Translator` (what `keras-transformer translate` runs), text to
 text, with its search given by `VERSES_SYSTEMS`: in the graph (`python`; `cli`, the same in a
-process whose TensorFlow runs one thread per op, as `keras-transformer translate` sets it up, unless
-`--intra-threads` says otherwise: `decode_worker.threads`), compiled by XLA
-(`xla`, `beam_search(jit_compile=True)`, `export --jit-compile` for `savedmodel_xla`), through the
-ids-only SavedModel (`savedmodel`, the signature TF Serving runs as `translate_ids`), in bf16
-(`*_bfloat16`, `--dtype bfloat16`), with int8 weights (`*_int8`, `--int8`), or with the exact
-stopping rule (`*_exact`, `patience=None`: a sentence stops when no alive hypothesis can beat the
-kept ones; the others stop a sentence once K of its hypotheses have ended, `patience=1`, our
-default, as CTranslate2 does).
+process whose TensorFlow runs one thread per op, as `keras-transformer translate` sets it up,
+unless `--intra-threads` says otherwise: `decode_worker.threads`), compiled by XLA (`xla`,
+`beam_search(jit_compile=True)`, `export --jit-compile` for `savedmodel_xla`), through the ids-only
+SavedModel (`savedmodel`, the signature TF Serving runs as `translate_ids`), in bf16 (`*_bfloat16`,
+`--dtype bfloat16`), with int8 weights (`*_int8`, `--int8`), over the model dir's vocabulary
+shortlist (`*_shortlist`, `--shortlist`: shortlist.npz, the SavedModel holding it as `export
+--shortlist` does), or with the exact stopping rule (`*_exact`, `patience=None`: a sentence stops
+when no alive hypothesis can beat the kept ones; the others stop a sentence once K of its
+hypotheses have ended, `patience=1`, our default, as CTranslate2 does).
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ from peers import keras_hub_generate
 
 from keras_transformer import Transformer, beam_search
 from keras_transformer.config import DecodingConfig, SearchSettings
-from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule
+from keras_transformer.data.shortlist import Shortlist
+from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule, variables
 from keras_transformer.exporters.tensorflow import ids_saved_model_dir, tflite_models
 from keras_transformer.inference.decoding import decode_limits, search_beams
 from keras_transformer.inference.translator import Translator
@@ -210,41 +212,49 @@ def padded_limits(rows: list[np.ndarray], max_length: int) -> list[int]:
     return decode_limits(batch, max_length).numpy().tolist()
 
 
-# name: (through the SavedModel, XLA, patience, dtype or "int8": int8 weights)
+# name: (through the SavedModel, XLA, patience, dtype or "int8": int8 weights, over the shortlist)
 VERSES_SYSTEMS = {
-    "python": (False, False, SearchSettings.patience, None),
-    "cli": (False, False, SearchSettings.patience, None),  # in a process set up as `keras-transformer translate`'s
-    "xla": (False, True, SearchSettings.patience, None),
-    "savedmodel": (True, False, SearchSettings.patience, None),
-    "savedmodel_xla": (True, True, SearchSettings.patience, None),
-    "python_bfloat16": (False, False, SearchSettings.patience, "bfloat16"),
-    "savedmodel_bfloat16": (True, False, SearchSettings.patience, "bfloat16"),
-    "python_int8": (False, False, SearchSettings.patience, "int8"),
-    "savedmodel_int8": (True, False, SearchSettings.patience, "int8"),
-    "python_exact": (False, False, None, None),
-    "savedmodel_exact": (True, False, None, None),
+    "python": (False, False, SearchSettings.patience, None, False),
+    "cli": (False, False, SearchSettings.patience, None, False),  # in a process set up as `translate`'s
+    "xla": (False, True, SearchSettings.patience, None, False),
+    "savedmodel": (True, False, SearchSettings.patience, None, False),
+    "savedmodel_xla": (True, True, SearchSettings.patience, None, False),
+    "python_bfloat16": (False, False, SearchSettings.patience, "bfloat16", False),
+    "savedmodel_bfloat16": (True, False, SearchSettings.patience, "bfloat16", False),
+    "python_int8": (False, False, SearchSettings.patience, "int8", False),
+    "savedmodel_int8": (True, False, SearchSettings.patience, "int8", False),
+    "python_shortlist": (False, False, SearchSettings.patience, None, True),
+    "savedmodel_shortlist": (True, False, SearchSettings.patience, None, True),
+    "python_int8_shortlist": (False, False, SearchSettings.patience, "int8", True),
+    "savedmodel_int8_shortlist": (True, False, SearchSettings.patience, "int8", True),
+    "python_exact": (False, False, None, None, False),
+    "savedmodel_exact": (True, False, None, None, False),
 }
 
 
 def verses_translator(job: dict):
     """translate(texts) -> (translations, target tokens) of `job["system"]`: our `Translator` on the
     model dir's model, its search in the graph or compiled by XLA, in Python or through the
-    SavedModel, in float32 or bf16 or with int8 weights, with `patience` 1 or the exact rule; `job["inter_threads"]`
+    SavedModel, in float32 or bf16 or with int8 weights, over the whole vocabulary or the model dir's
+    shortlist, with `patience` 1 or the exact rule; `job["inter_threads"]`
     batches at once (0: the Translator's default, `concurrent_batches()`, which
     `translate.concurrent_batches` tells). Through the SavedModel, each batch is a call of its
     signature, as a TF Serving client with that many requests in flight sends it."""
     from keras_transformer.model_dir import load_model
 
-    savedmodel, jit_compile, patience, dtype = VERSES_SYSTEMS[job["system"]]
+    savedmodel, jit_compile, patience, dtype, shortlisted = VERSES_SYSTEMS[job["system"]]
     model, tokenizer, _ = load_model(job["model_dir"], job["checkpoint"])
     if dtype:
         model = model.with_int8() if dtype == "int8" else model.with_dtype(dtype)
+    shortlist = Shortlist.load(job["model_dir"], model.config.vocab_size) if shortlisted else None
+    if shortlist and savedmodel:
+        shortlist = variables(shortlist)  # as the export holds it
     settings = dict(beam_size=job["beam_size"], alpha=job["alpha"], patience=patience)
-    decode = functools.partial(beam_search, **settings, jit_compile=jit_compile)
+    decode = functools.partial(beam_search, **settings, jit_compile=jit_compile, lexical_shortlist=shortlist)
     if savedmodel:
         with tempfile.TemporaryDirectory() as out:
             path = ids_saved_model_dir(out, "translator")
-            TranslationModule(model, decode=decode).save(path)
+            TranslationModule(model, decode=decode, lexical_shortlist=shortlist).save(path)
             signature = tf.saved_model.load(path).signatures["serving_default"]  # variables are read in now
 
         def search(source_ids, n):

@@ -26,7 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-CTRANSLATE2 = {"ctranslate2": "float32", "ctranslate2_int8": "int8"}  # system: compute type at load
+# system: compute type at load; `*_vmap` (verses only): `use_vmap`, the export's vmap.txt of the model dir's shortlist
+CTRANSLATE2 = {
+    "ctranslate2": "float32",
+    "ctranslate2_int8": "int8",
+    "ctranslate2_vmap": "float32",
+    "ctranslate2_int8_vmap": "int8",
+}
 WARMUP_VERSES = 2
 
 
@@ -111,7 +117,8 @@ def ctranslate2_verses(job: dict):
     `batch_size` length-sorted sources (the longest batches first, `inter_threads` of them in
     flight from threads of their own) with the length limit of each batch's longest source
     (`job["limits"]`: ours per sentence, CTranslate2's per call), `sp.decode` without "<unk>"
-    (our detokenizer drops it). Target tokens count the best hypotheses' tokens, EOS included."""
+    (our detokenizer drops it); `*_vmap` systems over the export's vocabulary map of the model dir's
+    shortlist (`use_vmap`). Target tokens count the best hypotheses' tokens, EOS included."""
     import sentencepiece
 
     translator = ctranslate2_translator(job)
@@ -130,6 +137,7 @@ def ctranslate2_verses(job: dict):
                 length_penalty=job["alpha"],
                 max_decoding_length=max(limits[k] for k in chunk),
                 return_end_token=True,
+                use_vmap=job["system"].endswith("_vmap"),
             )
 
         chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)][::-1]

@@ -61,6 +61,16 @@ it picks MKL as its GEMM backend; without it the caps left CTranslate2's matmuls
 bench/JOURNAL.md, "2026-12-02 (evening)"). Its figures are labelled "AVX2
 emulated by ISA caps on an AVX-512 CPU": an AVX2-only CPU also differs in cores, caches and clocks.
 
+`frontier`: the speed-quality frontier (issue 39): `verses` for each model dir given (e.g. the
+`small` recipe and a deep-encoder / shallow-decoder one), each with and without its vocabulary
+shortlist and int8 weights, and CTranslate2 fp32, int8 and int8 over its vocabulary map of the same
+shortlist (`export --format ctranslate2 --shortlist`), on the same weights; every system on one
+thread, batches of 32. One JSON line (a point per model and system: BLEU, chrF, target tokens/s,
+the ratio to CTranslate2 fp32 on that model) and a PNG of BLEU against target tokens/s:
+
+    python bench/decoding.py frontier --model-dirs runs/demo runs/deep --labels small deep-encoder \
+        [--systems ...] [--limit N] [--rounds 3] [--plot bench/frontier.png]
+
 `export-latency`: latency of the exported artifacts (SavedModel vs TFLite vs int8 TFLite) at batch 1
 and 16, their sizes, and the BLEU change of int8 weights on a test split:
 
@@ -117,6 +127,7 @@ Every subcommand that reads a model's held-out verses reads them through the pac
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import importlib.metadata
 import json
@@ -131,6 +142,7 @@ from common import WORKLOADS, command_line, cpu_flags, emit, held_out_pairs, loa
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "decode_worker.py")
 CTRANSLATE2 = ("ctranslate2", "ctranslate2_int8")
+CTRANSLATE2_VMAP = ("ctranslate2_vmap", "ctranslate2_int8_vmap")  # verses only: over the model dir's shortlist
 FORCED_TF = [
     "python",
     "xla",
@@ -154,10 +166,23 @@ VERSES_TF = [
     "savedmodel_bfloat16",
     "python_int8",
     "savedmodel_int8",
+    "python_shortlist",
+    "savedmodel_shortlist",
+    "python_int8_shortlist",
+    "savedmodel_int8_shortlist",
     "python_exact",
     "savedmodel_exact",
 ]  # decode_runners.VERSES_SYSTEMS
 DEFAULT_SYSTEMS = ["python", "xla", "savedmodel", "python_bfloat16", "ctranslate2", "ctranslate2_int8"]
+FRONTIER_SYSTEMS = [
+    "savedmodel",
+    "savedmodel_shortlist",
+    "savedmodel_int8",
+    "savedmodel_int8_shortlist",
+    "ctranslate2",
+    "ctranslate2_int8",
+    "ctranslate2_int8_vmap",
+]
 INT8_SYSTEMS = ["python", "python_int8", "savedmodel", "savedmodel_int8", "ctranslate2", "ctranslate2_int8"]
 ISA_CAPS = {
     "native": {},
@@ -180,6 +205,8 @@ PACKAGES = {
     "keras_hub_xla": "keras-hub",
     "ctranslate2": "ctranslate2",
     "ctranslate2_int8": "ctranslate2",
+    "ctranslate2_vmap": "ctranslate2",
+    "ctranslate2_int8_vmap": "ctranslate2",
 }  # beyond record()'s versions
 
 
@@ -316,6 +343,7 @@ def forced_fields(args) -> dict:
 def verses_fields(args) -> dict:
     from decode_runners import padded_limits
 
+    from keras_transformer.data.shortlist import Shortlist
     from keras_transformer.exporters.ctranslate2 import export_ctranslate2
     from keras_transformer.inference.evaluation import corpus_scores
     from keras_transformer.inference.translator import Translator
@@ -338,8 +366,10 @@ def verses_fields(args) -> dict:
         limits=padded_limits(Translator(model, tokenizer).source_ids(sources), model.config.max_length),
     )
     with tempfile.TemporaryDirectory() as out:
-        if set(args.systems) & set(CTRANSLATE2):
-            export_ctranslate2(model, tokenizer, os.path.join(out, "ctranslate2"))
+        if set(args.systems) & {*CTRANSLATE2, *CTRANSLATE2_VMAP}:
+            vmap = set(args.systems) & set(CTRANSLATE2_VMAP)
+            shortlist = Shortlist.load(args.model_dir, model.config.vocab_size) if vmap else None
+            export_ctranslate2(model, tokenizer, os.path.join(out, "ctranslate2"), lexical_shortlist=shortlist)
         common_job["ctranslate2_dir"] = os.path.join(out, "ctranslate2")
         jobs = [{**common_job, "system": name} for name in args.systems]
         ready, answers, final = run_rounds(jobs, args.isa, args.rounds)
@@ -422,7 +452,7 @@ def verses_arguments(parser) -> None:
     parser.add_argument("--checkpoint", default="latest", help="latest (default), averaged, best, or a checkpoint path")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--limit", type=int, help="only the first N verses")
-    systems_argument(parser, "--systems", VERSES_TF + list(CTRANSLATE2))
+    systems_argument(parser, "--systems", VERSES_TF + list(CTRANSLATE2) + list(CTRANSLATE2_VMAP))
 
 
 def int8_arguments(parser) -> None:
@@ -435,7 +465,7 @@ def chosen_systems(args) -> list[str]:
     (without bf16 under `--isa avx2`); bf16 asked for under `--isa avx2` is refused."""
     names = args.runners if args.subcommand == "forced" else args.systems
     if names is None:
-        defaults = INT8_SYSTEMS if args.subcommand == "int8" else DEFAULT_SYSTEMS
+        defaults = {"int8": INT8_SYSTEMS, "frontier": FRONTIER_SYSTEMS}.get(args.subcommand, DEFAULT_SYSTEMS)
         return [name for name in defaults if not (args.isa == "avx2" and "bfloat16" in name)]
     if args.isa == "avx2" and any("bfloat16" in name for name in names):
         raise SystemExit(f"decoding.py {args.subcommand}: error: {NO_BFLOAT16_UNDER_CAPS}")
@@ -848,10 +878,81 @@ def controls_cost(args) -> None:
     emit(record(benchmark="controls_cost", model_dir=args.model_dir, sentences=len(sources), systems=systems))
 
 
+def frontier_arguments(parser) -> None:
+    shared_arguments(parser)
+    parser.set_defaults(intra_threads=1, inter_threads=1)
+    parser.add_argument("--model-dirs", nargs="+", required=True, help="model dirs, each with its shortlist.npz")
+    parser.add_argument("--labels", nargs="+", help="a name per model dir (default: the dirs' names)")
+    parser.add_argument("--checkpoint", default="latest")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--limit", type=int, help="only the first N verses")
+    parser.add_argument("--plot", default="bench/frontier.png", help="PNG path ('' for none)")
+    systems_argument(parser, "--systems", VERSES_TF + list(CTRANSLATE2) + list(CTRANSLATE2_VMAP))
+
+
+def frontier(args) -> None:
+    args.systems = chosen_systems(args)
+    labels = args.labels or [os.path.basename(os.path.normpath(path)) for path in args.model_dirs]
+    if len(labels) != len(args.model_dirs):
+        raise SystemExit("decoding.py frontier: error: one --labels name per --model-dirs directory")
+    load_before, models, points = load_average(), {}, []
+    for label, model_dir in zip(labels, args.model_dirs):
+        fields = verses_fields(argparse.Namespace(**vars(args), model_dir=model_dir))
+        models[label] = fields
+        over = fields["tgt_tokens_per_s_over_reference"]
+        for name, system in fields["systems"].items():
+            point = {key: system[key] for key in ("bleu", "chrf", "tgt_tokens_per_s", "seconds_median")}
+            points.append({"model": label, "system": name, **point, "over_ctranslate2": over.get(name)})
+    if args.plot:
+        plot_frontier(points, args.plot)
+    emit(
+        record(
+            benchmark="frontier",
+            points=points,
+            models=models,
+            rounds=args.rounds,
+            plot=args.plot or None,
+            load_before=load_before,
+            load_after=load_average(),
+            machine_flags=cpu_flags(),
+        )
+    )
+
+
+def plot_frontier(points: list[dict], path: str) -> None:
+    """BLEU against target tokens/s, a colour per model, a marker per engine, each point named."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    colours = dict(zip(dict.fromkeys(p["model"] for p in points), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for p in points:
+        marker = "s" if p["system"].startswith("ctranslate2") else "o"
+        ax.scatter(p["tgt_tokens_per_s"], p["bleu"], color=colours[p["model"]], marker=marker)
+        ax.annotate(
+            p["system"], (p["tgt_tokens_per_s"], p["bleu"]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+        )
+    for model, colour in colours.items():
+        ax.scatter([], [], color=colour, label=model)
+    ax.scatter([], [], color="grey", marker="o", label="ours (SavedModel)")
+    ax.scatter([], [], color="grey", marker="s", label="CTranslate2")
+    ax.set_xscale("log")
+    ax.set_xlabel("target tokens/s (one thread, batches of 32; log scale)")
+    ax.set_ylabel("sacreBLEU on the held-out verses")
+    ax.set_title("Speed and quality: pick the point on the upper right")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 COMMANDS = {
     "forced": (forced_arguments, compared(forced_fields), "systems against each other on fixed work, random weights"),
     "verses": (verses_arguments, compared(verses_fields), "systems against each other on a model's held-out verses"),
     "int8": (int8_arguments, compared(verses_fields), "int8 weights against float32 and CTranslate2, per sentence"),
+    "frontier": (frontier_arguments, frontier, "BLEU against speed: models x shortlist x int8, and CTranslate2's"),
     "export-latency": (export_latency_arguments, export_latency, "the exported artifacts' latency, sizes, int8 BLEU"),
     "search-steps": (search_steps_arguments, search_steps, "the work of each stopping rule (counts, not timings)"),
     "threads": (threads_arguments, threads, "one Translator called from N threads vs from 1"),

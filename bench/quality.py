@@ -61,12 +61,32 @@ that have three (the slowdown per phrase):
 Timing runs after one warm-up call of each search (the tracing), in this process, each count of
 phrases once; measure on a quiet machine (bench/README.md).
 
+`markup`: markup and placeholders (issue 36 item 2; `Translator.translate(..., markup=True)`). On the
+embedded `software-en-de` test split's pairs whose source holds a span (tags, entities,
+placeholders, URLs, e-mail addresses: `inference/markup.py`), the share of outputs whose spans are
+the source's, in order (`span_lists`), and sacreBLEU BLEU/chrF, with and without protection; on
+the model's held-out verses with one word each wrapped in `<b>...</b>` (seeded), the share of
+outputs with the source's tags, balanced and in order, and BLEU/chrF of the outputs without their
+tags against the translations of the untagged verses:
+
+    python bench/quality.py markup --model-dir runs/small [--limit N] [--seed 0]
+
+`casing`: what casing at training time buys (issue 36 item 4): the `make demo` recipe (`--preset
+small --num-layers 2`, 6 minutes) trained twice from scratch on the same data, without and with
+`--uppercase-share 0.05 --titlecase-share 0.05` (the `DataConfig` flags override these), then
+sacreBLEU BLEU and chrF of each on the held-out verses as they are, in ALL CAPS and in Title Case
+(source and reference cased alike, by the package's own `upper_case` and `title_case`), greedy
+unless `--beam-size`; the six BLEU figures side by side in "bleu":
+
+    python bench/quality.py casing --time-budget 6m [--model-dir runs/casing] [--limit N] [--source-noise 0.02]
+
 Every subcommand that reads a model's held-out verses reads them through the package's one reader
 (`common.held_out_pairs`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -81,8 +101,10 @@ from common import command_line, emit, held_out_pairs, load_average, median, rec
 
 import keras_transformer as kt
 from keras_transformer import TrainingConfig, TransformerConfig
-from keras_transformer.cli.flags import add_train_flags, configs
-from keras_transformer.config import DecodingConfig, SearchSettings
+from keras_transformer.cli.flags import add_config_flags, add_train_flags, configs, overrides
+from keras_transformer.config import DataConfig, DecodingConfig, SearchSettings
+from keras_transformer.data import augmentation
+from keras_transformer.data.augmentation import title_case, upper_case
 from keras_transformer.data.batching import make_batches
 from keras_transformer.data.sources import pairs_dataset, read_pairs
 from keras_transformer.exporters.ctranslate2 import export_ctranslate2
@@ -404,12 +426,144 @@ def shortlist(args) -> None:
     )
 
 
+SOFTWARE = "software-en-de"
+
+
+def wrap_a_word(verse: str, rng: random.Random) -> str:
+    """`verse` with one of its words (drawn by `rng`) in `<b>...</b>`."""
+    words = verse.split() or [""]
+    drawn = rng.randrange(len(words))
+    words[drawn] = f"<b>{words[drawn]}</b>"
+    return " ".join(words)
+
+
+def markup_arguments(p) -> None:
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--checkpoint", default="latest")
+    p.add_argument("--limit", type=int, help="only the first N verses, and N software pairs with spans")
+    p.add_argument("--seed", type=int, default=0, help="draws the word of each verse in <b>...</b>")
+
+
+def markup(args) -> None:
+    from keras_transformer.inference.markup import span_lists, stripped_texts
+
+    translator = Translator.from_model_dir(args.model_dir, args.checkpoint)
+
+    def exact_share(sources, outputs) -> float:
+        return round(float(np.mean([a == b for a, b in zip(span_lists(sources), span_lists(outputs))])), 4)
+
+    sources, references = read_pairs(SOFTWARE, "test")
+    with_spans = [i for i, spans in enumerate(span_lists(sources)) if spans][: args.limit]
+    sources, references = [sources[i] for i in with_spans], [references[i] for i in with_spans]
+    protected, plain = translator.translate(sources, markup=True), translator.translate(sources)
+    verses, verse_references = held_out_pairs(args.model_dir, args.limit)[:2]
+    rng = random.Random(args.seed)
+    tagged = [wrap_a_word(verse, rng) for verse in verses]
+    tagged_outputs = translator.translate(tagged, markup=True)
+    emit(
+        record(
+            benchmark="markup",
+            model_dir=args.model_dir,
+            checkpoint=args.checkpoint,
+            seed=args.seed,
+            software={
+                "pairs_with_spans": len(sources),
+                "exact_share": {
+                    "protected": exact_share(sources, protected),
+                    "unprotected": exact_share(sources, plain),
+                },
+                "protected": corpus_scores(protected, references),
+                "unprotected": corpus_scores(plain, references),
+            },
+            verses={
+                "verses": len(verses),
+                "tags_exact_share": exact_share(tagged, tagged_outputs),
+                "tagged_stripped": corpus_scores(stripped_texts(tagged_outputs), verse_references),
+                "untagged": corpus_scores(translator.translate(verses), verse_references),
+            },
+        )
+    )
+
+
+CASINGS = {"normal": None, "upper": upper_case, "title": title_case}  # the held-out verses, each way
+
+
+def in_casing(case, texts: list[str]) -> list[str]:
+    """`texts` as `case` (`upper_case`, `title_case`; None: as they are) writes them."""
+    return texts if case is None else [text.decode("utf-8") for text in case(texts).numpy()]
+
+
+def casing_arguments(p) -> None:
+    p.add_argument("--preset", default="small")
+    p.add_argument(
+        "--model-dir", default="runs/casing", help="the runs go to PREFIX-plain and PREFIX-cased (which must not exist)"
+    )
+    p.add_argument("--limit", type=int, help="score only the first N held-out verses (default: all)")
+    p.add_argument("--beam-size", type=int, default=1, help="default 1: greedy (beam 4: alpha 0.6)")
+    add_train_flags(p)
+    add_config_flags(p, DataConfig, "data (DataConfig): the augmented run's")
+    p.set_defaults(time_budget_s="6m", num_layers=2, uppercase_share=0.05, titlecase_share=0.05)  # `make demo`'s
+
+
+def casing(args) -> None:
+    config, training = configs(args, args.preset)
+    cased = DataConfig(**overrides(args, DataConfig))
+    plain = dataclasses.replace(cased, **{name: 0.0 for name in augmentation.SETTINGS})
+    if cased == plain:
+        raise SystemExit("casing compares a run with casing or noise against one without: pass a share above 0")
+    runs = {"plain": plain, "cased": cased}
+    for name in runs:
+        if ModelDir(f"{args.model_dir}-{name}").exists():
+            raise SystemExit(
+                f"{args.model_dir}-{name} exists: the runs start from scratch; remove it or pass --model-dir"
+            )
+    load_before = load_average()
+    results = {}
+    for name, data in runs.items():
+        model_dir = f"{args.model_dir}-{name}"
+        start = time.perf_counter()
+        model = train(model_dir, config, training, data, verbose=0, log=lambda message: None)
+        train_s = time.perf_counter() - start
+        sources, references = held_out_pairs(model_dir, args.limit)[:2]
+        alpha = 0.6 if args.beam_size > 1 else 0.0
+        translator = Translator(
+            model, ModelDir(model_dir).tokenizer(), batch_size=64, beam_size=args.beam_size, alpha=alpha
+        )
+        scores = {
+            way: corpus_scores(translator.translate(in_casing(case, sources)), in_casing(case, references))
+            for way, case in CASINGS.items()
+        }
+        results[name] = dict(model_dir=model_dir, steps=trained_steps(model), train_s=round(train_s, 1), scores=scores)
+    emit(
+        record(
+            benchmark="casing",
+            data=cased.data,
+            preset=args.preset,
+            budget=args.time_budget_s,
+            augmentation={name: getattr(cased, name) for name in augmentation.SETTINGS},
+            beam_size=args.beam_size,
+            verses=len(sources),
+            bleu={
+                run: {name: score["bleu"] for name, score in result["scores"].items()}
+                for run, result in results.items()
+            },
+            runs=results,
+            config=model.config.to_dict(),
+            training={k: v for k, v in vars(training).items() if v is not None},
+            load_before=load_before,
+            load_after=load_average(),
+        )
+    )
+
+
 COMMANDS = {
     "table": (table_arguments, table, "the README's quality table: train a preset for a budget, then score it"),
     "score-compare": (score_compare_arguments, score_compare, "scoring given pairs: ours against CTranslate2"),
     "alignment-names": (alignment_names_arguments, alignment_names, "how well word alignments pair names"),
     "constraints": (constraints_arguments, constraints, "lexically constrained decoding: inclusion, BLEU, cost"),
     "shortlist": (shortlist_arguments, shortlist, "the vocabulary shortlist: BLEU and speed with and without"),
+    "markup": (markup_arguments, markup, "markup and placeholders: kept exactly? BLEU with and without protection"),
+    "casing": (casing_arguments, casing, "casing at training time: BLEU on normal, ALL CAPS, Title Case verses"),
 }
 main = command_line(__doc__, COMMANDS)
 

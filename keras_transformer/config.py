@@ -294,6 +294,15 @@ class DataConfig:
     subword_alpha: float = setting(
         0.0, "subword regularisation: sample training segmentations with this alpha (0: off)"
     )
+    uppercase_share: float = setting(
+        0.0, "share of training pairs presented in ALL CAPS, source and target alike (0: off; e.g. 0.05)"
+    )
+    titlecase_share: float = setting(
+        0.0, "share of training pairs presented in Title Case, source and target alike (0: off; e.g. 0.05)"
+    )
+    source_noise: float = setting(
+        0.0, "character noise on training sources: each character swapped or dropped at X/2 each (0: off; e.g. 0.02)"
+    )
     tfds_data_dir: str | None = setting(
         None, "TFDS data directory (default: $TFDS_DATA_DIR, else ~/tensorflow_datasets)"
     )
@@ -310,6 +319,15 @@ class DataConfig:
         _check(self.tokenizer_sample >= 1, f"tokenizer_sample must be >= 1, got {self.tokenizer_sample}")
         _check(self.max_length_ratio >= 1.0, f"max_length_ratio must be >= 1, got {self.max_length_ratio}")
         _check(self.subword_alpha >= 0.0, f"subword_alpha must be >= 0, got {self.subword_alpha}")
+        for name in ("uppercase_share", "titlecase_share"):
+            share = getattr(self, name)
+            _check(0.0 <= share <= 1.0, f"{name} must be in [0, 1], got {share}")
+        casing = self.uppercase_share + self.titlecase_share
+        _check(
+            casing <= 1.0 + 1e-9,
+            f"uppercase_share + titlecase_share must be <= 1 (the shares of one draw), got {casing:g}",
+        )
+        _check(0.0 <= self.source_noise < 1.0, f"source_noise must be in [0, 1), got {self.source_noise}")
 
     def sources(self) -> tuple[tuple[DataConfig, float], ...]:
         """One `DataConfig` per source of `data` (`weighted_sources`) with its weight; each reads

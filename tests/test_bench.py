@@ -120,7 +120,7 @@ def test_bench_reads_held_out_pairs_through_the_package_reader(tmp_path):
     import quality
 
     readers = [decoding.verses_fields, decoding.search_steps, decoding.threads, decoding.controls_cost]
-    readers += [quality.score_compare, quality.alignment_names, quality.constraints]
+    readers += [quality.score_compare, quality.alignment_names, quality.constraints, quality.casing]
     sources = {reader.__name__: inspect.getsource(reader) for reader in readers}
     assert [name for name, source in sources.items() if "read_pairs(" in source] == []
     assert all("held_out_pairs(" in source for source in sources.values())
@@ -233,7 +233,7 @@ def test_decoding_verses_with_bfloat16(capsys, trained, in_process_workers):
     translates two, so the timed round traces and compiles nothing new."""
     import decoding
 
-    systems = decoding.VERSES_TF + ["ctranslate2", "ctranslate2_int8"]
+    systems = [name for name in decoding.VERSES_TF if "shortlist" not in name] + ["ctranslate2", "ctranslate2_int8"]
     argv = ["verses", "--model-dir", trained.model_dir, "--limit", "2", "--beam-size", "2", "--rounds", "1"]
     line = run_main("decoding", argv + ["--systems", *systems], capsys)
     assert set(line["systems"]) == set(systems) and line["sentences"] == 2 and line["isa"] == "native"
@@ -261,6 +261,31 @@ def test_decoding_int8_compares_int8_weights_per_sentence(capsys, trained, in_pr
     assert line["tgt_tokens_per_s_over_reference"]["ctranslate2"] == 1.0
     int8, served = line["systems"]["python_int8"], line["systems"]["savedmodel_int8"]
     assert int8["target_tokens"] == served["target_tokens"] > 0 and int8["bleu"] == served["bleu"]
+
+
+@pytest.mark.slow
+def test_decoding_frontier_puts_each_models_systems_on_one_plot(capsys, trained, in_process_workers, tmp_path):
+    """`frontier`: per model dir, ours with and without the shortlist and int8 weights, and
+    CTranslate2 fp32, int8 and int8 over the vocabulary map of the same shortlist: a point each, and the PNG."""
+    import shutil
+
+    import decoding
+
+    from keras_transformer.cli.main import main as cli
+
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(trained.model_dir, model_dir)
+    assert cli(["shortlist", "--model-dir", model_dir, "--per-source", "8", "--frequent", "20"]) == 0
+    capsys.readouterr()  # the command's own output
+    plot = str(tmp_path / "frontier.png")
+    argv = ["frontier", "--model-dirs", model_dir, "--labels", "tiny", "--limit", "2", "--beam-size", "2"]
+    line = run_main(
+        "decoding", [*argv, "--rounds", "1", "--intra-threads", "0", "--inter-threads", "0", "--plot", plot], capsys
+    )
+    assert [(p["model"], p["system"]) for p in line["points"]] == [("tiny", s) for s in decoding.FRONTIER_SYSTEMS]
+    for point in line["points"]:
+        assert point["tgt_tokens_per_s"] > 0 and 0 <= point["bleu"] <= 100 and point["over_ctranslate2"] > 0
+    assert pathlib.Path(plot).stat().st_size > 1000
 
 
 @pytest.mark.slow
@@ -398,6 +423,14 @@ def test_constraints_puts_every_phrase_in_the_outputs(capsys, trained):
 
 
 @pytest.mark.slow
+def test_markup_keeps_the_spans_of_software_strings_and_tagged_verses(capsys, trained):
+    line = run_main("quality", ["markup", "--model-dir", trained.model_dir, "--limit", "4"], capsys)
+    assert line["software"]["pairs_with_spans"] == 4 and line["software"]["exact_share"]["protected"] == 1.0
+    assert line["verses"]["verses"] == 4 and line["verses"]["tags_exact_share"] == 1.0
+    assert line["verses"]["tagged_stripped"]["sentences"] == line["verses"]["untagged"]["sentences"] == 4
+
+
+@pytest.mark.slow
 def test_shortlist_builds_it_and_compares_bleu_and_speed(capsys, trained, tmp_path):
     import shutil
 
@@ -408,6 +441,26 @@ def test_shortlist_builds_it_and_compares_bleu_and_speed(capsys, trained, tmp_pa
     assert line["verses"] == 4 and (tmp_path / "model" / "shortlist.npz").is_file()
     assert line["full"]["sentences"] == line["shortlist"]["sentences"] == 4
     assert line["speedup"] > 0 and 0 <= line["identical_share"] <= 1
+
+
+@pytest.mark.slow
+def test_casing_trains_without_and_with_it_and_scores_each_casing(capsys, tmp_path):
+    """Tiny mode: two 2-step runs on the fixture, two held-out verses scored three ways each."""
+    from conftest import FIXTURE, TINY_TRAINING
+
+    argv = ["casing", "--data", str(FIXTURE), *TINY_TRAINING, "--max-steps", "2", "--steps-per-epoch", "2"]
+    argv += ["--tokenizer-sample", "200", "--limit", "2", "--model-dir", str(tmp_path / "casing")]
+    line = run_main("quality", argv, capsys)
+    assert line["augmentation"] == {"uppercase_share": 0.05, "titlecase_share": 0.05, "source_noise": 0.0}
+    assert set(line["bleu"]) == {"plain", "cased"} and all(
+        set(bleu) == {"normal", "upper", "title"} for bleu in line["bleu"].values()
+    )
+    assert line["verses"] == 2 and [run["steps"] for run in line["runs"].values()] == [2, 2]
+    stored = [
+        json.loads((tmp_path / f"casing-{run}" / "config.json").read_text())["data_config"]
+        for run in ("plain", "cased")
+    ]
+    assert [config["uppercase_share"] for config in stored] == [0.0, 0.05]
 
 
 @pytest.mark.slow

@@ -612,7 +612,8 @@ def test_export_again_in_bfloat16_without_the_serving_api_adds_a_bfloat16_versio
 
 @pytest.mark.slow
 def test_the_export_records_its_model_dir_and_passes_its_own_check(exported, capsys):
-    """Also the serving contract check's verdict, with the default sample (100: all 8 test pairs)."""
+    """Also the serving contract check's verdict, with the default sample (100: all 8 test pairs), and
+    the text SavedModels' `translate_markup` against `Translator.translate(..., markup=True)`."""
     model_dir, out = exported.model_dir, exported.out
     with open(os.path.join(out, "translator.json"), encoding="utf-8") as f:
         metadata = json.load(f)
@@ -622,7 +623,11 @@ def test_the_export_records_its_model_dir_and_passes_its_own_check(exported, cap
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{out}: every SavedModel meets the TF Serving contract"
     checked = {line.split(": ")[0]: line.split(": ")[1] for line in lines[1:]}
-    assert len(checked) == 5, lines  # text, ids and int8 SavedModels, TFLite float and int8
+    assert len(checked) == 7, lines  # text, ids and int8 SavedModels, TFLite float and int8, 2 translate_markup
+    assert [artifact for artifact in checked if artifact.endswith(" translate_markup")] == [
+        f"{exported.paths['saved_model']} translate_markup",
+        f"{exported.paths['saved_model_int8']} translate_markup",
+    ]
     for artifact, verdict in checked.items():
         if "int8" not in artifact:  # float32 on our search: the checkpoint's outputs
             assert verdict.startswith("100% identical, BLEU"), (artifact, verdict)

@@ -29,7 +29,7 @@ def as_written_by_0_1_0(model_dir: str) -> None:
     smoothing = values["training"].pop("label_smoothing")
     values["model"].update(pad_id=0, start_id=1, eos_id=2, label_smoothing=smoothing)
     values["data"] = values["data_config"]["data"]
-    for name in ("subword_alpha",):  # fields 0.1.0 did not have
+    for name in ("subword_alpha", "uppercase_share", "titlecase_share", "source_noise"):  # fields 0.1.0 did not have
         values["data_config"].pop(name, None)
     for name in OPTIONS:
         values["model"].pop(name)

@@ -383,6 +383,11 @@ def check_glossary(result, workspace):
     assert "König" in result.stdout and len(result.stdout.splitlines()) == 1
 
 
+def check_markup(result, workspace):
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"[^<{]*<b>[^<{]*</b>[^<{]*\{name\}[^<{]*", lines[0]), lines
+
+
 def check_ctranslate2(result, workspace):
     assert os.path.exists(workspace / "runs" / "ct2" / "model.bin")
 
@@ -396,6 +401,7 @@ SH_CHECKS = {
     r"--alternatives 3": check_alternatives,
     r"--no-repeat-ngram-size 3": check_one_line,
     r"--glossary": check_glossary,
+    r"<b>here</b>": check_markup,
     r"^keras-transformer evaluate": check_evaluate,
     r"average --model-dir DIR --last 5": check_averaged,
     r"--format ctranslate2": check_ctranslate2,

@@ -13,7 +13,7 @@ from keras_transformer.data.shortlist import Shortlist, count_pairs
 from keras_transformer.inference.decoding import beam_search, greedy_search
 from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.inference.sampling import sample
-from keras_transformer.special_tokens import PAD_ID
+from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 VOCAB = 40
 SOURCE = np.array([[5, 6, 7, 2], [8, 9, 2, 0]], np.int32)
@@ -265,3 +265,88 @@ def test_train_builds_the_shortlist_when_asked(monkeypatch, tmp_path):
     calls.clear()
     assert cli.main(["train", "--model-dir", path, "--data", "x.tsv"]) in (0, None)
     assert calls == [("train", path)]
+
+
+def test_export_check_holds_tflite_and_ctranslate2_to_the_full_search_of_a_shortlisted_export(monkeypatch, tmp_path):
+    """`export --check` on an export with a shortlist: the SavedModels search over it, TFLite and
+    CTranslate2 do not, so each is held to the checkpoint's translations of its own kind of search."""
+    import json
+    import types
+
+    from keras_transformer.data import held_out
+    from keras_transformer.exporters import quality_check
+
+    sources = ["a", "b"]
+    (tmp_path / "translator.json").write_text(json.dumps({"saved_model_shortlist": True}))
+
+    def translations(shortlist):
+        return [f"{text} {'shortlisted' if shortlist else 'full'}" for text in sources]
+
+    class FakeTranslator:
+        def __init__(self, decoding):
+            self.shortlist = decoding.search.shortlist
+
+        def translate(self, texts):
+            return translations(self.shortlist)
+
+    pairs = types.SimpleNamespace(sources=sources, references=translations(False), target_lang=None)
+    monkeypatch.setattr(held_out, "held_out", lambda *args: pairs)
+    monkeypatch.setattr(
+        quality_check.Translator, "from_model_dir", lambda dirs, checkpoint, decoding: FakeTranslator(decoding)
+    )
+    runners = {
+        "shortlisted": (lambda texts: translations(True), True, "shortlisted"),
+        "tflite": (lambda texts: translations(False), True, "plain"),
+    }
+    monkeypatch.setattr(quality_check, "_runners", lambda out, translator, metadata: runners)
+    reports, problems = quality_check.check_quality(str(tmp_path), ["model_dir"])
+    assert problems == []
+    assert [(report.artifact, report.identical) for report in reports] == [("shortlisted", 1.0), ("tflite", 1.0)]
+
+
+@pytest.mark.slow
+def test_ctranslate2s_vocabulary_map_gives_our_greedy_tokens_over_the_shortlist(
+    shortlisted_dir, fixture_pairs, tmp_path
+):
+    """`export --format ctranslate2 --shortlist` writes the shortlist as CTranslate2's vmap.txt
+    (the frequent targets on the empty source's line): CTranslate2's greedy search with `use_vmap`
+    gives `Translator`'s greedy tokens over the shortlist, sentence by sentence (a call's union is
+    its sentence's), on a shortlist that holds none of the full search's output tokens."""
+    import json
+    import os
+
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    import keras_transformer as kt
+    from keras_transformer.cli.main import main
+    from keras_transformer.inference.search import decode_limits
+
+    model_dir, out = str(tmp_path / "model"), str(tmp_path / "ct2")
+    shutil.copytree(shortlisted_dir, model_dir)
+    full = kt.Translator.from_model_dir(model_dir, beam_size=1)
+    rows = full.source_ids(fixture_pairs[0][:6])
+    outputs = {int(t) for row in rows for t in full.decode(row[None].astype(np.int32), 1)[0].numpy().ravel()}
+    unused = [t for t in range(4, 300) if t not in outputs]  # a shortlist that changes every greedy output
+    table = np.array([unused[s % 40 : s % 40 + 3] for s in range(300)], np.int32)
+    Shortlist(table, np.array(unused[40:44], np.int32)).save(os.path.join(model_dir, "shortlist.npz"))
+    assert main(["export", "--model-dir", model_dir, "--format", "ctranslate2", "--shortlist", "--out", out]) == 0
+    with open(os.path.join(out, "shared_vocabulary.json"), encoding="utf-8") as f:
+        tokens = json.load(f)
+    with open(os.path.join(out, "vmap.txt"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    shortlist = Shortlist.load(model_dir, 300)
+    assert lines[0] == "\t" + " ".join(tokens[t] for t in shortlist.frequent)
+    assert len(lines) == 1 + int(np.sum(np.any(shortlist.table != PAD_ID, axis=1)))
+    shortlisted = kt.Translator.from_model_dir(model_dir, shortlist=True, beam_size=1)
+    engine, ids = ctranslate2.Translator(out), {token: i for i, token in enumerate(tokens)}
+    for row in rows:
+        source_ids = row[None].astype(np.int32)  # [1, S]
+        ours = [int(t) for t in shortlisted.decode(source_ids, 1)[0].numpy()[0, 0] if t != PAD_ID]
+        assert set(ours) - {EOS_ID} and not set(ours) & outputs - {EOS_ID}  # not the full search's tokens
+        (result,) = engine.translate_batch(
+            [[tokens[i] for i in row[:-1]]],
+            beam_size=1,
+            max_decoding_length=int(decode_limits(source_ids, shortlisted.model.config.max_length).numpy()[0]),
+            return_end_token=True,
+            use_vmap=True,
+        )
+        assert [ids[token] for token in result.hypotheses[0]] == ours

@@ -177,6 +177,14 @@ def _add_translate(subparsers):
         help="after a tab on each line, the word alignment in Pharaoh format (source-target word indices: 0-0 2-1)",
     )
     p.add_argument(
+        "--markup",
+        choices=("on", "off"),
+        default="on",
+        help="on (default): an input's tags, entities, placeholders (%%s, {name}, $HOME), URLs and e-mail addresses "
+        "come out exactly, placed by the word alignments (without the glossary); for 1-best translations without "
+        "--prefix, --constraint, --target-lang. off: translated as text",
+    )
+    p.add_argument(
         "--alternatives",
         type=int,
         metavar="N",
@@ -502,6 +510,9 @@ def _translate(args):
         elif args.alignments:
             for translation, pairs in translator.translate_with_alignments(chunk):
                 print(f"{translation}\t{format_pharaoh(pairs)}")
+        elif n == 1 and args.markup == "on" and not (prefixed or constrained or lang):
+            for translation in translator.translate(chunk, markup=True):
+                print(translation)
         elif n == 1:
             for translation in translator.translate(chunk, prefixes, constraints, lang):
                 print(translation)
@@ -663,14 +674,14 @@ def _export(args):
     else:
         model, tokenizer, values = load_model(args.model_dir[0], args.checkpoint)
         exported = [values["checkpoint_path"]]
+    from keras_transformer.data.shortlist import Shortlist
+
     if args.format == "ctranslate2":
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
-        if args.shortlist:
-            raise ValueError("--shortlist applies to --format tensorflow (the SavedModels)")
-        paths = export_ctranslate2(model, tokenizer, args.out, args.quantization)
+        shortlist = Shortlist.load(args.model_dir[0], model.config.vocab_size) if args.shortlist else None
+        paths = export_ctranslate2(model, tokenizer, args.out, args.quantization, shortlist)
     else:
-        from keras_transformer.data.shortlist import Shortlist
         from keras_transformer.exporters.tensorflow import export_tensorflow
 
         settings = export_decoding(args)

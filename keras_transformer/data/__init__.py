@@ -20,6 +20,7 @@ plain files have no implicit split. `DataConfig` names which source and split ea
 
 One module per concern: `files` (which files, which layout), `splits` (split policy),
 `parsing` (lines to checked pairs, in the graph), `errors` (`DataError` with file and line),
-`sources` (a source's split as a stream), `held_out` (a model dir's held-out pairs), `batching`
-(tokenize, filter, bucket, batch) and `tokenizer` (the SentencePiece subword vocabulary).
+`sources` (a source's split as a stream), `held_out` (a model dir's held-out pairs), `augmentation`
+(casing and noise of training pairs), `batching` (tokenize, filter, bucket, batch) and `tokenizer`
+(the SentencePiece subword vocabulary).
 """

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import tensorflow as tf
 
 from keras_transformer.config import DataConfig
+from keras_transformer.data.augmentation import augmented
 from keras_transformer.data.errors import data_errors
 from keras_transformer.data.sources import PAIRS_PER_READ, pairs_dataset, read_pairs
 from keras_transformer.data.splits import split_source
@@ -47,11 +48,15 @@ def _languages(data: DataConfig) -> tuple[str | None, ...]:
 def training_pairs(data: DataConfig, *, seed: int, shuffle_buffer: int) -> tf.data.Dataset:
     """The training split's (source, target) stream: one source's as `pairs_dataset` gives it
     (`make_batches` shuffles and repeats it), or the weighted draw from several sources' shuffled,
-    repeated streams (infinite); tagged with their target languages if multilingual."""
+    repeated streams (infinite); with `data`'s casing and noise (`augmentation.augmented`), then
+    tagged with their target languages if multilingual."""
     sources = data.sources()
     streams = [
-        tag_sources(pairs_dataset(*split_source(one, "train"), shuffle_seed=seed, **_reading(one)), lang)
-        for (one, _), lang in zip(sources, _languages(data))
+        tag_sources(
+            augmented(pairs_dataset(*split_source(one, "train"), shuffle_seed=seed, **_reading(one)), one, seed + i),
+            lang,
+        )
+        for i, ((one, _), lang) in enumerate(zip(sources, _languages(data)))
     ]
     if len(streams) == 1:
         return streams[0]
@@ -114,12 +119,13 @@ def _reservoir(dataset: tf.data.Dataset, size: int, rng: random.Random) -> list[
 def tokenizer_sentences(data: DataConfig, pairs: int, seed: int) -> Iterator[str]:
     """Source and target sentences of a uniform sample of each source's training split, the
     samples in the weights' proportion: w_i x `pairs` from source i, all scaled down together
-    when a source holds fewer pairs than its share. Memory: the sample (at most `pairs` pairs)."""
+    when a source holds fewer pairs than its share; with `data`'s casing and noise, as training
+    reads them. Memory: the sample (at most `pairs` pairs)."""
     rng = random.Random(seed)
     sources = data.sources()
     shares = [max(1, round(weight * pairs)) for _, weight in sources]
     samples = [
-        _reservoir(pairs_dataset(*split_source(one, "train"), **_reading(one)), share, rng)
+        _reservoir(augmented(pairs_dataset(*split_source(one, "train"), **_reading(one)), one, seed), share, rng)
         for (one, _), share in zip(sources, shares)
     ]
     scale = min(1.0, *(len(sample) / share for sample, share in zip(samples, shares)))

@@ -14,6 +14,9 @@ the model has it. Greedy outputs equal ours token for token (tests/test_ctransla
     OUT/tokenizer.model         the SentencePiece model: text -> tokens, tokens -> text
     OUT/tokenizer.target.model  a model of two SentencePiece models (OPUS-MT's): the target side's,
                                 tokens -> text (tokenizer.model: the source side's, text -> tokens)
+    OUT/vmap.txt                with a vocabulary shortlist (`export --shortlist`): CTranslate2's
+                                vocabulary map of it, which `translate_batch(..., use_vmap=True)`
+                                searches over (`vocabulary_map`)
 
 CTranslate2 works on token strings. The vocabulary is the SentencePiece pieces, except that
 the pad id is named `<blank>` (CTranslate2's fixed pad name); the start and EOS pieces are
@@ -29,6 +32,7 @@ can rank hypotheses differently; greedy decoding has no length penalty and agree
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
 import sentencepiece
@@ -186,6 +190,24 @@ def vocabulary(tokenizer, config) -> list[str]:
     return tokens
 
 
+def vocabulary_map(shortlist, tokens: list[str]) -> str:
+    """CTranslate2's vocabulary map (`vmap.txt`) of a vocabulary shortlist (`data/shortlist.py`): a
+    line `source token<TAB>its target tokens` per source token with targets, and the frequent
+    targets on the line of the empty source, which CTranslate2 keeps for every batch (with unk,
+    bos and eos). `use_vmap` then searches over the union of a batch's lines, as our search does
+    over the union of its shortlists (`inference/shortlist.py`)."""
+    spaced = [token for token in tokens if token != token.strip() or any(c in token for c in " \t\n")]
+    if spaced:
+        raise CTranslate2ExportError(f"CTranslate2's vocabulary map cannot hold tokens with whitespace: {spaced[:3]}")
+    table, frequent = np.asarray(shortlist.table), np.asarray(shortlist.frequent)
+    lines = ["\t" + " ".join(tokens[t] for t in frequent)]
+    for source, row in enumerate(table):
+        targets = [tokens[t] for t in row if t != PAD_ID]
+        if targets:
+            lines.append(tokens[source] + "\t" + " ".join(targets))
+    return "\n".join(lines) + "\n"
+
+
 def transformer_spec(model, tokens: list[str]):
     """The `ctranslate2.specs.TransformerSpec` of a `Transformer`, weights and special tokens set;
     `tokens` names every id (`vocabulary`)."""
@@ -228,11 +250,14 @@ def write_spec(spec, out: str, quantization: str | None = None) -> None:
     spec.save(out)
 
 
-def export_ctranslate2(model, tokenizer, out: str, quantization: str | None = None) -> dict[str, str]:
+def export_ctranslate2(
+    model, tokenizer, out: str, quantization: str | None = None, lexical_shortlist=None
+) -> dict[str, str]:
     """Write the CTranslate2 model directory `out` (see the module docstring); returns {artifact: path}.
 
     `quantization`: None keeps float32 weights; otherwise one of CTranslate2's weight types
-    (int8, int8_float32, int16, float16, bfloat16, ...). `out` must be new or empty.
+    (int8, int8_float32, int16, float16, bfloat16, ...). `lexical_shortlist`: a
+    `data.shortlist.Shortlist` written as `vmap.txt`. `out` must be new or empty.
     """
     accepted = _ctranslate2().specs.model_spec.ACCEPTED_MODEL_TYPES
     if quantization is not None and quantization not in accepted:
@@ -241,12 +266,22 @@ def export_ctranslate2(model, tokenizer, out: str, quantization: str | None = No
         )
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise CTranslate2ExportError(f"{out} exists and is not empty: the CTranslate2 model needs a new directory")
-    write_spec(transformer_spec(model, vocabulary(tokenizer, model.config)), out, quantization)
+    tokens = vocabulary(tokenizer, model.config)
+    spec = transformer_spec(model, tokens)
+    with tempfile.TemporaryDirectory() as scratch:
+        if lexical_shortlist is not None:
+            vmap = os.path.join(scratch, "vmap.txt")
+            with open(vmap, "w", encoding="utf-8") as f:
+                f.write(vocabulary_map(lexical_shortlist, tokens))
+            spec.register_vocabulary_mapping(vmap)
+        write_spec(spec, out, quantization)
     paths = {
         "model": os.path.join(out, "model.bin"),
         "config": os.path.join(out, "config.json"),
         "vocabulary": os.path.join(out, "shared_vocabulary.json"),
         "tokenizer": os.path.join(out, "tokenizer.model"),
     }
+    if lexical_shortlist is not None:
+        paths["vocabulary_map"] = os.path.join(out, "vmap.txt")
     paths.update(tokenizer.save(paths["tokenizer"]))
     return paths

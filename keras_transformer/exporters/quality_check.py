@@ -18,8 +18,10 @@ every artifact it finds in `out`, the checkpoint being the one exported (transla
 
 (an export with a glossary, `export --glossary`: its text SavedModels against the checkpoint's
 translations under the same glossary, the others against the plain ones; an export with a
-vocabulary shortlist, translator.json's `saved_model_shortlist`: every artifact against the
-checkpoint's translations over the same shortlist), and reports, per
+vocabulary shortlist, translator.json's `saved_model_shortlist`: the SavedModels, which search
+over it, against the checkpoint's translations over the same shortlist, the TFLite models and
+CTranslate2, which do not, against the full search's; a CTranslate2 model with its `vmap.txt`
+searches over the shortlist, `use_vmap`), and reports, per
 artifact, the share of outputs identical to the checkpoint's and the sacreBLEU difference. An
 artifact fails past the tolerance: one in float32 must give at least `min_identical` (default
 90%) of the checkpoint's outputs and lose at most `max_bleu_drop` (default 1.0) BLEU; a
@@ -28,6 +30,12 @@ reduced-precision one (bf16, the int8 SavedModel and TFLite model) or another en
 artifact whose runtime is not installed (CTranslate2's) is reported as not checked, with the
 package to install;
 the TFLite models run on TensorFlow's own interpreter when LiteRT (the `export` extra) is not there.
+
+Every text SavedModel's `translate_markup` signature translates the sample with markup
+(`markup_sample`: a word of each source in `<b>...</b>`, a `{0}` placeholder after it) and is
+compared with the Python path, `Translator.translate(..., markup=True)`: each output must hold
+every span of its source as often as the source does, and one in float32 must give at least
+`min_identical` of the Python path's outputs.
 """
 
 from __future__ import annotations
@@ -113,9 +121,12 @@ def _tflite_interpreter(path: str):
 
 
 def _runners(out: str, translator: Translator, metadata: dict) -> dict:
-    """{artifact path: (translate(texts) -> texts, exact, text)} for every artifact found in `out`
-    (`text`: a text SavedModel, which holds the export's glossary), or {path: note} for one whose
-    runtime is missing."""
+    """{artifact path: (translate(texts) -> texts, exact, kind)} for every artifact found in `out`
+    (kind: "text" for a text SavedModel, which holds the export's glossary and shortlist,
+    "shortlisted" for an ids-only one and for CTranslate2 with a vocabulary map, which search over
+    the export's shortlist if it has one, "plain" for the TFLite models and CTranslate2 without
+    one, which search the whole vocabulary),
+    or {path: note} for one whose runtime is missing."""
     import tensorflow as tf
 
     tokenizer = translator.tokenizer
@@ -142,28 +153,30 @@ def _runners(out: str, translator: Translator, metadata: dict) -> dict:
         signature = tf.saved_model.load(path).signatures["serving_default"]
         precise = exact and not os.path.basename(base).endswith(INT8_SUFFIX)  # int8 weights: the BLEU bound
         if "text" in signature.structured_input_signature[1]:
-            runners[path] = (text_signature(signature), precise, True)
+            runners[path] = (text_signature(signature), precise, "text")
         else:
-            runners[path] = (best(lambda ids, s=signature: s(source_ids=tf.constant(ids))), precise, False)
+            runners[path] = (best(lambda ids, s=signature: s(source_ids=tf.constant(ids))), precise, "shortlisted")
     for key, exact in (("ids", True), ("ids_int8", False)):
         path = os.path.join(out, metadata.get("models", {}).get(key, ""))
         if not os.path.isfile(path):
             continue
         runner = _tflite_interpreter(path).get_signature_runner()
-        runners[path] = (best(lambda ids, r=runner: r(source_ids=ids)), exact, False)
+        runners[path] = (best(lambda ids, r=runner: r(source_ids=ids)), exact, "plain")
     if os.path.isfile(os.path.join(out, "model.bin")):
         try:
             import ctranslate2
         except ImportError:
             runners[out] = "CTranslate2 is not installed: pip install 'keras-aiayn[ctranslate2]'"
         else:
-            runners[out] = (_ctranslate2_runner(ctranslate2.Translator(out), translator), False, False)
+            vmap = os.path.isfile(os.path.join(out, "vmap.txt"))  # `export --format ctranslate2 --shortlist`
+            runner = _ctranslate2_runner(ctranslate2.Translator(out), translator, vmap)
+            runners[out] = (runner, False, "shortlisted" if vmap else "plain")
     return runners
 
 
-def _ctranslate2_runner(engine, translator: Translator):
+def _ctranslate2_runner(engine, translator: Translator, use_vmap: bool = False):
     """translate(texts) by a CTranslate2 model of our weights: our source ids (CTranslate2 adds the
-    EOS), our beam size and alpha, our detokenizer."""
+    EOS), our beam size and alpha, our detokenizer; over its vocabulary map with `use_vmap`."""
     import tensorflow as tf
 
     from keras_transformer.exporters.ctranslate2 import vocabulary
@@ -179,6 +192,7 @@ def _ctranslate2_runner(engine, translator: Translator):
             beam_size=decoding.search.beam_size,
             length_penalty=decoding.search.alpha,
             max_decoding_length=translator.model.config.max_length,
+            use_vmap=use_vmap,
         )
         hypotheses = [[ids[token] for token in result.hypotheses[0]] or [0] for result in results]
         return [t.decode("utf-8") for t in translator.tokenizer.detokenize(tf.constant(_padded(hypotheses))).numpy()]
@@ -196,6 +210,46 @@ def _glossary_translations(out: str, metadata: dict, translator: Translator, sou
     entry = metadata["glossary"]
     glossary = Glossary.from_tsv(os.path.join(out, entry["path"]), entry["case_sensitive"])
     return translator.translate(sources, constraints=glossary.with_terms(sources, None))
+
+
+def markup_sample(sources: Sequence[str]) -> list[str]:
+    """Each source with its middle word in `<b>...</b>` and a `{0}` placeholder at its end."""
+    marked = []
+    for source in sources:
+        words = source.split() or [""]
+        middle = len(words) // 2
+        marked.append(" ".join([*words[:middle], f"<b>{words[middle]}</b>", *words[middle + 1 :], "{0}"]))
+    return marked
+
+
+def _markup_reports(out, translator, sources, references, exact_dtype):
+    """(an `ArtifactQuality` per text SavedModel's `translate_markup` on `markup_sample(sources)`,
+    against `Translator.translate(..., markup=True)`, BLEU on the outputs without their spans; the
+    problems of outputs whose spans differ from their source's)."""
+    import tensorflow as tf
+
+    from keras_transformer.inference.markup import span_lists, stripped_texts
+
+    marked = markup_sample(sources)
+    expected = translator.translate(marked, markup=True)
+    expected_bleu = corpus_scores(stripped_texts(expected), references)["bleu"]
+    reports, problems = [], []
+    for base in sorted(glob.glob(os.path.join(out, "saved_model", "*"))):
+        path = _latest(base)
+        signatures = tf.saved_model.load(path).signatures if path else {}
+        if "translate_markup" not in signatures:
+            continue
+        output = signatures["translate_markup"](text=tf.constant(marked))["translation"].numpy()
+        translations = [text.decode("utf-8") for text in output]
+        identical = float(np.mean([a == b for a, b in zip(translations, expected)]))
+        bleu = corpus_scores(stripped_texts(translations), references)["bleu"]
+        exact = exact_dtype and not os.path.basename(base).endswith(INT8_SUFFIX)
+        artifact = f"{path} translate_markup"
+        reports.append(ArtifactQuality(artifact, identical, bleu, round(expected_bleu - bleu, 2), exact))
+        wrong = [text for text, want, got in zip(marked, span_lists(marked), span_lists(translations)) if want != got]
+        if wrong:
+            problems.append(f"{artifact}: {len(wrong)} outputs lose, repeat or reorder spans: {wrong[0]!r}")
+    return reports, problems
 
 
 def _exported_checkpoint(metadata: dict, model_dirs: Sequence[str]) -> str:
@@ -235,24 +289,32 @@ def check_quality(
         pairs = held_out(model_dirs[0], "validation", sample)
     references = pairs.references
     sources = [tag(text, pairs.target_lang) for text in pairs.sources]  # a multilingual model's: tagged
-    if metadata.get("saved_model_shortlist"):
-        decoding = decoding.replace(shortlist=True)
-    translator = Translator.from_model_dir(list(model_dirs), _exported_checkpoint(metadata, model_dirs), decoding)
-    expected = {False: translator.translate(sources)}
-    expected[True] = _glossary_translations(out, metadata, translator, sources) or expected[False]
+    shortlisted = bool(metadata.get("saved_model_shortlist")) or os.path.isfile(os.path.join(out, "vmap.txt"))
+    decoding = decoding.replace(shortlist=shortlisted)
+    checkpoint = _exported_checkpoint(metadata, model_dirs)
+    translator = Translator.from_model_dir(list(model_dirs), checkpoint, decoding)
+    expected = {"shortlisted": translator.translate(sources)}
+    expected["text"] = _glossary_translations(out, metadata, translator, sources) or expected["shortlisted"]
+    expected["plain"] = expected["shortlisted"]
+    if shortlisted:  # the TFLite models and CTranslate2 search the whole vocabulary
+        full = Translator.from_model_dir(list(model_dirs), checkpoint, decoding.replace(shortlist=False))
+        expected["plain"] = full.translate(sources)
     reports, problems = [], []
     for path, runner in _runners(out, translator, metadata).items():
         if isinstance(runner, str):
             reports.append(ArtifactQuality(path, None, None, None, False, runner))
             continue
-        translate, exact, text = runner
+        translate, exact, kind = runner
         translations = translate(sources)
-        identical = float(np.mean([a == b for a, b in zip(translations, expected[text])]))
-        reference_bleu = corpus_scores(expected[text], references)["bleu"]
+        identical = float(np.mean([a == b for a, b in zip(translations, expected[kind])]))
+        reference_bleu = corpus_scores(expected[kind], references)["bleu"]
         bleu = corpus_scores(translations, references)["bleu"]
         report = ArtifactQuality(path, identical, bleu, round(reference_bleu - bleu, 2), exact)
         reports.append(report)
         problem = report.problem(min_identical, max_bleu_drop)
         if problem:
             problems.append(problem)
-    return reports, problems
+    exact = metadata.get("saved_model_dtype", "float32") == "float32"
+    markup_reports, markup_problems = _markup_reports(out, translator, sources, references, exact)
+    problems += [problem for report in markup_reports if (problem := report.problem(min_identical, max_bleu_drop))]
+    return reports + markup_reports, problems + markup_problems

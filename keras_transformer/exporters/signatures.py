@@ -13,6 +13,10 @@ all in the graph.
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
 - `translate_with_alignments(text [B]) -> {translation [B] string, score [B] float32, alignment
   [B] string}`: the alignment in Pharaoh format ("0-0 2-1 ..."; `inference/alignment.py`).
+- `translate_markup(text [B]) -> {translation [B] string, score [B] float32}`: tags, entities,
+  placeholders, URLs and e-mail addresses kept exactly, placed by the word alignments
+  (`inference/markup.py`, `inference/markup_restore.py`: the rule of
+  `Translator.translate(..., markup=True)`); the score is the plain text's translation's.
 - `translate_with_prefix(text [B], prefix [B]) -> {translation [B], score [B]}`: each translation
   continues its prefix ("" for none; `inference/prefix.py`).
 - `translate_constrained(text [B], constraints [B, C]) -> {translation [B], score [B]}`: each
@@ -62,6 +66,8 @@ from keras_transformer.inference.beam import BeamSearch
 from keras_transformer.inference.controls import MinLength, NoRepeatNgram, RepetitionPenalty, controls, suppressed_ids
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.glossary import Glossary
+from keras_transformer.inference.markup import plain_text
+from keras_transformer.inference.markup_restore import restore
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score_targets
 from keras_transformer.inference.search import DecodeResult, graph_function, search
@@ -195,6 +201,7 @@ class TranslationModule(tf.Module):
             self.translate_with_alignments = graph_function(
                 self._translate_with_alignments, input_signature=[TEXT_SPEC]
             )
+            self.translate_markup = graph_function(self._translate_markup, input_signature=[TEXT_SPEC])
             if tokenizer.target_langs:
                 self.translate_to = graph_function(self._translate_to, input_signature=[TEXT_SPEC, TARGET_LANG_SPEC])
 
@@ -345,6 +352,12 @@ class TranslationModule(tf.Module):
         pharaoh = alignment.alignments(self.model, source_ids, ids[:, 0], self._pieces, layer)  # [B]
         return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0], "alignment": pharaoh}
 
+    def _translate_markup(self, text):
+        text = self._repaired(text)
+        aligned = self._translate_with_alignments(plain_text(text))
+        translation = restore(text, aligned["translation"], aligned["alignment"])  # [B]
+        return {"translation": translation, "score": aligned["score"]}
+
     def _translate_text_to_ids(self, text):
         ids, scores = self._search_text(text)
         return {"ids": ids, "scores": scores}  # [B, beam, L], [B, beam]
@@ -363,6 +376,7 @@ class TranslationModule(tf.Module):
             "sample": self.sample,
             "translate_with_options": self.translate_with_options,
             "translate_with_alignments": self.translate_with_alignments,
+            "translate_markup": self.translate_markup,
             **({"translate_to": self.translate_to} if self.tokenizer.target_langs else {}),
         }
 

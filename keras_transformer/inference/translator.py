@@ -12,6 +12,7 @@ kt.Translator.from_model_dir("runs/small", glossary=kt.Glossary.from_tsv("terms.
 translator.translate("Jesus wept.", target_lang="fr")  # a multilingual model: into French (or one per text)
 translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
+translator.translate("Click <b>here</b>, {name}.", markup=True)  # tags and placeholders kept (markup_restore.py)
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
 kt.Translator.from_model_dir("runs/small", shortlist=True)  # over the vocabulary shortlist (shortlist.py)
 """
@@ -39,6 +40,7 @@ from keras_transformer.inference.controls import suppressed_ids
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.inference.glossary import Glossary
+from keras_transformer.inference.markup_restore import translate_markup
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.inference.search import graph_function
@@ -258,8 +260,16 @@ class Translator:
     @overload
     def translate(self, texts: Sequence[str]) -> list[str]: ...
 
-    def translate(self, texts, prefixes=None, constraints=None, target_lang=None):
-        """The best translation of a text (a str), or of each text of a list (a list of str)."""
+    def translate(self, texts, prefixes=None, constraints=None, target_lang=None, markup=False):
+        """The best translation of a text (a str), or of each text of a list (a list of str). With
+        `markup`, the tags, entities, placeholders, URLs and e-mail addresses of a text are kept
+        exactly, placed by the word alignments, without the glossary (`markup_restore.py`; a text
+        without them translates as usual; not with prefixes, constraints or target_lang)."""
+        if markup:
+            if prefixes is not None or constraints is not None or target_lang is not None:
+                raise ValueError("markup=True translates with alignments: drop prefixes, constraints, target_lang")
+            translated = translate_markup(self, [texts] if isinstance(texts, str) else list(texts))
+            return translated[0] if isinstance(texts, str) else translated
         if isinstance(texts, str):
             return self.translate([texts], prefixes, None if constraints is None else [constraints], target_lang)[0]
         return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1, prefixes, constraints, target_lang)]

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
+from keras_transformer.data import augmentation
 from keras_transformer.data.mixing import tokenizer_sentences
 from keras_transformer.data.sources import pairs_dataset, sentences
 from keras_transformer.data.splits import split_source
@@ -106,6 +107,10 @@ def prepare_model_dir(
                 if stored_ema is None
                 else f"{model_dir.path} was trained with --ema-decay {stored_ema}: pass it again to resume"
             )
+        first_run = values["data_config"]  # config.json keeps the first run's casing and noise
+        for name in augmentation.SETTINGS:
+            if getattr(data, name) != getattr(first_run, name):
+                log(f"{name} {getattr(data, name)} (config.json, the first run's: {getattr(first_run, name)})")
         if "parent" in values:
             return dataclasses.replace(stored, dropout=config.dropout), tokenizer
         asked = values.get("requested_vocab_size", stored.vocab_size)  # the learned size may be smaller
@@ -159,14 +164,18 @@ def _check_languages(tokenizer: SubwordTokenizer, langs, what: str) -> None:
 
 def _learn_vocabulary(config, training: TrainingConfig, data: DataConfig, langs, log: Callable) -> SubwordTokenizer:
     """A vocabulary of at most `config.vocab_size` pieces learned from a uniform sample of the
-    training split (of each source, in the weights' proportion), with a piece per target language."""
+    training split (of each source, in the weights' proportion), with a piece per target language;
+    with the data's casing and noise (`DataConfig.uppercase_share`, ...) as training reads it, so
+    that ALL CAPS words get pieces of their own."""
     sample = 2 * data.tokenizer_sample  # sentences: source and target
     if len(data.sources()) > 1:  # a sample of each source, in the weights' proportion
         texts = tokenizer_sentences(data, data.tokenizer_sample, training.seed)
     else:
         spec, split = split_source(data, "train")
         reading = dict(tfds_data_dir=data.tfds_data_dir, tfds_download=data.tfds_download)
-        texts = sentences(pairs_dataset(spec, split, data.reverse, **reading))
+        texts = sentences(
+            augmentation.augmented(pairs_dataset(spec, split, data.reverse, **reading), data, training.seed)
+        )
     tokenizer = SubwordTokenizer.train(texts, config.vocab_size, sample, seed=training.seed, target_langs=langs)
     into = f" with the target-language pieces {', '.join(lang_token(lang) for lang in langs)}" if langs else ""
     log(
