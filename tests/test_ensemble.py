@@ -142,7 +142,9 @@ def test_model_dirs_of_other_tokenizers_are_refused(tmp_path, model_dirs, fixtur
 
 
 def test_translate_and_evaluate_take_several_model_dirs(model_dirs, capsys):
-    assert main(["translate", "--model-dir", model_dirs[0], "--model-dir", model_dirs[1], *SENTENCES]) == 0
+    assert (
+        main(["translate", "--no-split", "--model-dir", model_dirs[0], "--model-dir", model_dirs[1], *SENTENCES]) == 0
+    )
     assert capsys.readouterr().out.splitlines() == kt.Translator.from_model_dir(model_dirs).translate(SENTENCES)
     data = ["--data", str(FIXTURE), "--split", "test", "--limit", "3", "--show", "0"]
     assert main(["evaluate", "--model-dir", model_dirs[0], "--model-dir", model_dirs[1], *data]) == 0

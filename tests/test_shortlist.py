@@ -225,7 +225,10 @@ def test_translator_and_the_command_line_search_over_the_shortlist(shortlisted_d
     shortlist = translator.lexical_shortlist
     union = {0, 1, 2, 3, *shortlist.frequent.tolist(), *shortlist.table[source_ids].ravel().tolist()}
     assert set(ids.numpy().ravel().tolist()) <= union < set(range(300))
-    assert main(["translate", "--model-dir", shortlisted_dir, "--shortlist", "--beam-size", "2", *texts]) == 0
+    assert (
+        main(["translate", "--model-dir", shortlisted_dir, "--no-split", "--shortlist", "--beam-size", "2", *texts])
+        == 0
+    )
     assert capsys.readouterr().out.splitlines() == shortlisted
 
 
@@ -286,7 +289,7 @@ def test_export_check_holds_tflite_and_ctranslate2_to_the_full_search_of_a_short
         def __init__(self, decoding):
             self.shortlist = decoding.search.shortlist
 
-        def translate(self, texts):
+        def translate(self, texts, **options):
             return translations(self.shortlist)
 
     pairs = types.SimpleNamespace(sources=sources, references=translations(False), target_lang=None)
