@@ -9,7 +9,6 @@ import keras_transformer as kt
 from keras_transformer.cli.main import main
 from keras_transformer.exporters.signatures import TranslationModule
 from keras_transformer.inference.sentences import join, split
-from keras_transformer.model_dir import ModelDir
 
 # (text, its sentences, the separator after each)
 CASES = [
@@ -90,14 +89,9 @@ def test_a_cut_never_falls_inside_a_word_when_a_space_is_near(tokenizer):
 
 
 @pytest.fixture(scope="module")
-def document_model(tmp_path_factory, tokenizer):
-    directory = ModelDir(str(tmp_path_factory.mktemp("documents") / "model"))
-    config = kt.TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, num_layers=1, max_length=24)
-    directory.write(config, kt.TrainingConfig(), "fixture", tokenizer)
-    model = kt.Transformer(config)
-    model.build()
-    directory.checkpoint_manager(tf.train.Checkpoint(model=model)).save(checkpoint_number=1)
-    return directory.path, kt.Translator(model, tokenizer)
+def document_model(untrained_model_dir):
+    """conftest's untrained model dir (max_length 24) and its `Translator`."""
+    return untrained_model_dir, kt.Translator.from_model_dir(untrained_model_dir)
 
 
 SENTENCES = ["In the beginning God created the heaven and the earth.", "Jesus wept.", "And God said,"]
