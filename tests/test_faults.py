@@ -665,8 +665,10 @@ def test_an_export_of_averaged_weights_records_them_and_its_check_compares_with_
     capsys.readouterr()
     assert main(["export", "--check", out, "--sample", "20"]) == 0, capsys.readouterr().err
     lines = capsys.readouterr().out.splitlines()
-    floats = [line for line in lines[1:] if "translator_int8" not in line]  # int8: the BLEU bound only
-    assert len(lines) == 4 and len(floats) == 2 and all("100% identical" in line for line in floats), lines
+    markup = [line for line in lines[1:] if "translate_markup" in line]  # each text SavedModel's, checked too
+    floats = [line for line in lines[1:] if "translator_int8" not in line and line not in markup]  # int8: BLEU only
+    assert len(lines) == 6 and len(markup) == 2 and len(floats) == 2, lines
+    assert all("100% identical" in line for line in floats), lines
 
 
 # --- --ema-decay under mixed_float16 ----------------------------------------------------------------

@@ -96,7 +96,7 @@ def assert_translated_alike(model_dir: str, decoded: dict, capsys) -> None:
     assert all(len(set(tokens)) >= 3 for tokens in decoded["greedy"])  # varied outputs, not one token repeated
     greedy = ["--beam-size", "1", "--alpha", "0", "--max-decode-length", str(backend_parity.DECODE_LENGTH)]
     capsys.readouterr()
-    assert main(["translate", "--model-dir", model_dir, *greedy, *backend_parity.SOURCES]) == 0
+    assert main(["translate", "--model-dir", model_dir, "--no-split", *greedy, *backend_parity.SOURCES]) == 0
     width = max(len(tokens) for tokens in decoded["greedy"])
     padded = [tokens + [0] * (width - len(tokens)) for tokens in decoded["greedy"]]
     expected = [text.decode() for text in tokenizer.detokenize(padded).numpy()]
