@@ -95,12 +95,13 @@ unless `--beam-size`; the six BLEU figures side by side in "bleu":
 the data by a stated rule, never by hand nor from the test references (`glossary_terms`): source
 words of the held-out verses, not among the 100 words in most training sources and in at least 10
 of them, each with the target word of its highest Dice coefficient over the training pairs, kept
-where that word is in at least 80% of the training targets whose source holds the term; the 20 in
-most held-out verses. Of the held-out verses that hold a term, the share whose output holds every
-one of its target terms (as text, what the constraint search guarantees, and as whole words), and
-whose reference does (the rule's precision); BLEU/chrF and seconds of all held-out verses without
-and with the glossary, after a warm-up; the terms in the JSON line (and, with `--write-glossary
-FILE`, a TSV file for `translate --glossary FILE`):
+where that word is not among the 100 in most training targets and is in at least 80% of the
+training targets whose source holds the term; the 20 in most held-out verses. Of the held-out
+verses that hold a term, the share whose output holds every one of its target terms (as text,
+what the constraint search guarantees, and as whole words), and whose reference does (the rule's
+precision); BLEU/chrF and seconds of all held-out verses without and with the glossary, after a
+warm-up; the terms in the JSON line (and, with `--write-glossary FILE`, a TSV file for `translate
+--glossary FILE`):
 
     python bench/quality.py glossary --model-dir runs/demo [--limit N] [--write-glossary terms.tsv]
 
@@ -588,12 +589,17 @@ def markup(args) -> None:
     )
 
 
-WORD = re.compile(r"[^\W\d_]+")  # a word of letters; the glossary matches a term between non-word characters
+WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")  # letters ("didn't" one word); a glossary term is whole words
 
 
 def words(text: str) -> set[str]:
     """The lower-cased words of `text`."""
     return set(WORD.findall(text.lower()))
+
+
+def most_common(counts: Counter, n: int) -> set[str]:
+    """The `n` words of the highest counts (ties: alphabetical, so the same in every run)."""
+    return set(sorted(counts, key=lambda w: (-counts[w], w))[:n])
 
 
 def glossary_terms(
@@ -606,17 +612,19 @@ def glossary_terms(
     min_share: float,
 ) -> list[tuple[str, str]]:
     """The glossary's rule, from the data, never from the test references: a source term is a word
-    (lower-cased, letters only) of `held_out_sources`, not among the `stopwords` words in most
-    training sources, in at least `min_pairs` of them. Its target term is the training targets'
-    word of the highest Dice coefficient with it, 2 c(s, t) / (c(s) + c(t)) over the training pairs
-    (c: pairs holding the word(s); Och & Ney, 2003, compare it with other association scores),
-    written as the training targets most often write it. A term is kept where that word is in at
-    least `min_share` of the training targets whose source holds the term and `can_write(target)`;
-    the `terms` kept ones in most held-out sources (ties: alphabetical) are the glossary."""
+    (`WORD`, lower-cased) of `held_out_sources`, not among the `stopwords` words in most training
+    sources, in at least `min_pairs` of them. Its target term is the training targets' word of the
+    highest Dice coefficient with it, 2 c(s, t) / (c(s) + c(t)) over the training pairs (c: pairs
+    holding the word(s); Och & Ney, 2003, compare it with other association scores), written as the
+    training targets most often write it. A term is kept where that word is not among the
+    `stopwords` words in most training targets (a term pairs content words: "until" -> "bis" is
+    none), is in at least `min_share` of the training targets whose source holds the term, and
+    `can_write(target)`; the `terms` kept ones in most held-out sources (ties: alphabetical) are the
+    glossary."""
     train_sources, train_targets = (list(map(words, texts)) for texts in train)
     in_sources = Counter(w for ws in train_sources for w in ws)
     in_targets = Counter(t for ts in train_targets for t in ts)
-    common = {w for w, _ in in_sources.most_common(stopwords)}
+    common, common_targets = most_common(in_sources, stopwords), most_common(in_targets, stopwords)
     held = Counter(w for text in held_out_sources for w in words(text))
     candidates = {w for w in held if w not in common and in_sources[w] >= max(min_pairs, 1)}
     together = {w: Counter() for w in candidates}  # source word -> target word -> pairs holding both
@@ -629,7 +637,7 @@ def glossary_terms(
     chosen = []
     for w in sorted(candidates, key=lambda w: (-held[w], w)):
         t, both = max(together[w].items(), key=lambda item: (item[1] / (in_sources[w] + in_targets[item[0]]), item[0]))
-        if both >= min_share * in_sources[w] and can_write(spelling.get(t, t)):
+        if t not in common_targets and both >= min_share * in_sources[w] and can_write(spelling.get(t, t)):
             chosen.append((w, spelling.get(t, t)))
         if len(chosen) == terms:
             break

@@ -513,6 +513,17 @@ def test_glossary_terms_pair_frequent_held_out_words_with_their_most_associated_
     assert glossary_terms(train, held_out, everything, min_share=0.8, **rule) == [("ate", "aß"), ("spoke", "sprach")]
     no_eszett = lambda target: "ß" not in target  # noqa: E731
     assert glossary_terms(train, held_out, no_eszett, min_share=0.6, **rule) == [("king", "König"), ("spoke", "sprach")]
+    # "didn't" is one word; its target "nicht" (Dice 2 / 6, first of a tie) is the word in most targets
+    train = (
+        ["he did not go", "she did not come", "he didn't stay", "they didn't go"],
+        ["er ging nicht", "sie kam nicht", "er blieb nicht", "sie gingen nicht"],
+    )
+    rule = dict(terms=2, min_pairs=2, min_share=1.0)
+    assert glossary_terms(train, ["He didn't know."], everything, stopwords=0, **rule) == [
+        ("didn't", "nicht"),
+        ("he", "er"),
+    ]
+    assert glossary_terms(train, ["He didn't know."], everything, stopwords=1, **rule) == [("he", "er")]
 
 
 def test_unknown_puts_an_item_between_two_words_and_finds_its_byte_pieces():
