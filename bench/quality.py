@@ -91,6 +91,33 @@ unless `--beam-size`; the six BLEU figures side by side in "bleu":
 
     python bench/quality.py casing --time-budget 6m [--model-dir runs/casing] [--limit N] [--source-noise 0.02]
 
+`glossary`: a glossary (issue 36 item 3; `Translator(..., glossary=...)`) of 20 terms chosen from
+the data by a stated rule, never by hand nor from the test references (`glossary_terms`): source
+words of the held-out verses, not among the 100 words in most training sources and in at least 10
+of them, each with the target word of its highest Dice coefficient over the training pairs, kept
+where that word is not among the 100 in most training targets and is in at least 80% of the
+training targets whose source holds the term; the 20 in most held-out verses. Of the held-out
+verses that hold a term, the share whose output holds every one of its target terms (as text,
+what the constraint search guarantees, and as whole words), and whose reference does (the rule's
+precision); BLEU/chrF and seconds of all held-out verses without and with the glossary, after a
+warm-up; the terms in the JSON line (and, with `--write-glossary FILE`, a TSV file for `translate
+--glossary FILE`):
+
+    python bench/quality.py glossary --model-dir runs/demo [--limit N] [--write-glossary terms.tsv]
+
+`unknown`: unknown characters (issue 36 item 5): the first `--sentences` (30) held-out verses, each
+with an emoji, a CJK name or a rare symbol (`UNSEEN`, kinds in turn, item and place seeded) between
+two words; an item is used only if none of its characters is in the training text or in a piece of
+the vocabulary. The share of outputs that hold their item, overall and per kind, and whether the
+tokenizer has byte fallback; where the item is lost: the share whose source ids spell it in byte
+pieces, whose best hypothesis holds those pieces in a row, and how many hold them there but lose
+them in the detokenized text; `protected_kept_share`: the items written as numeric character
+references (`&#x1F451;`), which the markup path (`markup=True`) takes out and puts back by the
+alignments: what protecting characters the vocabulary lacks as markup spans would keep;
+BLEU/chrF of the verses as they are, with their items, and protected:
+
+    python bench/quality.py unknown --model-dir runs/demo [--sentences 30] [--seed 0]
+
 Every subcommand that reads a model's held-out verses reads them through the package's one reader
 (`common.held_out_pairs`).
 """
@@ -106,6 +133,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 
 import numpy as np
 import tensorflow as tf
@@ -309,16 +337,16 @@ def candidate_phrases(tokenizer, reference: str, output: str, max_length: int) -
     tokenizer writes without the unknown token, in reference order, without repeats."""
     words = re.findall(r"[^\W\d_]+", reference)
     spans = dict.fromkeys([*words, *(" ".join(pair) for pair in zip(words, words[1:]))])
-    usable = []
-    for phrase in spans:
-        if phrase in output:
-            continue
-        try:
-            phrase_rows(tokenizer, [phrase], 1, max_length)
-        except ValueError:
-            continue
-        usable.append(phrase)
-    return usable
+    return [phrase for phrase in spans if phrase not in output and writable(tokenizer, phrase, max_length)]
+
+
+def writable(tokenizer, phrase: str, max_length: int) -> bool:
+    """Whether the constraint search can hold `phrase`: no unknown token, at most max_length - 1 tokens."""
+    try:
+        phrase_rows(tokenizer, [phrase], 1, max_length)
+    except ValueError:
+        return False
+    return True
 
 
 def timed(translator, texts, constraints=None) -> tuple[list[str], float]:
@@ -561,6 +589,219 @@ def markup(args) -> None:
     )
 
 
+WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")  # letters ("didn't" one word); a glossary term is whole words
+
+
+def words(text: str) -> set[str]:
+    """The lower-cased words of `text`."""
+    return set(WORD.findall(text.lower()))
+
+
+def most_common(counts: Counter, n: int) -> set[str]:
+    """The `n` words of the highest counts (ties: alphabetical, so the same in every run)."""
+    return set(sorted(counts, key=lambda w: (-counts[w], w))[:n])
+
+
+def glossary_terms(
+    train: tuple[list[str], list[str]],
+    held_out_sources: list[str],
+    can_write,
+    terms: int,
+    stopwords: int,
+    min_pairs: int,
+    min_share: float,
+) -> list[tuple[str, str]]:
+    """The glossary's rule, from the data, never from the test references: a source term is a word
+    (`WORD`, lower-cased) of `held_out_sources`, not among the `stopwords` words in most training
+    sources, in at least `min_pairs` of them. Its target term is the training targets' word of the
+    highest Dice coefficient with it, 2 c(s, t) / (c(s) + c(t)) over the training pairs (c: pairs
+    holding the word(s); Och & Ney, 2003, compare it with other association scores), written as the
+    training targets most often write it. A term is kept where that word is not among the
+    `stopwords` words in most training targets (a term pairs content words: "until" -> "bis" is
+    none), is in at least `min_share` of the training targets whose source holds the term, and
+    `can_write(target)`; the `terms` kept ones in most held-out sources (ties: alphabetical) are the
+    glossary."""
+    train_sources, train_targets = (list(map(words, texts)) for texts in train)
+    in_sources = Counter(w for ws in train_sources for w in ws)
+    in_targets = Counter(t for ts in train_targets for t in ts)
+    common, common_targets = most_common(in_sources, stopwords), most_common(in_targets, stopwords)
+    held = Counter(w for text in held_out_sources for w in words(text))
+    candidates = {w for w in held if w not in common and in_sources[w] >= max(min_pairs, 1)}
+    together = {w: Counter() for w in candidates}  # source word -> target word -> pairs holding both
+    for ws, ts in zip(train_sources, train_targets):
+        for w in ws & candidates:
+            together[w].update(ts)
+    spelling = {}  # lower-cased word -> its most frequent spelling in the training targets
+    for written, _ in sorted(Counter(t for text in train[1] for t in WORD.findall(text)).items(), key=lambda x: x[1]):
+        spelling[written.lower()] = written
+    chosen = []
+    for w in sorted(candidates, key=lambda w: (-held[w], w)):
+        t, both = max(together[w].items(), key=lambda item: (item[1] / (in_sources[w] + in_targets[item[0]]), item[0]))
+        if t not in common_targets and both >= min_share * in_sources[w] and can_write(spelling.get(t, t)):
+            chosen.append((w, spelling.get(t, t)))
+        if len(chosen) == terms:
+            break
+    return chosen
+
+
+def fraction(flags) -> float | None:
+    """The share of true ones among `flags`, to 4 places (None of none)."""
+    flags = list(flags)
+    return round(sum(flags) / len(flags), 4) if flags else None
+
+
+def holds(output: str, target: str) -> bool:
+    """Whether `output` holds `target` as whole words."""
+    return re.search(rf"(?<!\w){re.escape(target)}(?!\w)", output) is not None
+
+
+def glossary_arguments(p) -> None:
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--checkpoint", default="latest")
+    p.add_argument("--limit", type=int, help="only the first N verses")
+    p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
+    p.add_argument("--terms", type=int, default=20)
+    p.add_argument("--stopwords", type=int, default=100, help="the source words in most training sources: no terms")
+    p.add_argument("--min-pairs", type=int, default=10, help="training sources a term must be in")
+    p.add_argument("--min-share", type=float, default=0.8, help="of those, the share whose target holds its word")
+    p.add_argument("--write-glossary", metavar="FILE", help="write the glossary as a TSV file (`--glossary FILE`)")
+
+
+def glossary(args) -> None:
+    sources, references = held_out_pairs(args.model_dir, args.limit)[:2]
+    plain = Translator.from_model_dir(args.model_dir, args.checkpoint, beam_size=args.beam_size)
+    max_length = plain.model.config.max_length
+    rule = dict(terms=args.terms, stopwords=args.stopwords, min_pairs=args.min_pairs, min_share=args.min_share)
+    train = held_out_pairs(args.model_dir, split="train")[:2]
+    terms = glossary_terms(train, sources, lambda target: writable(plain.tokenizer, target, max_length), **rule)
+    if not terms:
+        raise SystemExit(f"no source word of the held-out verses meets the glossary's rule {rule}")
+    listed = kt.Glossary(tuple(terms))
+    if args.write_glossary:
+        listed.save(args.write_glossary)
+    termed = Translator(plain.model, plain.tokenizer, plain.decoding, listed)
+    hits = listed.matches(sources).numpy()  # [N, G]
+    holding = [i for i, row in enumerate(hits) if row.any()]
+    wanted = [[target for (_, target), hit in zip(terms, hits[i]) if hit] for i in holding]
+    results = {}
+    for name, translator in (("without", plain), ("with", termed)):
+        translator.translate([sources[i] for i in holding[:2]])  # the tracing, before any timing
+        outputs, seconds = timed(translator, sources)
+        held = [outputs[i] for i in holding]
+        results[name] = {
+            "target_share": fraction(all(t in o for t in ts) for o, ts in zip(held, wanted)),
+            "target_word_share": fraction(all(holds(o, t) for t in ts) for o, ts in zip(held, wanted)),
+            **corpus_scores(outputs, references),
+            "seconds": round(seconds, 3),
+        }
+    emit(
+        record(
+            benchmark="glossary",
+            model_dir=args.model_dir,
+            checkpoint=args.checkpoint,
+            beam_size=args.beam_size,
+            rule=rule,
+            terms=terms,
+            verses=len(sources),
+            verses_with_terms=len(holding),
+            reference_share=fraction(all(holds(references[i], t) for t in ts) for i, ts in zip(holding, wanted)),
+            without_glossary=results["without"],
+            with_glossary=results["with"],
+        )
+    )
+
+
+UNSEEN = {  # characters and names of each kind, kept where neither the training text nor a piece has them
+    "emoji": ["👑", "🦜", "🚀", "🍕", "🎻", "🌵", "🐙", "🧭"],
+    "cjk": ["李明", "山田太郎", "王芳", "陳大文", "김민준", "佐藤花子"],
+    "symbol": ["⚖", "∑", "☃", "♞", "✓", "⌘", "∮", "☂"],
+}
+
+
+def inserted(verse: str, item: str, rng: random.Random) -> str:
+    """`verse` with `item` between two of its words (or before the first, after the last), drawn by `rng`."""
+    parts = verse.split()
+    at = rng.randint(0, len(parts))
+    return " ".join([*parts[:at], item, *parts[at:]])
+
+
+def as_references(item: str) -> str:
+    """`item` as numeric character references ("&#x1F451;"): spans the markup path keeps exactly."""
+    return "".join(f"&#x{ord(c):X};" for c in item)
+
+
+def spelt(row, item_ids) -> bool:
+    """Whether the ids `row` hold `item_ids` (an item's byte pieces) in a row."""
+    row, n = list(row), len(item_ids)
+    return bool(item_ids) and any(row[k : k + n] == item_ids for k in range(len(row) - n + 1))
+
+
+def unknown_arguments(p) -> None:
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--checkpoint", default="latest")
+    p.add_argument("--sentences", type=int, default=30, help="the first N held-out verses, each with one item")
+    p.add_argument("--seed", type=int, default=0, help="draws each verse's item and its place")
+    p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
+
+
+def unknown(args) -> None:
+    verses, references = held_out_pairs(args.model_dir, args.sentences)[:2]
+    translator = Translator.from_model_dir(args.model_dir, args.checkpoint, beam_size=args.beam_size)
+    tokenizer = translator.tokenizer
+    pieces = [tokenizer.piece(i) for i in range(tokenizer.vocab_size)]
+    train_sources, train_targets = held_out_pairs(args.model_dir, split="train")[:2]
+    seen = set("".join(train_sources + train_targets + pieces))
+    usable = {kind: [item for item in items if not seen & set(item)] for kind, items in UNSEEN.items()}
+    kinds = [kind for kind, items in usable.items() if items]
+    if not kinds:
+        raise SystemExit("every character of UNSEEN is in the training text or the vocabulary")
+    rng = random.Random(args.seed)
+    kind_of = [kinds[i % len(kinds)] for i in range(len(verses))]
+    drawn = [rng.choice(usable[kind]) for kind in kind_of]
+    texts = [inserted(verse, item, rng) for verse, item in zip(verses, drawn)]
+    outputs = translator.translate(texts)
+    protected = translator.translate([t.replace(i, as_references(i)) for t, i in zip(texts, drawn)], markup=True)
+    protected = [output.replace(as_references(i), i) for output, i in zip(protected, drawn)]
+    # Where a lost item goes: its byte pieces in the source ids, in the search's best ids, in their text.
+    byte_ids = {piece: i for i, piece in enumerate(pieces) if re.fullmatch(r"<0x[0-9A-F]{2}>", piece)}
+    item_ids = [[byte_ids.get(f"<0x{b:02X}>") for b in item.encode("utf-8")] for item in drawn]
+    item_ids = [ids if None not in ids else [] for ids in item_ids]
+    source_ids, _ = tokenizer.source_ids(texts, translator.model.config.max_length)  # [B, S]
+    searched = translator.decode(source_ids, 1)[0][:, 0, :]  # [B, L]: the best hypothesis
+    searched_texts = [text.decode("utf-8") for text in tokenizer.detokenize(searched).numpy()]
+    in_search = [spelt(row, ids) for row, ids in zip(searched.numpy(), item_ids)]
+    kept = [item in output for item, output in zip(drawn, outputs)]
+
+    def share(flags, kind=None) -> float | None:
+        return fraction(flag for flag, k in zip(flags, kind_of) if kind in (None, k))
+
+    emit(
+        record(
+            benchmark="unknown",
+            model_dir=args.model_dir,
+            checkpoint=args.checkpoint,
+            beam_size=args.beam_size,
+            seed=args.seed,
+            byte_fallback=tokenizer.byte_fallback,
+            sentences=len(texts),
+            by_kind={kind: kind_of.count(kind) for kind in kinds},
+            not_unseen=sorted(item for items in UNSEEN.values() for item in items if seen & set(item)),
+            kept_share=share(kept),
+            kept_share_by_kind={kind: share(kept, kind) for kind in kinds},
+            bytes_in_source_share=share([spelt(row, ids) for row, ids in zip(source_ids.numpy(), item_ids)]),
+            bytes_in_search_share=share(in_search),
+            searched_but_lost=sum(s and i not in t for s, i, t in zip(in_search, drawn, searched_texts)),
+            protected_kept_share=share([item in output for item, output in zip(drawn, protected)]),
+            scores={
+                "verses": corpus_scores(translator.translate(verses), references),
+                "inserted": corpus_scores(outputs, references),
+                "protected": corpus_scores(protected, references),
+            },
+            examples=[list(example) for example in zip(texts[:3], outputs, protected)],  # one of each kind
+        )
+    )
+
+
 CASINGS = {"normal": None, "upper": upper_case, "title": title_case}  # the held-out verses, each way
 
 
@@ -640,6 +881,8 @@ COMMANDS = {
     "shortlist": (shortlist_arguments, shortlist, "the vocabulary shortlist: BLEU and speed with and without"),
     "paragraphs": (paragraphs_arguments, paragraphs, "verses five to a line as paragraphs: none dropped, BLEU, time"),
     "markup": (markup_arguments, markup, "markup and placeholders: kept exactly? BLEU with and without protection"),
+    "glossary": (glossary_arguments, glossary, "a glossary of 20 terms from the data: targets kept, BLEU, time"),
+    "unknown": (unknown_arguments, unknown, "emoji, CJK names, symbols absent from training: kept in the output?"),
     "casing": (casing_arguments, casing, "casing at training time: BLEU on normal, ALL CAPS, Title Case verses"),
 }
 main = command_line(__doc__, COMMANDS)

@@ -121,7 +121,7 @@ def test_bench_reads_held_out_pairs_through_the_package_reader(tmp_path):
 
     readers = [decoding.verses_fields, decoding.search_steps, decoding.threads, decoding.controls_cost]
     readers += [quality.score_compare, quality.alignment_names, quality.constraints, quality.casing]
-    readers += [quality.paragraphs]
+    readers += [quality.paragraphs, quality.glossary, quality.unknown]
     sources = {reader.__name__: inspect.getsource(reader) for reader in readers}
     assert [name for name, source in sources.items() if "read_pairs(" in source] == []
     assert all("held_out_pairs(" in source for source in sources.values())
@@ -494,6 +494,75 @@ def test_markup_keeps_the_spans_of_software_strings_and_tagged_verses(capsys, tr
     assert line["software"]["pairs_with_spans"] == 4 and line["software"]["exact_share"]["protected"] == 1.0
     assert line["verses"]["verses"] == 4 and line["verses"]["tags_exact_share"] == 1.0
     assert line["verses"]["tagged_stripped"]["sentences"] == line["verses"]["untagged"]["sentences"] == 4
+
+
+def test_glossary_terms_pair_frequent_held_out_words_with_their_most_associated_training_word():
+    """The rule by hand: "the" is a stopword, "queen" in one training source only; Dice("king",
+    "könig") = 2 x 2 / (3 + 2) beats "der"'s 2 x 2 / (3 + 3), and "könig" is in 2 of the 3
+    targets of "king"; "ate" and "spoke" always give "aß" and "sprach"."""
+    from quality import glossary_terms
+
+    train = (
+        ["the king spoke", "the king slept", "the king ate", "the queen spoke", "the dog ate"],
+        ["der König sprach", "der König schlief", "des Königs Brot aß", "die Königin sprach", "der Hund aß"],
+    )
+    held_out = ["The king spoke.", "The dog ate the king's bread.", "The king, the queen"]
+    rule = dict(terms=2, stopwords=1, min_pairs=2)
+    everything = lambda target: True  # noqa: E731
+    assert glossary_terms(train, held_out, everything, min_share=0.6, **rule) == [("king", "König"), ("ate", "aß")]
+    assert glossary_terms(train, held_out, everything, min_share=0.8, **rule) == [("ate", "aß"), ("spoke", "sprach")]
+    no_eszett = lambda target: "ß" not in target  # noqa: E731
+    assert glossary_terms(train, held_out, no_eszett, min_share=0.6, **rule) == [("king", "König"), ("spoke", "sprach")]
+    # "didn't" is one word; its target "nicht" (Dice 2 / 6, first of a tie) is the word in most targets
+    train = (
+        ["he did not go", "she did not come", "he didn't stay", "they didn't go"],
+        ["er ging nicht", "sie kam nicht", "er blieb nicht", "sie gingen nicht"],
+    )
+    rule = dict(terms=2, min_pairs=2, min_share=1.0)
+    assert glossary_terms(train, ["He didn't know."], everything, stopwords=0, **rule) == [
+        ("didn't", "nicht"),
+        ("he", "er"),
+    ]
+    assert glossary_terms(train, ["He didn't know."], everything, stopwords=1, **rule) == [("he", "er")]
+
+
+def test_unknown_puts_an_item_between_two_words_and_finds_its_byte_pieces():
+    import random
+
+    from quality import inserted, spelt
+
+    assert {inserted("Jesus wept.", "👑", random.Random(seed)) for seed in range(20)} == {
+        "👑 Jesus wept.", "Jesus 👑 wept.", "Jesus wept. 👑"
+    }  # fmt: skip
+    assert spelt([5, 1, 2, 3, 9], [1, 2, 3]) and not spelt([1, 2, 9, 3], [1, 2, 3]) and not spelt([1, 2], [])
+
+
+@pytest.mark.slow
+def test_glossary_puts_every_target_term_in_the_outputs(capsys, trained, tmp_path):
+    from keras_transformer import Glossary
+
+    terms = tmp_path / "terms.tsv"
+    rule = ["--terms", "5", "--stopwords", "20", "--min-pairs", "2", "--min-share", "0.5"]
+    argv = ["glossary", "--model-dir", trained.model_dir, *rule, "--write-glossary", str(terms)]
+    line = run_main("quality", argv, capsys)
+    assert 1 <= len(line["terms"]) <= 5
+    assert [list(term) for term in Glossary.from_tsv(str(terms)).terms] == line["terms"]
+    assert line["verses"] == 8 and 1 <= line["verses_with_terms"] <= 8
+    assert line["with_glossary"]["target_share"] == 1.0 and 0 <= line["without_glossary"]["target_share"] <= 1
+    assert line["with_glossary"]["sentences"] == line["without_glossary"]["sentences"] == 8
+    assert line["with_glossary"]["seconds"] > 0 and line["without_glossary"]["seconds"] > 0
+
+
+@pytest.mark.slow
+def test_unknown_loses_every_item_without_byte_fallback_and_keeps_it_protected(capsys, trained):
+    """The fixture's tokenizer (300 pieces) has no byte fallback: every item becomes <unk> and is
+    lost; taken out and put back by the markup path, every one is kept."""
+    line = run_main("quality", ["unknown", "--model-dir", trained.model_dir, "--sentences", "6"], capsys)
+    assert line["byte_fallback"] is False and line["sentences"] == 6
+    assert line["by_kind"] == {"emoji": 2, "cjk": 2, "symbol": 2} and line["not_unseen"] == []
+    assert line["kept_share"] == line["bytes_in_source_share"] == line["bytes_in_search_share"] == 0.0
+    assert line["kept_share_by_kind"] == {"emoji": 0.0, "cjk": 0.0, "symbol": 0.0}
+    assert line["protected_kept_share"] == 1.0 and line["scores"]["protected"]["sentences"] == 6
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ def held_out(
     tfds_data_dir: str | None = None,
     tfds_download: bool | None = None,
 ) -> HeldOut:
-    """The first `limit` pairs (or all) of `split` ("validation" or "test") of the data the model in
+    """The first `limit` pairs (or all) of `split` ("train", "validation" or "test") of the data the model in
     `model_dir` was trained on, in its direction. A source without that split (a TSV trained with
     `--valid-data` and no `--test-data`) is a `DataError` that says to pass the pairs instead."""
     from keras_transformer.model_dir import ModelDir
