@@ -64,13 +64,17 @@ phrases once; measure on a quiet machine (bench/README.md).
 `paragraphs`: documents, not sentences (issue 36 item 1): the held-out verses joined `--per-line`
 (5) to a line with a space, each line translated as a paragraph (`Translator.translate(...,
 split=True)`: sentence by sentence, `inference/sentences.py`), as one sequence (`split=False`,
-what `translate --no-split` does: cut at max_length) and the verses one per line. Verses dropped:
+what `translate --no-split` does: cut at max_length), the verses one per line, and the sentences
+the splitter found in the lines translated apart (one per line, as a list; their translations
+joined as the paragraphs' are): what a paragraph costs against its own sentences, the issue's
+"no more than the sentences translated apart" (`paragraphs_over_sentences_apart`). Verses dropped:
 unsplit, those whose every token lies past the line's first max_length - 1; as paragraphs, at most
 the verses of a line whose sentences lost a token past max_length - 1 (goal 0); sacreBLEU BLEU and
 chrF of each way on the lines (the verse translations joined as their sources were, against the
-references joined likewise); the seconds of each, after a warm-up:
+references joined likewise); the median seconds of each over `--rounds`, the ways alternating
+within a round, after a warm-up:
 
-    python bench/quality.py paragraphs --model-dir runs/small [--limit N] [--per-line 5] [--beam-size 4]
+    python bench/quality.py paragraphs --model-dir runs/small [--limit N] [--per-line 5] [--beam-size 4] [--rounds 3]
 
 `markup`: markup and placeholders (issue 36 item 2; `Translator.translate(..., markup=True)`). On the
 embedded `software-en-de` test split's pairs whose source holds a span (tags, entities,
@@ -472,6 +476,7 @@ def paragraphs_arguments(p) -> None:
     p.add_argument("--limit", type=int, help="only the first N verses")
     p.add_argument("--per-line", type=int, default=5, help="verses joined to a line")
     p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds, the ways alternating; medians")
 
 
 def dropped_verses(tokenizer, units: list[list[str]], keep: int) -> int:
@@ -487,8 +492,9 @@ def dropped_verses(tokenizer, units: list[list[str]], keep: int) -> int:
 
 
 def paragraphs(args) -> None:
-    from keras_transformer.inference.sentences import split
+    from keras_transformer.inference.sentences import join, split
 
+    load_before = load_average()
     sources, references = held_out_pairs(args.model_dir, args.limit)[:2]
     translator = Translator.from_model_dir(args.model_dir, args.checkpoint, beam_size=args.beam_size)
     keep = translator.model.config.max_length - 1
@@ -496,36 +502,54 @@ def paragraphs(args) -> None:
     groups = [sources[i : i + n] for i in range(0, len(sources), n)]
     lines = [" ".join(group) for group in groups]
     wanted = [" ".join(references[i : i + n]) for i in range(0, len(references), n)]
+    found, separators = split(lines, translator.tokenizer, keep + 1)  # the sentences the paragraphs' search reads
+    apart = [sentence.decode("utf-8") for sentence in found.flat_values.numpy()]
+    ways = {
+        "per_verse": lambda: translator.translate(sources),
+        "sentences_apart": lambda: translator.translate(apart),
+        "paragraphs": lambda: translator.translate(lines, split=True),
+        "unsplit": lambda: translator.translate(lines),
+    }
     translator.translate(lines[:2], split=True)  # the tracing, before any timing
     translator.translate(lines[:2])
-    start = time.perf_counter()
-    per_verse = translator.translate(sources)
-    seconds = {"per_verse": time.perf_counter() - start}
-    outputs = {"per_verse": [" ".join(per_verse[i : i + n]) for i in range(0, len(per_verse), n)]}
-    for name, splitting in (("paragraphs", True), ("unsplit", False)):
-        start = time.perf_counter()
-        outputs[name] = translator.translate(lines, split=splitting)
-        seconds[name] = time.perf_counter() - start
-    found, _ = split(lines, translator.tokenizer, keep + 1)  # the sentences the paragraphs' search reads
+    seconds, results = {name: [] for name in ways}, {}
+    for _ in range(args.rounds):
+        for name, way in ways.items():
+            start = time.perf_counter()
+            results[name] = way()
+            seconds[name].append(time.perf_counter() - start)
+    outputs = {
+        "per_verse": [" ".join(results["per_verse"][i : i + n]) for i in range(0, len(sources), n)],
+        "sentences_apart": [text.decode("utf-8") for text in join(results["sentences_apart"], separators).numpy()],
+        "paragraphs": results["paragraphs"],
+        "unsplit": results["unsplit"],
+    }
     counts = translator.tokenizer.source_ids(found.flat_values, keep + 1)[1]  # [sentences]
     past = found.with_flat_values(tf.maximum(counts - keep, 0)).numpy()  # [lines, (k)]: tokens cut off
     cut_lines = [sum(row) > 0 for row in past]
+    elapsed = {name: median(values) for name, values in seconds.items()}
+    same = [paragraph == joined for paragraph, joined in zip(outputs["paragraphs"], outputs["sentences_apart"])]
     emit(
         record(
             benchmark="paragraphs",
             model_dir=args.model_dir,
             checkpoint=args.checkpoint,
             beam_size=args.beam_size,
+            rounds=args.rounds,
             verses=len(sources),
             lines=len(lines),
             per_line=n,
-            sentences=int(found.flat_values.shape[0]),
+            sentences=len(apart),
             tokens_past_max_length={"paragraphs": int(sum(sum(row) for row in past))},
             verses_dropped={  # paragraphs: at most the verses of its lines that lost a token
                 "paragraphs": sum(len(group) for group, cut in zip(groups, cut_lines) if cut),
                 "unsplit": dropped_verses(translator.tokenizer, groups, keep),
             },
-            **{name: {**corpus_scores(outputs[name], wanted), "seconds": round(seconds[name], 3)} for name in outputs},
+            **{name: {**corpus_scores(outputs[name], wanted), "seconds": round(elapsed[name], 3)} for name in ways},
+            paragraphs_over_sentences_apart=round(elapsed["paragraphs"] / elapsed["sentences_apart"], 3),
+            paragraphs_over_per_verse=round(elapsed["paragraphs"] / elapsed["per_verse"], 3),
+            same_as_apart_share=round(float(np.mean(same)), 4),  # paragraphs equal to their sentences apart
+            load_before=load_before,
         )
     )
 

@@ -481,11 +481,17 @@ def test_constraints_puts_every_phrase_in_the_outputs(capsys, trained):
 
 @pytest.mark.slow
 def test_paragraphs_drops_no_verse(capsys, trained):
-    line = run_main("quality", ["paragraphs", "--model-dir", trained.model_dir, "--limit", "8"], capsys)
-    assert line["verses"] == 8 and line["lines"] == 2 and line["sentences"] >= 2
+    argv = ["paragraphs", "--model-dir", trained.model_dir, "--limit", "8", "--rounds", "2"]
+    line = run_main("quality", argv, capsys)
+    assert line["verses"] == 8 and line["lines"] == 2 and line["sentences"] >= 2 and line["rounds"] == 2
     assert line["verses_dropped"]["paragraphs"] == 0 and line["tokens_past_max_length"]["paragraphs"] == 0
-    assert line["per_verse"]["sentences"] == line["paragraphs"]["sentences"] == line["unsplit"]["sentences"] == 2
-    assert all(line[name]["seconds"] > 0 for name in ("per_verse", "paragraphs", "unsplit"))
+    ways = ("per_verse", "sentences_apart", "paragraphs", "unsplit")
+    assert [line[name]["sentences"] for name in ways] == [2] * 4  # each way scored on the 2 lines
+    assert all(line[name]["seconds"] > 0 for name in ways)
+    ratio = line["paragraphs"]["seconds"] / line["sentences_apart"]["seconds"]
+    assert line["paragraphs_over_sentences_apart"] == pytest.approx(ratio, rel=0.02)  # of the rounded seconds
+    # the paragraphs' translations are their sentences' translated apart, joined
+    assert line["same_as_apart_share"] == 1.0 and line["paragraphs"]["bleu"] == line["sentences_apart"]["bleu"]
 
 
 @pytest.mark.slow
