@@ -5,6 +5,7 @@ alignments), and the Python path, the SavedModel's `translate_markup` and the CL
 span rule also protects the characters its vocabulary cannot write (issue 36 item 5)."""
 
 import random
+import string
 
 import pytest
 import tensorflow as tf
@@ -199,6 +200,10 @@ def test_a_tokenizers_span_rule_protects_runs_of_what_its_vocabulary_cannot_writ
     assert len(latin) >= 3 and span_lists([f"{''.join(latin)}ord wept.", "a\u00a0b\u2009c"], rule) == [[], []]
     every = "".join(sorted(known))
     assert span_lists([every, "<b>" + every + "</b> {0}"], rule) == span_lists([every, "<b>" + every + "</b> {0}"])
+    # ASCII is left to `SPAN`, even where the vocabulary lacks it: a run never cuts a placeholder.
+    absent = [c for c in string.punctuation + string.digits if c not in known]
+    assert len(absent) >= 5 and span_lists([f"{c}%s{c}" for c in absent], rule) == [["%s"]] * len(absent)
+    assert span_lists([f"⚖{span} ⚖" for span in SPANS], rule) == [["⚖", span, "⚖"] for span in SPANS]
     assert plain_text(tf.constant(["Jesus 🦜山田太郎, wept."]), span=rule).numpy()[0].decode() == "Jesus , wept."
 
 

@@ -9,7 +9,7 @@ format fields (`{name}`, `{0}`, `{:>3}`), printf conversions (`%s`, `%1$d`, `%.2
 `span_rule(tokenizer)`, adds its unknown characters.
 
 Unknown characters (issue 36 item 5): a run of characters that the model's vocabulary cannot write
-as pieces and that are not letters of the Latin script (an emoji, ZWJ sequences and skin tones
+as pieces and that are neither ASCII nor letters of the Latin script (an emoji, ZWJ sequences and skin tones
 included; a CJK name; a symbol like "⚖") is a span too: taken out and put back, never written by
 the model. Byte fallback alone does not keep them: `bench/quality.py unknown` on the `make demo`
 model (2026-12-04) kept 0 of 30 inserted characters (the source ids held their byte pieces, the
@@ -96,11 +96,15 @@ def vocabulary_characters(tokenizer) -> set[str]:
 
 def span_rule(tokenizer) -> str:
     """`SPAN` or a run of the tokenizer's unknown characters (the module docstring): characters
-    outside `vocabulary_characters`, not Latin letters, not whitespace (Unicode separators too,
-    which SentencePiece makes spaces). A run does not start with a combining mark or a format
-    character, so that those stay with a Latin letter before them ("e" + U+0301, a soft hyphen);
-    inside a run they keep an emoji sequence whole (U+FE0F, the ZWJ U+200D)."""
-    known = _class(vocabulary_characters(tokenizer)) + r"\p{Latin}\s\p{Z}"
+    outside `vocabulary_characters`, not ASCII, not Latin letters, not Unicode separators (which
+    SentencePiece makes spaces). ASCII is the markup's own syntax, which `SPAN` reads: a run that
+    took an unknown "'" or "%" would cut the "%s" of "'%s'" (every `SPAN` match starts with an
+    ASCII character, so a run of others never reaches into one). A run does not start with a
+    combining mark or a format character, so that those stay with a Latin letter before them
+    ("e" + U+0301, a soft hyphen); inside a run they keep an emoji sequence whole (U+FE0F, the
+    ZWJ U+200D)."""
+    beyond_ascii = (character for character in vocabulary_characters(tokenizer) if ord(character) > 0x7F)
+    known = _class(beyond_ascii) + r"\x{0}-\x{7F}\p{Latin}\p{Z}"
     return f"{SPAN}|(?:[^{known}\\p{{M}}\\p{{Cf}}][^{known}]*)"
 
 
