@@ -9,16 +9,16 @@ format fields (`{name}`, `{0}`, `{:>3}`), printf conversions (`%s`, `%1$d`, `%.2
 `span_rule(tokenizer)`, adds its unknown characters.
 
 Unknown characters (issue 36 item 5): a run of characters that the model's vocabulary cannot write
-as pieces and that are neither ASCII nor letters of the Latin script (an emoji, ZWJ sequences and skin tones
-included; a CJK name; a symbol like "⚖") is a span too: taken out and put back, never written by
-the model. Byte fallback alone does not keep them: `bench/quality.py unknown` on the `make demo`
-model (2026-12-04) kept 0 of 30 inserted characters (the source ids held their byte pieces, the
-search's best never did: its training targets hold 654 byte tokens of 4 distinct bytes) and their
-bytes cost BLEU (22.49 on those verses without the items, 16.13 with), while the same items as
-character entities, spans, were kept 30 of 30 at BLEU 21.84. Latin letters are left to the model:
-in that model "Q" and "Ö" are no pieces but frequent in training (bytes it did learn), and a span
-would split "Quartus". A vocabulary without byte fallback gains too: there such a character
-is the unknown id, dropped.
+as pieces and that are neither ASCII nor letters of the Latin script (an emoji, ZWJ sequences and
+skin tones included; a CJK name; a symbol like "⚖") is a span too: taken out and put back, never
+written by the model. Byte fallback alone does not keep them: `bench/quality.py unknown` on the
+`make demo` model (2026-12-04) kept 0 of 30 inserted characters (the source ids held their byte
+pieces, the search's best never did: its training targets hold 654 byte tokens of 4 distinct bytes),
+and the bytes derailed the rest of the sentence (BLEU 23.59 on those verses without the items, 17.43
+with); protected by this rule, 30 of 30 are kept, at BLEU 22.58. Latin letters are left to the
+model: in that model "Q" and "Ö" are no pieces but frequent in training (bytes it did learn), and a
+span would split "Quartus". A vocabulary without byte fallback gains too: there such a character is
+the unknown id, dropped.
 
 Design: the spans are taken out of the text before it is translated and put back into the
 translation afterwards, where the word alignments say (`markup_restore.py`), instead of being
