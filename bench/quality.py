@@ -112,13 +112,14 @@ warm-up; the terms in the JSON line (and, with `--write-glossary FILE`, a TSV fi
 `unknown`: unknown characters (issue 36 item 5): the first `--sentences` (30) held-out verses, each
 with an emoji, a CJK name or a rare symbol (`UNSEEN`, kinds in turn, item and place seeded) between
 two words; an item is used only if none of its characters is in the training text or in a piece of
-the vocabulary. The share of outputs that hold their item, overall and per kind, and whether the
-tokenizer has byte fallback; where the item is lost: the share whose source ids spell it in byte
-pieces, whose best hypothesis holds those pieces in a row, and how many hold them there but lose
-them in the detokenized text; `protected_kept_share`: the items written as numeric character
-references (`&#x1F451;`), which the markup path (`markup=True`) takes out and puts back by the
-alignments: what protecting characters the vocabulary lacks as markup spans would keep;
-BLEU/chrF of the verses as they are, with their items, and protected:
+the vocabulary. The share of outputs that hold their item exactly once, overall and per kind, by
+the package's default path (`translate`'s: markup on, `Translator.translate(..., markup=True,
+split=True)`, which protects the characters the vocabulary cannot write: `markup.span_rule`) and
+without that protection (`--markup off`: `unprotected_kept_share`), and whether the tokenizer has
+byte fallback; where an item is lost without protection: the share whose source ids spell it in
+byte pieces, whose best hypothesis holds those pieces in a row, and how many hold them there but
+lose them in the detokenized text; BLEU/chrF of the verses as they are and with their items by the
+default path, and with their items unprotected:
 
     python bench/quality.py unknown --model-dir runs/demo [--sentences 30] [--seed 0]
 
@@ -749,11 +750,6 @@ def inserted(verse: str, item: str, rng: random.Random) -> str:
     return " ".join([*parts[:at], item, *parts[at:]])
 
 
-def as_references(item: str) -> str:
-    """`item` as numeric character references ("&#x1F451;"): spans the markup path keeps exactly."""
-    return "".join(f"&#x{ord(c):X};" for c in item)
-
-
 def spelt(row, item_ids) -> bool:
     """Whether the ids `row` hold `item_ids` (an item's byte pieces) in a row."""
     row, n = list(row), len(item_ids)
@@ -783,9 +779,8 @@ def unknown(args) -> None:
     kind_of = [kinds[i % len(kinds)] for i in range(len(verses))]
     drawn = [rng.choice(usable[kind]) for kind in kind_of]
     texts = [inserted(verse, item, rng) for verse, item in zip(verses, drawn)]
-    outputs = translator.translate(texts)
-    protected = translator.translate([t.replace(i, as_references(i)) for t, i in zip(texts, drawn)], markup=True)
-    protected = [output.replace(as_references(i), i) for output, i in zip(protected, drawn)]
+    outputs = translator.translate(texts, markup=True, split=True)  # `translate`'s default
+    unprotected = translator.translate(texts, split=True)  # `translate --markup off`
     # Where a lost item goes: its byte pieces in the source ids, in the search's best ids, in their text.
     byte_ids = {piece: i for i, piece in enumerate(pieces) if re.fullmatch(r"<0x[0-9A-F]{2}>", piece)}
     item_ids = [[byte_ids.get(f"<0x{b:02X}>") for b in item.encode("utf-8")] for item in drawn]
@@ -794,7 +789,7 @@ def unknown(args) -> None:
     searched = translator.decode(source_ids, 1)[0][:, 0, :]  # [B, L]: the best hypothesis
     searched_texts = [text.decode("utf-8") for text in tokenizer.detokenize(searched).numpy()]
     in_search = [spelt(row, ids) for row, ids in zip(searched.numpy(), item_ids)]
-    kept = [item in output for item, output in zip(drawn, outputs)]
+    kept = lambda outputs: [output.count(item) == 1 for item, output in zip(drawn, outputs)]
 
     def share(flags, kind=None) -> float | None:
         return fraction(flag for flag, k in zip(flags, kind_of) if kind in (None, k))
@@ -810,18 +805,19 @@ def unknown(args) -> None:
             sentences=len(texts),
             by_kind={kind: kind_of.count(kind) for kind in kinds},
             not_unseen=sorted(item for items in UNSEEN.values() for item in items if seen & set(item)),
-            kept_share=share(kept),
-            kept_share_by_kind={kind: share(kept, kind) for kind in kinds},
+            kept_share=share(kept(outputs)),
+            kept_share_by_kind={kind: share(kept(outputs), kind) for kind in kinds},
+            unprotected_kept_share=share(kept(unprotected)),
+            unprotected_kept_share_by_kind={kind: share(kept(unprotected), kind) for kind in kinds},
             bytes_in_source_share=share([spelt(row, ids) for row, ids in zip(source_ids.numpy(), item_ids)]),
             bytes_in_search_share=share(in_search),
             searched_but_lost=sum(s and i not in t for s, i, t in zip(in_search, drawn, searched_texts)),
-            protected_kept_share=share([item in output for item, output in zip(drawn, protected)]),
             scores={
-                "verses": corpus_scores(translator.translate(verses), references),
+                "verses": corpus_scores(translator.translate(verses, markup=True, split=True), references),
                 "inserted": corpus_scores(outputs, references),
-                "protected": corpus_scores(protected, references),
+                "unprotected": corpus_scores(unprotected, references),
             },
-            examples=[list(example) for example in zip(texts[:3], outputs, protected)],  # one of each kind
+            examples=[list(example) for example in zip(texts[:3], outputs, unprotected)],  # one of each kind
         )
     )
 

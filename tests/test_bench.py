@@ -560,15 +560,16 @@ def test_glossary_puts_every_target_term_in_the_outputs(capsys, trained, tmp_pat
 
 
 @pytest.mark.slow
-def test_unknown_loses_every_item_without_byte_fallback_and_keeps_it_protected(capsys, trained):
-    """The fixture's tokenizer (300 pieces) has no byte fallback: every item becomes <unk> and is
-    lost; taken out and put back by the markup path, every one is kept."""
+def test_unknown_keeps_every_item_by_default_and_loses_it_unprotected(capsys, trained):
+    """The fixture's tokenizer (300 pieces) has no byte fallback: without protection every item
+    becomes <unk> and is lost; by the default path (markup on) each is taken out and put back once."""
     line = run_main("quality", ["unknown", "--model-dir", trained.model_dir, "--sentences", "6"], capsys)
     assert line["byte_fallback"] is False and line["sentences"] == 6
     assert line["by_kind"] == {"emoji": 2, "cjk": 2, "symbol": 2} and line["not_unseen"] == []
-    assert line["kept_share"] == line["bytes_in_source_share"] == line["bytes_in_search_share"] == 0.0
-    assert line["kept_share_by_kind"] == {"emoji": 0.0, "cjk": 0.0, "symbol": 0.0}
-    assert line["protected_kept_share"] == 1.0 and line["scores"]["protected"]["sentences"] == 6
+    assert line["unprotected_kept_share"] == line["bytes_in_source_share"] == line["bytes_in_search_share"] == 0.0
+    assert line["unprotected_kept_share_by_kind"] == {"emoji": 0.0, "cjk": 0.0, "symbol": 0.0}
+    assert line["kept_share"] == 1.0 and line["kept_share_by_kind"] == {"emoji": 1.0, "cjk": 1.0, "symbol": 1.0}
+    assert line["scores"]["inserted"]["sentences"] == line["scores"]["unprotected"]["sentences"] == 6
 
 
 @pytest.mark.slow

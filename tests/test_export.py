@@ -277,6 +277,27 @@ def test_saved_model_signatures_equal_the_python_model(exported, probed):
     assert decoded(outputs[3]["translation"]) == exported.translator.translate(documents(sentences), split=True)
 
 
+UNKNOWN = ["🦜", "山田太郎", "👩\u200d💻"]  # absent from the fixture: its vocabulary cannot write them
+
+
+@probe
+def unknown_character_calls(exported):
+    return [("saved_model", "saved_model", [("translate_markup", {"text": texts(unknown_sentences(exported))})])]
+
+
+def unknown_sentences(exported) -> list[str]:
+    return [f"{item} {sentence}" for item, sentence in zip(UNKNOWN, exported.sentences)]
+
+
+@pytest.mark.slow
+def test_the_saved_models_translate_markup_keeps_unknown_characters_as_python_does(exported, probed):
+    """Issue 36 item 5: the SavedModel bakes the tokenizer's span rule (`markup.span_rule`)."""
+    [[output]] = probed[unknown_character_calls]
+    translations = decoded(output["translation"])
+    assert translations == exported.translator.translate(unknown_sentences(exported), markup=True)
+    assert [translation.count(item) for translation, item in zip(translations, UNKNOWN)] == [1, 1, 1]
+
+
 def signatures_of(path: str) -> dict:
     """{signature: (its inputs and outputs, each name: (dtype, rank))} of a SavedModel, as TF Serving reads them."""
     from tensorflow.core.protobuf import saved_model_pb2

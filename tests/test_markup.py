@@ -1,9 +1,11 @@
 """Markup and placeholders (issue 36 item 2; inference/markup.py, inference/markup_restore.py):
 every kind of span found whole, put back by hand-made alignments where the golden outputs say,
 never lost, repeated, reordered or altered (a seeded batch of random texts, translations and
-alignments), and the Python path, the SavedModel's `translate_markup` and the CLI agree."""
+alignments), and the Python path, the SavedModel's `translate_markup` and the CLI agree; a model's
+span rule also protects the characters its vocabulary cannot write (issue 36 item 5)."""
 
 import random
+import string
 
 import pytest
 import tensorflow as tf
@@ -11,7 +13,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.cli.main import main
 from keras_transformer.exporters.signatures import TranslationModule
-from keras_transformer.inference.markup import plain_text, span_lists
+from keras_transformer.inference.markup import plain_text, span_lists, span_rule, vocabulary_characters
 from keras_transformer.inference.markup_restore import restore
 from keras_transformer.model_dir import load_model
 
@@ -162,10 +164,13 @@ def test_the_translator_protects_spans_and_translates_plain_text_as_usual(transl
 
 
 def test_the_signature_equals_the_python_path(translator):
+    """Unknown characters too: the signature bakes the tokenizer's span rule."""
     module = TranslationModule(translator.model, translator.tokenizer)
-    out = module.translate_markup(tf.constant(TEXTS))
-    assert [text.decode("utf-8") for text in out["translation"].numpy()] == translator.translate(TEXTS, markup=True)
-    assert out["score"].shape == (len(TEXTS),) and out["score"].numpy()[2] == 0.0
+    out = module.translate_markup(tf.constant(TEXTS + UNKNOWN_TEXTS))
+    outputs = [text.decode("utf-8") for text in out["translation"].numpy()]
+    assert outputs == translator.translate(TEXTS + UNKNOWN_TEXTS, markup=True)
+    assert [output.count(item) for output, item in zip(outputs[len(TEXTS) :], UNKNOWN)] == [1] * len(UNKNOWN)
+    assert out["score"].shape == (len(TEXTS + UNKNOWN_TEXTS),) and out["score"].numpy()[2] == 0.0
 
 
 def test_the_command_line_protects_spans_unless_markup_is_off(untrained_model_dir, translator, capsys):
@@ -176,3 +181,39 @@ def test_the_command_line_protects_spans_unless_markup_is_off(untrained_model_di
     assert main(["translate", "--model-dir", untrained_model_dir, "--markup", "off", TEXTS[0]]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines == translator.translate([TEXTS[0]], split=True) and span_lists(lines) != span_lists([TEXTS[0]])
+
+
+# Unknown characters (issue 36 item 5): none of these is in the fixture's verses, so none in its
+# vocabulary; an emoji ZWJ sequence, one with a skin tone, with a variation selector, a CJK name, a symbol.
+UNKNOWN = ["👩\u200d💻", "👍🏽", "❤\ufe0f", "山田太郎", "⚖"]
+UNKNOWN_TEXTS = [f"Jesus {item} wept." for item in UNKNOWN[:3]] + [f"And {UNKNOWN[3]} said,", f"{UNKNOWN[4]} Amen."]
+
+
+def test_a_tokenizers_span_rule_protects_runs_of_what_its_vocabulary_cannot_write(tokenizer):
+    """Whole runs, emoji sequences one span; not Latin letters the vocabulary lacks (the model may
+    spell them), nor any character of its pieces, nor Unicode spaces (SentencePiece makes them spaces)."""
+    known, rule = vocabulary_characters(tokenizer), span_rule(tokenizer)
+    assert not known & set("".join(UNKNOWN)) and "\u2581" not in known and "<" not in known  # no "<unk>", "<0x..>"
+    assert span_lists(UNKNOWN_TEXTS, rule) == [[item] for item in UNKNOWN]
+    assert span_lists(UNKNOWN_TEXTS) == [[]] * len(UNKNOWN)  # `SPAN`, the rule without a tokenizer: as before
+    latin = [letter for letter in "QXÖØŁæđ" if letter not in known]
+    assert len(latin) >= 3 and span_lists([f"{''.join(latin)}ord wept.", "a\u00a0b\u2009c"], rule) == [[], []]
+    every = "".join(sorted(known))
+    assert span_lists([every, "<b>" + every + "</b> {0}"], rule) == span_lists([every, "<b>" + every + "</b> {0}"])
+    # ASCII is left to `SPAN`, even where the vocabulary lacks it: a run never cuts a placeholder.
+    absent = [c for c in string.punctuation + string.digits if c not in known]
+    assert len(absent) >= 5 and span_lists([f"{c}%s{c}" for c in absent], rule) == [["%s"]] * len(absent)
+    assert span_lists([f"⚖{span} ⚖" for span in SPANS], rule) == [["⚖", span, "⚖"] for span in SPANS]
+    assert plain_text(tf.constant(["Jesus 🦜山田太郎, wept."]), span=rule).numpy()[0].decode() == "Jesus , wept."
+
+
+def test_the_translator_and_the_command_line_keep_every_unknown_character_once(untrained_model_dir, translator, capsys):
+    """An untrained model writes none of them (the fixture's vocabulary has no byte fallback: each is
+    the unknown id, dropped); with markup, the default of `translate`, each comes back once."""
+    outputs = translator.translate(UNKNOWN_TEXTS, markup=True)
+    assert [output.count(item) for output, item in zip(outputs, UNKNOWN)] == [1] * len(UNKNOWN)
+    assert [item in output for output, item in zip(translator.translate(UNKNOWN_TEXTS), UNKNOWN)] == [False] * 5
+    assert main(["translate", "--model-dir", untrained_model_dir, *UNKNOWN_TEXTS]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == translator.translate(UNKNOWN_TEXTS, markup=True, split=True)
+    assert [line.count(item) for line, item in zip(lines, UNKNOWN)] == [1] * len(UNKNOWN)

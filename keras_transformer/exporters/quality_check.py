@@ -232,7 +232,8 @@ def _markup_reports(out, translator, sources, references, exact_dtype):
 
     marked = markup_sample(sources)
     expected = translator.translate(marked, markup=True)
-    expected_bleu = corpus_scores(stripped_texts(expected), references)["bleu"]
+    rule = translator.span_rule  # the spans the SavedModel's signature protects too
+    expected_bleu = corpus_scores(stripped_texts(expected, rule), references)["bleu"]
     reports, problems = [], []
     for base in sorted(glob.glob(os.path.join(out, "saved_model", "*"))):
         path = _latest(base)
@@ -242,11 +243,12 @@ def _markup_reports(out, translator, sources, references, exact_dtype):
         output = signatures["translate_markup"](text=tf.constant(marked))["translation"].numpy()
         translations = [text.decode("utf-8") for text in output]
         identical = float(np.mean([a == b for a, b in zip(translations, expected)]))
-        bleu = corpus_scores(stripped_texts(translations), references)["bleu"]
+        bleu = corpus_scores(stripped_texts(translations, rule), references)["bleu"]
         exact = exact_dtype and not os.path.basename(base).endswith(INT8_SUFFIX)
         artifact = f"{path} translate_markup"
         reports.append(ArtifactQuality(artifact, identical, bleu, round(expected_bleu - bleu, 2), exact))
-        wrong = [text for text, want, got in zip(marked, span_lists(marked), span_lists(translations)) if want != got]
+        found = zip(marked, span_lists(marked, rule), span_lists(translations, rule))
+        wrong = [text for text, want, got in found if want != got]
         if wrong:
             problems.append(f"{artifact}: {len(wrong)} outputs lose, repeat or reorder spans: {wrong[0]!r}")
     return reports, problems

@@ -20,7 +20,8 @@ all in the graph.
 - `translate_with_alignments(text [B]) -> {translation [B] string, score [B] float32, alignment
   [B] string}`: the alignment in Pharaoh format ("0-0 2-1 ..."; `inference/alignment.py`).
 - `translate_markup(text [B]) -> {translation [B] string, score [B] float32}`: tags, entities,
-  placeholders, URLs and e-mail addresses kept exactly, placed by the word alignments
+  placeholders, URLs, e-mail addresses and the characters the vocabulary cannot write (the
+  tokenizer's `span_rule`, a constant of the graph) kept exactly, placed by the word alignments
   (`inference/markup.py`, `inference/markup_restore.py`: the rule of
   `Translator.translate(..., markup=True)`); the score is the plain text's translation's.
 - `translate_with_prefix(text [B], prefix [B]) -> {translation [B], score [B]}`: each translation
@@ -72,7 +73,7 @@ from keras_transformer.inference.beam import BeamSearch
 from keras_transformer.inference.controls import MinLength, NoRepeatNgram, RepetitionPenalty, controls, suppressed_ids
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.glossary import Glossary
-from keras_transformer.inference.markup import plain_text
+from keras_transformer.inference.markup import plain_text, span_rule
 from keras_transformer.inference.markup_restore import restore
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score_targets
@@ -207,6 +208,7 @@ class TranslationModule(tf.Module):
             self.translate_with_alignments = graph_function(
                 self._translate_with_alignments, input_signature=[TEXT_SPEC]
             )
+            self._span_rule = span_rule(tokenizer)
             self.translate_markup = graph_function(self._translate_markup, input_signature=[TEXT_SPEC])
             if tokenizer.target_langs:
                 self.translate_to = graph_function(self._translate_to, input_signature=[TEXT_SPEC, TARGET_LANG_SPEC])
@@ -367,8 +369,8 @@ class TranslationModule(tf.Module):
 
     def _translate_markup(self, text):
         text = self._repaired(text)
-        aligned = self._translate_with_alignments(plain_text(text))
-        translation = restore(text, aligned["translation"], aligned["alignment"])  # [B]
+        aligned = self._translate_with_alignments(plain_text(text, span=self._span_rule))
+        translation = restore(text, aligned["translation"], aligned["alignment"], span=self._span_rule)  # [B]
         return {"translation": translation, "score": aligned["score"]}
 
     def _translate_text_to_ids(self, text):

@@ -1,8 +1,9 @@
 """Markup and placeholders put back into a translation, by its word alignment (issue 36).
 
 `markup.py` takes a text's protected spans out (tags, entities, placeholders, URLs, e-mail
-addresses); the model translates the plain text, with its word alignment (`alignment.py`: the
-cross-attention of `alignment_layer`, Garg et al., 2019); `restore` puts every span back:
+addresses; with a model's `span_rule`, the characters its vocabulary cannot write); the model
+translates the plain text, with its word alignment (`alignment.py`: the cross-attention of
+`alignment_layer`, Garg et al., 2019); `restore` puts every span back:
 
 - A span is attached to a word of the plain text: an opening tag, or a span glued to the word
   that follows it ("{name}?"), to the word after it; a closing tag and any other span to the
@@ -33,9 +34,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer.inference.alignment import format_pharaoh
-from keras_transformer.inference.markup import SPAN, has_spans, plain_text, spans
+from keras_transformer.inference.markup import SPAN, has_spans, per_rule, plain_text, spans
 
-_STRING = tf.TensorSpec([None], tf.string)
 _FAR = tf.int64.max
 
 
@@ -52,24 +52,24 @@ def _previous(values, fill):
     return tf.concat([[fill], values], axis=0)[:-1]
 
 
-def _without_spans(values):
+def _without_spans(values, span):
     """[N] strings -> [N]: every span taken out, until none is left (taking "$num" out of
     "{$num}" leaves the span "{}")."""
     return tf.while_loop(
-        lambda values: tf.reduce_any(has_spans(values)),
-        lambda values: (tf.strings.regex_replace(values, SPAN, ""),),
+        lambda values: tf.reduce_any(has_spans(values, span)),
+        lambda values: (tf.strings.regex_replace(values, span, ""),),
         (values,),
     )[0]
 
 
-@tf.function(input_signature=[_STRING, _STRING, _STRING])
-def restore(text, translation, pharaoh):
-    """text [B] (the sources, with their spans), translation [B] (of each `plain_text(text)`),
+@per_rule
+def restore(text, translation, pharaoh, span=SPAN):
+    """text [B] (the sources, with their spans), translation [B] (of each `plain_text(text, span=span)`),
     pharaoh [B] (each translation's word alignment to its plain text) -> [B]: the translations
-    with every span of their source put back (see the module docstring)."""
-    found = spans(text)  # [N] each
+    with every span of their source (of the rule `span`) put back (see the module docstring)."""
+    found = spans(text, span)  # [N] each
     words = tf.strings.split(tf.strings.regex_replace(translation, r"\s+", " "))  # [B, (J)] target words
-    words = words.with_flat_values(_without_spans(words.flat_values))  # the model's own spans out
+    words = words.with_flat_values(_without_spans(words.flat_values, span))  # the model's own spans out
     target_words = words.row_lengths()  # [B]
     # The source word each span is attached to, and on which side.
     has_next = found.words_before - tf.cast(found.in_word, tf.int64) < found.words  # a word from it on
@@ -119,19 +119,20 @@ def restore(text, translation, pharaoh):
     return tf.where(has_spans, joined, translation)
 
 
-def translate_markup(translator, texts: list[str]) -> list[str]:
-    """The best translation of each text, its spans protected: a text that holds one goes through
-    `plain_text`, the translator's best translation with its word alignment
+def translate_markup(translator, texts: list[str], span: str = SPAN) -> list[str]:
+    """The best translation of each text, its spans (of the rule `span`) protected: a text that
+    holds one goes through `plain_text`, the translator's best translation with its word alignment
     (`Translator.translate_with_alignments`, without a glossary) and `restore`; the others through
     `translator.translate` as they are."""
-    protected = has_spans(tf.constant(texts, tf.string)).numpy().tolist() if texts else []
+    protected = has_spans(tf.constant(texts, tf.string), span).numpy().tolist() if texts else []
     marked = [text for text, spanned in zip(texts, protected) if spanned]
     restored = iter(())
     if marked:
-        plain = [text.decode("utf-8") for text in plain_text(tf.constant(marked)).numpy()]
+        plain = [text.decode("utf-8") for text in plain_text(tf.constant(marked), span=span).numpy()]
         aligned = translator.translate_with_alignments(plain)
         translations = [translation for translation, _ in aligned]
         pharaoh = [format_pharaoh(pairs) for _, pairs in aligned]
-        restored = iter(restore(tf.constant(marked), tf.constant(translations), tf.constant(pharaoh)).numpy())
+        strings = (tf.constant(values) for values in (marked, translations, pharaoh))
+        restored = iter(restore(*strings, span=span).numpy())
     rest = iter(translator.translate([text for text, spanned in zip(texts, protected) if not spanned]))
     return [next(restored).decode("utf-8") if spanned else next(rest) for spanned in protected]

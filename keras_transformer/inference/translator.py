@@ -20,6 +20,7 @@ kt.Translator.from_model_dir("runs/small", shortlist=True)  # over the vocabular
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import sys
@@ -41,6 +42,7 @@ from keras_transformer.inference.controls import suppressed_ids
 from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.inference.glossary import Glossary
+from keras_transformer.inference.markup import span_rule
 from keras_transformer.inference.markup_restore import translate_markup
 from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
@@ -135,6 +137,13 @@ class Translator:
         self.lexical_shortlist = lexical_shortlist if self.decoding.search.shortlist else None
         self._alignment_function = None
         self.suppress_ids = suppressed_ids(tokenizer, self.decoding.search.suppress_sequences)
+
+    @functools.cached_property
+    def span_rule(self) -> str:
+        """What `translate(..., markup=True)` protects: `markup.span_rule` of the tokenizer (markup,
+        placeholders, and the characters the vocabulary cannot write), as the SavedModel's
+        `translate_markup` does."""
+        return span_rule(self.tokenizer)
 
     @classmethod
     def from_model_dir(
@@ -264,7 +273,8 @@ class Translator:
 
     def translate(self, texts, prefixes=None, constraints=None, target_lang=None, markup=False, split=False):
         """The best translation of a text (a str), or of each text of a list (a list of str). With
-        `markup`, the tags, entities, placeholders, URLs and e-mail addresses of a text are kept
+        `markup`, the tags, entities, placeholders, URLs and e-mail addresses of a text, and the
+        characters the vocabulary cannot write (an emoji, a CJK name: `span_rule`), are kept
         exactly, placed by the word alignments, without the glossary (`markup_restore.py`; a text
         without them translates as usual; not with prefixes, constraints or target_lang). With
         `split`, each text is a document: its sentences (`sentences.py`; one too long for the model
@@ -279,7 +289,7 @@ class Translator:
         if markup:
             if prefixes is not None or constraints is not None or target_lang is not None:
                 raise ValueError("markup=True translates with alignments: drop prefixes, constraints, target_lang")
-            return translate_markup(self, list(texts))
+            return translate_markup(self, list(texts), self.span_rule)
         return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1, prefixes, constraints, target_lang)]
 
     def _translate_documents(self, texts: list[str], prefixes, constraints, target_lang, markup) -> list[str]:
