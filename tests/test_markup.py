@@ -195,6 +195,7 @@ def test_a_tokenizers_span_rule_protects_runs_of_what_its_vocabulary_cannot_writ
     known, rule = vocabulary_characters(tokenizer), span_rule(tokenizer)
     assert not known & set("".join(UNKNOWN)) and "\u2581" not in known and "<" not in known  # no "<unk>", "<0x..>"
     assert span_lists(UNKNOWN_TEXTS, rule) == [[item] for item in UNKNOWN]
+    assert {"\u2026", "\ufb01"} <= known and span_lists(["Amen\u2026 \ufb01ne"], rule) == [[]]  # NFKC: "...", "fi"
     assert span_lists(UNKNOWN_TEXTS) == [[]] * len(UNKNOWN)  # `SPAN`, the rule without a tokenizer: as before
     latin = [letter for letter in "QXÖØŁæđ" if letter not in known]
     assert len(latin) >= 3 and span_lists([f"{''.join(latin)}ord wept.", "a\u00a0b\u2009c"], rule) == [[], []]
