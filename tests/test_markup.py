@@ -208,6 +208,14 @@ def test_a_tokenizers_span_rule_protects_runs_of_what_its_vocabulary_cannot_writ
     assert plain_text(tf.constant(["Jesus 🦜山田太郎, wept."]), span=rule).numpy()[0].decode() == "Jesus , wept."
 
 
+def test_export_checks_sample_holds_a_tag_a_placeholder_and_an_unknown_character(tokenizer):
+    """`export --check` compares `translate_markup` with Python on this sample: an export whose
+    signature lacks the tokenizer's rule loses the "⚖" and is reported."""
+    from keras_transformer.exporters.quality_check import markup_sample
+
+    assert span_lists(markup_sample(["Jesus wept."]), span_rule(tokenizer)) == [["<b>", "</b>", "{0}", "⚖"]]
+
+
 def test_the_translator_and_the_command_line_keep_every_unknown_character_once(untrained_model_dir, translator, capsys):
     """An untrained model writes none of them (the fixture's vocabulary has no byte fallback: each is
     the unknown id, dropped); with markup, the default of `translate`, each comes back once."""

@@ -32,7 +32,8 @@ package to install;
 the TFLite models run on TensorFlow's own interpreter when LiteRT (the `export` extra) is not there.
 
 Every text SavedModel's `translate_markup` signature translates the sample with markup
-(`markup_sample`: a word of each source in `<b>...</b>`, a `{0}` placeholder after it) and is
+(`markup_sample`: a word of each source in `<b>...</b>`, a `{0}` placeholder and a "⚖" after it,
+a character few vocabularies write, so an export made before unknown characters were spans fails) and is
 compared with the Python path, `Translator.translate(..., markup=True)`: each output must hold
 every span of its source as often as the source does, and one in float32 must give at least
 `min_identical` of the Python path's outputs.
@@ -213,12 +214,13 @@ def _glossary_translations(out: str, metadata: dict, translator: Translator, sou
 
 
 def markup_sample(sources: Sequence[str]) -> list[str]:
-    """Each source with its middle word in `<b>...</b>` and a `{0}` placeholder at its end."""
+    """Each source with its middle word in `<b>...</b>`, then a `{0}` placeholder and "⚖" (an unknown
+    character of most vocabularies: `markup.span_rule`) at its end."""
     marked = []
     for source in sources:
         words = source.split() or [""]
         middle = len(words) // 2
-        marked.append(" ".join([*words[:middle], f"<b>{words[middle]}</b>", *words[middle + 1 :], "{0}"]))
+        marked.append(" ".join([*words[:middle], f"<b>{words[middle]}</b>", *words[middle + 1 :], "{0}", "⚖"]))
     return marked
 
 
