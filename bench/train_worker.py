@@ -7,9 +7,9 @@ The job names the backend ("system": tensorflow, jax or torch), the workload and
 worker sets KERAS_BACKEND before Keras is imported, builds our model (`training.build_ours`:
 `compile_model`, as `train` compiles it) and keras-hub's peer of the same shapes
 (`peers.build_keras_hub`), warms both up on the workload's synthetic batch fed by `tf.data` (as
-`train` feeds every backend), then answers {"ready": ...}; for every "ours" or "keras_hub" line on
-stdin it times `steps` `model.fit` steps of that model and answers their median seconds; "finish"
-ends it. Answers are JSON lines on stdout; whatever the libraries print goes to stderr.
+`train` feeds every backend), then answers {"ready": ...} with its peak memory so far; for every
+"ours" or "keras_hub" line on stdin it times `steps` `model.fit` steps of that model and answers
+their median seconds; "finish" ends it. Answers are JSON lines on stdout; whatever the libraries print goes to stderr.
 
 XLA: JAX always jits its step (Keras' default there); TensorFlow jits with the job's `jit_compile`;
 PyTorch runs eagerly (`torch.compile` has never run here: `training.backends.refusal`).
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 
@@ -58,6 +59,7 @@ def main():
             "jit_compile": {name: bool(model.jit_compile) for name, model in models.items()},
             "params": {name: model.count_params() for name, model in models.items()},
             "warmup_s": warmup_s,
+            "max_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),  # KiB on Linux
         }
     )
     for line in sys.stdin:

@@ -34,8 +34,10 @@ TensorFlow, JAX and PyTorch, for our model (`compile_model`, as `train` compiles
 keras-hub's `TransformerEncoder`/`TransformerDecoder` of the same shapes on the same backend (the
 peer of `compare`), on the same synthetic batch fed by `tf.data` (as `train` feeds every backend).
 Each backend runs in a process of its own (`train_worker.py`: KERAS_BACKEND is read once, when
-Keras is imported); after every process's warm-up, each round runs `--steps` steps of ours on each
-backend in turn, then of keras-hub's: one process computes at a time. JAX jits its step (always),
+Keras is imported), started once the previous one has warmed up (two base models per process: the
+warm-ups one at a time, not three on two cores at once with their peak memory added up); then each
+round runs `--steps` steps of ours on each backend in turn, then of keras-hub's: one process computes
+at a time, and each process's peak memory after its warm-up is in the line. JAX jits its step (always),
 TensorFlow with `--jit-compile`, PyTorch runs eagerly. Prints one JSON line: the table, each
 backend's tokens/s over the first backend's, ours over keras-hub's per backend:
 
@@ -388,9 +390,11 @@ def backends(args) -> None:
     load_before = load_average()
     job = {"workload": args.workload, "steps": args.steps, "warmup": args.warmup, "jit_compile": args.jit_compile}
     with tempfile.TemporaryDirectory() as folder:
-        workers = [BackendWorker({**job, "system": backend}, folder, dict(os.environ)) for backend in args.backends]
+        workers, ready = [], {}
         try:
-            ready = {worker.name: worker.read() for worker in workers}
+            for backend in args.backends:  # one warm-up at a time: base's would share 2 cores and fill the RAM
+                workers.append(BackendWorker({**job, "system": backend}, folder, dict(os.environ)))
+                ready[backend] = workers[-1].read()
             times = {worker.name: {system: [] for system in SYSTEMS} for worker in workers}
             for _ in range(args.rounds):
                 for system in SYSTEMS:
@@ -430,6 +434,7 @@ def backends(args) -> None:
             steps_per_round=args.steps,
             backends=table,
             versions_of_backends={backend: ready[backend]["backend_version"] for backend in table},
+            max_rss_gib_after_warmup={backend: ready[backend]["max_rss_gib"] for backend in table},
             tgt_tokens_per_s_over_reference={
                 system: {backend: round(speed[backend][system] / speed[reference][system], 3) for backend in table}
                 for system in SYSTEMS

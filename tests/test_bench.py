@@ -318,10 +318,13 @@ class ScriptedBackend:
 
     def __init__(self, job: dict, folder: str, env: dict[str, str]):
         self.name = job["system"]
+        self.asked.append((self.name, "started"))
 
     def read(self) -> dict:
+        self.asked.append((self.name, "ready"))
         ready = {"jit_compile": {"ours": True, "keras_hub": True}, "params": {"ours": 1, "keras_hub": 2}}
-        return {"ready": True, "backend_version": "0", "warmup_s": {"ours": 0.0, "keras_hub": 0.0}, **ready}
+        ready |= {"warmup_s": {"ours": 0.0, "keras_hub": 0.0}, "max_rss_gib": 1.5}
+        return {"ready": True, "backend_version": "0", **ready}
 
     def ask(self, command: str) -> dict:
         self.asked.append((self.name, command))
@@ -339,7 +342,8 @@ def test_backends_alternates_backends_and_models_and_divides_medians(capsys, mon
     argv = ["backends", "--workload", "tiny", "--backends", "tensorflow", "jax", "--rounds", "2", "--steps", "1"]
     line = run_main("training", argv, capsys)
     one_round = [("tensorflow", "ours"), ("jax", "ours"), ("tensorflow", "keras_hub"), ("jax", "keras_hub")]
-    assert ScriptedBackend.asked == one_round * 2 + [("tensorflow", "finish"), ("jax", "finish")]
+    warm_ups = [("tensorflow", "started"), ("tensorflow", "ready"), ("jax", "started"), ("jax", "ready")]  # in turn
+    assert ScriptedBackend.asked == warm_ups + one_round * 2 + [("tensorflow", "finish"), ("jax", "finish")]
     tokens = 8 * 12  # the tiny workload's batch x target length
     assert line["backends"]["jax"]["ours"]["tgt_tokens_per_s"] == pytest.approx(tokens / 0.1)
     assert line["backends"]["tensorflow"]["keras_hub"]["step_s_per_round"] == [0.4, 0.4]
@@ -348,6 +352,7 @@ def test_backends_alternates_backends_and_models_and_divides_medians(capsys, mon
         "keras_hub": {"tensorflow": 1.0, "jax": 1.6},
     }
     assert line["speedup_ours_over_keras_hub"] == {"tensorflow": 2.0, "jax": 2.5}
+    assert line["max_rss_gib_after_warmup"] == {"tensorflow": 1.5, "jax": 1.5}
     assert (
         line["reference_backend"] == "tensorflow" and "cpu_flags" in line["machine"] and len(line["load_before"]) == 3
     )

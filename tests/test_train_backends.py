@@ -4,7 +4,9 @@ command; its model dir goes to the TensorFlow tools: `translate` gives the greed
 forward passes, `evaluate` the BLEU the run logged, `average` the mean of its checkpoints, `train
 --init-from` on TensorFlow starts from its weights, and its exports (SavedModels and TFLite, passing
 `export --check`; CTranslate2) translate as the checkpoint does. A run on PyTorch, with a BLEU,
-translates alike; a JAX run on 2 CPU devices splits every batch across both and resumes. Each backend
+translates alike; a JAX run on 2 CPU devices splits every batch across both and resumes. On JAX and on
+PyTorch, a TensorFlow parent is fine-tuned within a time budget with a moving average of the weights,
+resumed with early stopping, and a run accumulates gradients in mixed precision. Each backend
 runs in processes of its own (Keras fixes its backend when imported); tests/backend_parity.py decodes
 there.
 
@@ -353,3 +355,154 @@ def test_a_step_budget_refitted_during_training_reaches_the_jitted_jax_step():
     result = subprocess.run([sys.executable, "-c", BUDGET_CUT], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     assert json.loads(result.stdout.splitlines()[-1]) == [0.0, 0.0]
+
+
+# On JAX or PyTorch, in one process: conftest's TensorFlow-trained model dir fine-tuned into a new
+# one (`init_from`) with a moving average of the weights and a time budget of `BUDGET_S` (the first
+# step, which JAX compiles, included; epochs of 1000 steps: none ends before the budget does);
+# resumed with early stopping (patience 2) on validation losses scripted per evaluation, every 2
+# steps; then a new model dir with gradient accumulation (2 micro-batches a step) and mixed
+# precision. `Recorded` keeps the model's weights as the first run begins and, after every step, the
+# moving average computed by hand (float64).
+WORKFLOWS = """
+import json, os, sys
+import keras, numpy as np
+import keras_transformer as kt
+
+parent, root, data, backend, budget_s = sys.argv[1:6]
+DECAY = 0.5
+assert keras.backend.backend() == backend
+
+
+class Recorded(keras.callbacks.Callback):
+    start = average = None
+    micro_batches = 0
+
+    def on_train_begin(self, logs=None):
+        if self.start is None:
+            self.start = self.model.get_weights()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.micro_batches += 1
+        weights = [np.asarray(v.numpy(), np.float64) for v in self.model.trainable_variables]
+        if self.average is None:  # average_1 = w_1; average_t = D average_{t-1} + (1 - D) w_t
+            self.average = weights
+        else:
+            self.average = [DECAY * a + (1 - DECAY) * w for a, w in zip(self.average, weights)]
+
+
+class ScriptedLosses(keras.callbacks.Callback):
+    scores = [5.0, 4.0, 4.5, 4.6]  # the 4th evaluation is the 2nd without a better loss; then 1.0
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs["val_loss"] = self.scores.pop(0) if self.scores else 1.0
+
+
+def trained_to(model_dir, training, callbacks, config=kt.TransformerConfig.tiny(vocab_size=300, dropout=0.0)):
+    log = []
+    model = kt.train(model_dir, config, training, data, verbose=0, callbacks=callbacks, log=log.append)
+    return model, log
+
+
+child, recorded = os.path.join(root, "child"), Recorded()
+fine_tuning = dict(batch_tokens=256, warmup_steps=30, max_steps=1000, ema_decay=DECAY, init_from=parent)
+budgeted = kt.TrainingConfig(**fine_tuning, steps_per_epoch=1000, time_budget_s=float(budget_s))
+_, budget_log = trained_to(child, budgeted, [recorded])
+after_budget = sorted(os.listdir(os.path.join(child, "checkpoints")))
+np.savez(os.path.join(root, "start.npz"), *recorded.start)
+np.savez(os.path.join(root, "ema_after_budget.npz"), *recorded.average)
+stopping = kt.TrainingConfig(**fine_tuning, steps_per_epoch=2, early_stopping=2)
+model, stopping_log = trained_to(child, stopping, [recorded, ScriptedLosses()])
+np.savez(os.path.join(root, "ema.npz"), *recorded.average)
+np.savez(os.path.join(root, "returned.npz"), *model.get_weights())
+
+counted = Recorded()
+accumulating = kt.TrainingConfig(
+    batch_tokens=256, warmup_steps=30, max_steps=2, steps_per_epoch=2, grad_accumulation=2, mixed_precision=True
+)
+config = kt.TransformerConfig.tiny(vocab_size=300, max_length=24, dropout=0.0)
+model, accumulation_log = trained_to(os.path.join(root, "accumulated"), accumulating, [counted], config)
+print(json.dumps({
+    "logs": [budget_log, stopping_log, accumulation_log],
+    "checkpoints_after_budget": after_budget,
+    "micro_batches": counted.micro_batches,
+    "compute_dtype": model.encoder.compute_dtype,
+}))
+"""
+
+
+def npz(path) -> list:
+    with np.load(path) as arrays:
+        return [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+
+
+def assert_weights(model, expected) -> None:
+    for variable, value in zip(model.trainable_variables, expected, strict=True):
+        np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5, atol=1e-6)
+
+
+def line_with(lines: list[str], start: str) -> str:
+    [line] = [line for line in lines if line.startswith(start)]
+    return line
+
+
+BUDGET_S = 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "backend", [pytest.param("jax", marks=installed("jax")), pytest.param("torch", marks=installed("torch"))]
+)
+def test_a_tensorflow_parent_fine_tunes_within_a_time_budget_with_ema_stops_early_and_accumulates(
+    trained, tmp_path, backend
+):
+    """The fine-tuning run starts from the TensorFlow parent's weights (converted by a TensorFlow
+    process), stops when its time budget is used up, with its last step checkpointed; its ema/ holds
+    the moving average of the weights, which the resumed run goes on averaging, while checkpoints/
+    and the model `train` returns hold the raw weights, as on TensorFlow (tests/test_workflows.py);
+    the resumed run stops at the 4th evaluation, the 2nd without a better loss, best/ holding the
+    2nd's weights. A run with 2 micro-batches a step and mixed precision takes 4 micro-batches for 2
+    steps in bfloat16 and writes float32 checkpoints that the TensorFlow tools read."""
+    root = str(tmp_path)
+    env = {**ENV, "KERAS_BACKEND": backend}
+    argv = [sys.executable, "-c", WORKFLOWS, trained.model_dir, root, str(FIXTURE), backend, str(BUDGET_S)]
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-4000:]
+    run = json.loads(result.stdout.splitlines()[-1])
+    budget_log, stopping_log, accumulation_log = run["logs"]
+    child = os.path.join(root, "child")
+
+    parent_checkpoint = kt.ModelDir(trained.model_dir).latest_checkpoint()
+    assert f"fine-tuning from {parent_checkpoint} (step 30) with its tokenizer" in budget_log
+    for got, expected in zip(
+        npz(tmp_path / "start.npz"), kt.load_model(trained.model_dir)[0].get_weights(), strict=True
+    ):
+        np.testing.assert_array_equal(got, expected)
+
+    stopped = int(line_with(budget_log, f"time budget of {BUDGET_S}s used up at step ").split()[-1])
+    assert 0 < stopped < 1000
+    assert line_with(budget_log, "trained to step ") == (
+        f"trained to step {stopped}; checkpoint {os.path.join(child, 'checkpoints', f'ckpt-{stopped}')}"
+    )
+    assert f"ckpt-{stopped}.weights.h5" in run["checkpoints_after_budget"]
+
+    assert f"resumed from step {stopped}" in stopping_log
+    assert (
+        f"early stopping at step {stopped + 8}: no better val_loss in 2 evaluation(s) (best 4 at step {stopped + 4})"
+        in stopping_log
+    )
+    assert latest_step(child) == stopped + 8
+    assert os.path.isfile(os.path.join(child, "best", f"ckpt-{stopped + 4}.weights.h5"))
+    ema_at_budget = kt.load_model(child, os.path.join(child, "ema", f"ckpt-{stopped}"))[0]  # kept: 5 in all
+    assert_weights(ema_at_budget, npz(tmp_path / "ema_after_budget.npz"))
+    ema, latest = kt.load_model(child, "ema")[0], kt.load_model(child)[0]
+    assert_weights(ema, npz(tmp_path / "ema.npz"))
+    assert_weights(latest, npz(tmp_path / "returned.npz"))  # the raw weights
+    assert not np.allclose(ema.trainable_variables[0].numpy(), latest.trainable_variables[0].numpy())
+
+    accumulated = os.path.join(root, "accumulated")
+    assert line_with(accumulation_log, "trained to step ").startswith("trained to step 2; ")
+    assert run["micro_batches"] == 4 and run["compute_dtype"] == "bfloat16"
+    model = kt.load_model(accumulated)[0]
+    assert model.encoder.compute_dtype == "float32"
+    assert all(np.isfinite(weight).all() for weight in model.get_weights())
