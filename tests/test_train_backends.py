@@ -139,7 +139,7 @@ def jax_run(tmp_path_factory) -> JaxRun:
     """`train --backend jax` with the validation BLEU every epoch (40 steps of a run, and at its last
     step): stopped by SIGTERM once its first checkpoint is written, resumed and killed with `kill -9`
     once its first BLEU is logged (a checkpoint newer than best/bleu.json's step written), resumed to
-    step 120; the tests below read its model dir."""
+    step 120 with `--build-shortlist`; the tests below read its model dir."""
     root = tmp_path_factory.mktemp("jax")
     model_dir, temporary = str(root / "model"), root / "tmp"
     temporary.mkdir()
@@ -153,7 +153,7 @@ def jax_run(tmp_path_factory) -> JaxRun:
         run.stderrs.append(stderr)
         run.steps.append(latest_step(model_dir))
         run.stopped_files = run.stopped_files or sorted(os.listdir(os.path.join(model_dir, "checkpoints")))
-    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+    result = subprocess.run([*argv, "--build-shortlist"], capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
     run.statuses.append(result.returncode)
     run.stderrs.append(result.stderr)
     run.steps.append(latest_step(model_dir))
@@ -171,6 +171,7 @@ def test_jax_training_stops_survives_kill_9_resumes_and_translates_with_tensorfl
     assert 0 < stopped < killed_at < last == MAX_STEPS
     assert f"resumed from step {killed_at}" in jax_run.stderrs[2]
     assert f"trained to step {MAX_STEPS}" in jax_run.stderrs[2]
+    assert os.path.exists(os.path.join(jax_run.model_dir, "shortlist.npz"))  # --build-shortlist, on JAX too
     assert_translated_alike(jax_run.model_dir, decode_there("jax", jax_run.model_dir), capsys)
 
 

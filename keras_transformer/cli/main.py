@@ -402,13 +402,13 @@ def _train(args):
                 f"--cpu-devices splits the CPU for tf.distribute, not on {keras.backend.backend()} (on jax, "
                 "XLA_FLAGS=--xla_force_host_platform_device_count=N makes N CPU devices)"
             )
-        train(args.model_dir, config, training, data, strategy=args.strategy, log=_log)
-        return
-    if args.cpu_devices:
-        use_cpu_devices(args.cpu_devices)
-    strategy = resolve_strategy(args.strategy, args.collective_timeout)
+        strategy = args.strategy
+    else:
+        if args.cpu_devices:
+            use_cpu_devices(args.cpu_devices)
+        strategy = resolve_strategy(args.strategy, args.collective_timeout)
     train(args.model_dir, config, training, data, strategy=strategy, log=_log)
-    if args.build_shortlist:
+    if args.build_shortlist:  # counts the training pairs (tf.data and NumPy): on every backend
         from keras_transformer.data.shortlist import build_shortlist
 
         build_shortlist(args.model_dir, log=_log)
