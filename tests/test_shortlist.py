@@ -12,6 +12,7 @@ from keras_transformer import DecodingConfig, Transformer, TransformerConfig
 from keras_transformer.data.shortlist import Shortlist, count_pairs
 from keras_transformer.inference.decoding import beam_search, greedy_search
 from keras_transformer.inference.ensemble import Ensemble
+from keras_transformer.inference.markup import SPAN
 from keras_transformer.inference.sampling import sample
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
@@ -286,6 +287,8 @@ def test_export_check_holds_tflite_and_ctranslate2_to_the_full_search_of_a_short
         return [f"{text} {'shortlisted' if shortlist else 'full'}" for text in sources]
 
     class FakeTranslator:
+        span_rule = SPAN  # the markup check's rule (no tokenizer here)
+
         def __init__(self, decoding):
             self.shortlist = decoding.search.shortlist
 
