@@ -384,7 +384,7 @@ class TrainingConfig:
     checkpoint_every: int = setting(0, "also checkpoint every this many steps (0: only at epoch ends)")
     keep_checkpoints: int = setting(5, "training checkpoints kept, the newest")
     grad_accumulation: int = setting(1, "micro-batches per optimizer step: the update uses their mean gradient")
-    mixed_precision: bool = setting(False, "mixed_float16 on GPU, mixed_bfloat16 on CPU and TPU")
+    mixed_precision: bool = setting(False, "mixed_float16 on TensorFlow's GPUs, else mixed_bfloat16 (JAX, PyTorch too)")
     jit_compile: bool = setting(False, "compile the training step with XLA")
     shuffle_buffer: int = setting(20_000, "sentence pairs in the shuffle buffer")
     seed: int = setting(1234, "weights, shuffling and dropout")
