@@ -203,6 +203,15 @@ def scored(model, tokenizer, beam_size: int, alpha: float, limit: int | None) ->
     }
 
 
+def model_dir_arguments(p, limit: str | None = "only the first N verses") -> None:
+    """The flags of a subcommand that scores a trained model dir's held-out verses: --model-dir,
+    --checkpoint and, unless `limit` is None, --limit (its help)."""
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--checkpoint", default="latest")
+    if limit is not None:
+        p.add_argument("--limit", type=int, help=limit)
+
+
 def table_arguments(parser) -> None:
     parser.add_argument("--preset", default="small")
     parser.add_argument(
@@ -361,9 +370,7 @@ def timed(translator, texts, constraints=None) -> tuple[list[str], float]:
 
 
 def constraints_arguments(p) -> None:
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--checkpoint", default="latest")
-    p.add_argument("--limit", type=int, help="only the first N verses")
+    model_dir_arguments(p)
     p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
     p.add_argument("--seed", type=int, default=0, help="draws the phrases")
 
@@ -416,9 +423,7 @@ def constraints(args) -> None:
 def shortlist_arguments(p) -> None:
     from keras_transformer.data.shortlist import FREQUENT, PER_SOURCE
 
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--checkpoint", default="latest")
-    p.add_argument("--limit", type=int, help="only the first N verses")
+    model_dir_arguments(p)
     p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--rebuild", action="store_true", help="build the model dir's shortlist.npz again")
@@ -472,9 +477,7 @@ def shortlist(args) -> None:
 
 
 def paragraphs_arguments(p) -> None:
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--checkpoint", default="latest")
-    p.add_argument("--limit", type=int, help="only the first N verses")
+    model_dir_arguments(p)
     p.add_argument("--per-line", type=int, default=5, help="verses joined to a line")
     p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
     p.add_argument("--rounds", type=int, default=3, help="timed rounds, the ways alternating; medians")
@@ -567,8 +570,7 @@ def wrap_a_word(verse: str, rng: random.Random) -> str:
 
 
 def markup_arguments(p) -> None:
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--checkpoint", default="latest")
+    model_dir_arguments(p, limit=None)
     p.add_argument("--limit", type=int, help="only the first N verses, and N software pairs with spans")
     p.add_argument("--seed", type=int, default=0, help="draws the word of each verse in <b>...</b>")
 
@@ -681,9 +683,7 @@ def holds(output: str, target: str) -> bool:
 
 
 def glossary_arguments(p) -> None:
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--checkpoint", default="latest")
-    p.add_argument("--limit", type=int, help="only the first N verses")
+    model_dir_arguments(p)
     p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
     p.add_argument("--terms", type=int, default=20)
     p.add_argument("--stopwords", type=int, default=100, help="the source words in most training sources: no terms")
@@ -757,8 +757,7 @@ def spelt(row, item_ids) -> bool:
 
 
 def unknown_arguments(p) -> None:
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--checkpoint", default="latest")
+    model_dir_arguments(p, limit=None)
     p.add_argument("--sentences", type=int, default=30, help="the first N held-out verses, each with one item")
     p.add_argument("--seed", type=int, default=0, help="draws each verse's item and its place")
     p.add_argument("--beam-size", type=int, default=SearchSettings.beam_size)
