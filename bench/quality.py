@@ -788,7 +788,9 @@ def unknown(args) -> None:
     searched = translator.decode(source_ids, 1)[0][:, 0, :]  # [B, L]: the best hypothesis
     searched_texts = [text.decode("utf-8") for text in tokenizer.detokenize(searched).numpy()]
     in_search = [spelt(row, ids) for row, ids in zip(searched.numpy(), item_ids)]
-    kept = lambda outputs: [output.count(item) == 1 for item, output in zip(drawn, outputs)]
+    kept, kept_unprotected = (
+        [output.count(item) == 1 for item, output in zip(drawn, ways)] for ways in (outputs, unprotected)
+    )
 
     def share(flags, kind=None) -> float | None:
         return fraction(flag for flag, k in zip(flags, kind_of) if kind in (None, k))
@@ -804,10 +806,10 @@ def unknown(args) -> None:
             sentences=len(texts),
             by_kind={kind: kind_of.count(kind) for kind in kinds},
             not_unseen=sorted(item for items in UNSEEN.values() for item in items if seen & set(item)),
-            kept_share=share(kept(outputs)),
-            kept_share_by_kind={kind: share(kept(outputs), kind) for kind in kinds},
-            unprotected_kept_share=share(kept(unprotected)),
-            unprotected_kept_share_by_kind={kind: share(kept(unprotected), kind) for kind in kinds},
+            kept_share=share(kept),
+            kept_share_by_kind={kind: share(kept, kind) for kind in kinds},
+            unprotected_kept_share=share(kept_unprotected),
+            unprotected_kept_share_by_kind={kind: share(kept_unprotected, kind) for kind in kinds},
             bytes_in_source_share=share([spelt(row, ids) for row, ids in zip(source_ids.numpy(), item_ids)]),
             bytes_in_search_share=share(in_search),
             searched_but_lost=sum(s and i not in t for s, i, t in zip(in_search, drawn, searched_texts)),
