@@ -36,6 +36,18 @@ Encoder and setup ops (outside the loop, once per call) are `outside_loop_ms`.
 `small` is the `small` preset (vocabulary 8000), `base` the paper's base (32000). Capped at AVX2 on
 an AVX-512 CPU (as `decoding.py forced --isa avx2` caps its workers):
 `ONEDNN_MAX_CPU_ISA=AVX2 python bench/profiles.py decode`; the line's `isa_caps` names the caps set.
+
+`int8-matmul`: what a decoding step's weight matrices cost in each precision on one thread: our
+`Linear` in float32, our `Linear` with int8 weights (`quantize("int8")`: the int8 kernel cast to
+float before a float matmul) and Keras' `Dense` with int8 weights (its `quantize("int8")`: the
+activations rounded to int8 per row, an int8 x int8 matmul into int32). The int8 layers hold the
+float32 layer's weights, so `max_relative_error` is each one's arithmetic against float32's. Each
+shape runs in as many distinct copies as a decoding step has of it (at least 2), one after
+another, so the weights come from the caches or from memory as in a real step: per decoder layer 6
+d x d (self-attention Q K V O, cross-attention Q O) and the feed-forward's two, then the output
+projection once. `step_us` adds them up:
+
+    python bench/profiles.py int8-matmul --models small base --rows 4 128
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ import json
 import os
 import time
 
+import keras
 import numpy as np
 import tensorflow as tf
 from common import (
@@ -64,6 +77,7 @@ from flops import decode_step_flops, matmul_rate
 from training import build_ours
 
 from keras_transformer import Transformer, TransformerConfig, beam_search
+from keras_transformer.layers.linear import Linear
 
 
 def op_rows(logdir: str) -> list[tuple[str, str, float, float]]:
@@ -284,9 +298,117 @@ def decode(args) -> None:
     )
 
 
+PRECISIONS = ("float32", "int8_weights", "keras_int8")
+
+
+def int8_matmul_arguments(parser) -> None:
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["small", "base"])
+    parser.add_argument(
+        "--rows", nargs="+", type=int, default=[4, 128], help="rows of x: a step's hypotheses (beam 4 x 1, x 32)"
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per shape; the fastest counts")
+
+
+def step_matrices(config: TransformerConfig) -> dict[str, tuple[tuple[int, int], int]]:
+    """A decoding step's weight matrices: name -> ((d_in, units), times per step)."""
+    d, layers = config.d_model, config.decoder_depth
+    return {
+        "attention": ((d, d), 6 * layers),
+        "ffn_in": ((d, config.d_ff), layers),
+        "ffn_out": ((config.d_ff, d), layers),
+        "output": ((d, config.vocab_size), 1),
+    }
+
+
+def precision_layers(d_in: int, units: int, copies: int) -> dict[str, list]:
+    """`copies` float32 `Linear` layers, and each one's weights in the other precisions."""
+    made = {name: [] for name in PRECISIONS}
+    for _ in range(copies):
+        ours = Linear(units)
+        ours.build((None, d_in))
+        made["float32"].append(ours)
+        for name, layer in (("int8_weights", Linear(units)), ("keras_int8", keras.layers.Dense(units))):
+            layer.build((None, d_in))
+            layer.set_weights(ours.get_weights())
+            layer.quantize("int8")
+            made[name].append(layer)
+    return made
+
+
+def seconds_per_call(layers: list, x: tf.Tensor, repeats: int) -> tuple[float, tf.Tensor]:
+    """The fastest of `repeats` runs of every layer on `x`, over the layers; the first's output."""
+
+    @tf.function
+    def run(x):
+        outputs = [layer(x) for layer in layers]
+        return outputs[0], tf.stack([y[0, 0] for y in outputs[1:]] or [0.0])  # all of them run
+
+    run(x)  # trace
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        first, _ = run(x)
+        first.numpy()
+        best = min(best, time.perf_counter() - start)
+    return best / len(layers), run(x)[0]
+
+
+def one_thread() -> int:
+    """One thread per op where TensorFlow has not started yet; the threads per op it runs with."""
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # TensorFlow ran before (a test's process): its pools stay
+        pass
+    return tf.config.threading.get_intra_op_parallelism_threads()
+
+
+def int8_matmul(args) -> None:
+    threads, load_before, models = one_thread(), load_average(), {}
+    for name in args.models:
+        config, rows = MODELS[name], {}
+        for m in args.rows:
+            matrices, step = {}, dict.fromkeys(PRECISIONS, 0.0)
+            for matrix, ((d_in, units), times) in step_matrices(config).items():
+                layers = precision_layers(d_in, units, max(2, times))
+                x = tf.random.stateless_normal((m, d_in), seed=(m, d_in))
+                timed = {precision: seconds_per_call(layers[precision], x, args.repeats) for precision in PRECISIONS}
+                reference = timed["float32"][1]
+                matrices[matrix] = {
+                    "shape": [m, d_in, units],
+                    "copies": len(layers["float32"]),
+                    "us": {precision: round(s * 1e6, 1) for precision, (s, _) in timed.items()},
+                    "over_float32": {p: round(s / timed["float32"][0], 2) for p, (s, _) in timed.items()},
+                    "max_relative_error": {
+                        p: round(float(tf.reduce_max(tf.abs(y - reference)) / tf.reduce_max(tf.abs(reference))), 4)
+                        for p, (_, y) in timed.items()
+                        if p != "float32"
+                    },
+                }
+                for precision, (s, _) in timed.items():
+                    step[precision] += s * times
+            rows[str(m)] = {
+                "matrices": matrices,
+                "step_us": {p: round(s * 1e6, 1) for p, s in step.items()},
+                "step_over_float32": {p: round(s / step["float32"], 2) for p, s in step.items()},
+            }
+        models[name] = rows
+    emit(
+        record(
+            benchmark="int8_matmul",
+            intra_op_threads=threads,
+            models=models,
+            load_before=load_before,
+            load_after=load_average(),
+            isa_caps={name: os.environ[name] for name in ISA_CAP_VARIABLES if name in os.environ},
+        )
+    )
+
+
 COMMANDS = {
     "step": (step_arguments, step, "a profiler trace of training steps, summarised by op type"),
     "decode": (decode_arguments, decode, "where a decoding step's time goes, against the FLOPs it needs"),
+    "int8-matmul": (int8_matmul_arguments, int8_matmul, "a step's weight matrices: float32, int8 weights, Keras int8"),
 }
 main = command_line(__doc__, COMMANDS)
 

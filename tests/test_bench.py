@@ -413,6 +413,22 @@ def test_data_memory(capsys, tmp_path):
     assert run["peak_rss_mb"] > 100 and 0 < run["first_step_s"] < run["total_s"]
 
 
+def test_int8_matmul_times_each_precision_on_the_same_weights(capsys):
+    argv = ["int8-matmul", "--models", "tiny", "--rows", "2", "--repeats", "1"]
+    line = run_main("profiles", argv, capsys)
+    row = line["models"]["tiny"]["2"]
+    assert set(row["matrices"]) == {"attention", "ffn_in", "ffn_out", "output"}
+    output = row["matrices"]["output"]
+    assert output["shape"] == [2, 64, 500] and output["copies"] == 2  # once a step; at least 2
+    assert row["matrices"]["attention"]["copies"] == 12  # 6 per decoder layer, 2 layers
+    for matrix in row["matrices"].values():
+        assert matrix["over_float32"]["float32"] == 1.0 and min(matrix["us"].values()) > 0
+        # int8 weights (and Keras' int8 activations) of the float32 layer's weights: close, not equal
+        assert 0 < matrix["max_relative_error"]["int8_weights"] < 0.03
+        assert 0 < matrix["max_relative_error"]["keras_int8"] < 0.06
+    assert row["step_over_float32"]["float32"] == 1.0 and row["step_us"]["keras_int8"] > 0
+
+
 @pytest.mark.slow
 def test_profile_decode_splits_a_step(capsys, tmp_path, monkeypatch):
     argv = ["decode", "--models", "tiny", "--batches", "1", "2", "--source-length", "5", "--generate", "3"]

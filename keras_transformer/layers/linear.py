@@ -25,10 +25,10 @@ class Linear(keras.layers.Dense):
     max|W[:, j]|)), and the layer then computes (x cast(W_q)) / s + b with float activations
     (dynamic-range, weights-only quantisation). Not Keras' own int8 call, which also rounds the
     activations to int8 per row and multiplies int8 by int8 into int32: TensorFlow's CPU kernel for
-    that (Eigen's; oneDNN does not run it) took several times as long as the float32 matmul on a
-    decoding step's shapes in a smoke timing (AVX-512 VNNI CPU, a shared machine), where the cast
-    of the int8 kernel added a fraction of it; `python bench/decoding.py int8` measures the whole
-    search. Keras' `Dense.quantize` refuses subclasses (`type_check`): Keras' `model.quantize("int8")`
+    that (Eigen's; oneDNN does not run it) took 1.6-4.7x the float32 time of a decoding step's
+    matrices, where this cast took 1.07-1.19x (`python bench/profiles.py int8-matmul`:
+    bench/RESULTS.md, "int8 weights against float32"; `python bench/decoding.py int8` measures the
+    whole search). Keras' `Dense.quantize` refuses subclasses (`type_check`): Keras' `model.quantize("int8")`
     skips every layer of this model.
     """
 
