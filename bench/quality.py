@@ -437,7 +437,7 @@ def shortlist(args) -> None:
     if args.rebuild or not os.path.isfile(os.path.join(args.model_dir, FILE)):
         build_shortlist(args.model_dir, per_source=args.per_source, frequent=args.frequent, log=lambda line: None)
     sources, references = held_out_pairs(args.model_dir, args.limit)[:2]
-    full = Translator.from_model_dir(args.model_dir, args.checkpoint, beam_size=args.beam_size)
+    full = Translator.from_model_dir(args.model_dir, args.checkpoint, beam_size=args.beam_size, shortlist=False)
     lexical = Shortlist.load(args.model_dir, full.model.config.vocab_size)
     short = Translator(full.model, full.tokenizer, full.decoding, lexical_shortlist=lexical, shortlist=True)
     translators = {"full": full, "shortlist": short}

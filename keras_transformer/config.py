@@ -503,10 +503,11 @@ class SearchSettings:
     suppress_sequences: tuple[str, ...] = setting(
         (), "a text whose tokens are never generated in that order", metavar="TEXT", flag="--suppress-sequence"
     )
-    shortlist: bool = setting(
-        False,
+    shortlist: bool | None = setting(
+        None,
         "search over the union of the batch's vocabulary shortlists (the model dir's shortlist.npz, built by "
-        "keras-transformer shortlist; CTranslate2's vmap): faster, scores over the shortlist's softmax",
+        "keras-transformer shortlist or train --build-shortlist; CTranslate2's vmap): faster, scores over the "
+        "shortlist's softmax (default: wherever the model dir has one and the shapes are dynamic)",
     )
 
     def __post_init__(self):

@@ -1,6 +1,7 @@
 """The vocabulary shortlist (issue 39 item 2): built from pairs (`data/shortlist.py`), searched over
 (`inference/shortlist.py`), in `Translator`, the command line and the SavedModel."""
 
+import json
 import shutil
 
 import numpy as np
@@ -219,18 +220,24 @@ def test_translator_and_the_command_line_search_over_the_shortlist(shortlisted_d
     texts = fixture_pairs[0][:6]
     translator = kt.Translator.from_model_dir(shortlisted_dir, shortlist=True, beam_size=2)
     shortlisted = translator.translate(texts)
-    assert kt.Translator.from_model_dir(shortlisted_dir).lexical_shortlist is None  # the setting is off by default
+    by_default = kt.Translator.from_model_dir(shortlisted_dir, beam_size=2)  # the model dir has one: on
+    assert by_default.decoding.search.shortlist is True and by_default.translate(texts) == shortlisted
+    full = kt.Translator.from_model_dir(shortlisted_dir, shortlist=False, beam_size=2)
+    assert full.lexical_shortlist is None and full.decoding.search.shortlist is False
+    fixed = kt.Translator.from_model_dir(shortlisted_dir, max_decode_length=30)  # static shapes: off, no error
+    assert fixed.lexical_shortlist is None and fixed.decoding.search.shortlist is False
     rows = translator.source_ids(texts)
     source_ids = np.stack([np.pad(row, (0, max(map(len, rows)) - len(row))) for row in rows]).astype(np.int32)
     ids, _ = translator.decode(source_ids, 1)
     shortlist = translator.lexical_shortlist
     union = {0, 1, 2, 3, *shortlist.frequent.tolist(), *shortlist.table[source_ids].ravel().tolist()}
     assert set(ids.numpy().ravel().tolist()) <= union < set(range(300))
-    assert (
-        main(["translate", "--model-dir", shortlisted_dir, "--no-split", "--shortlist", "--beam-size", "2", *texts])
-        == 0
-    )
+    assert main(["translate", "--model-dir", shortlisted_dir, "--no-split", "--beam-size", "2", *texts]) == 0
     assert capsys.readouterr().out.splitlines() == shortlisted
+    evaluate = ["evaluate", "--model-dir", shortlisted_dir, "--show", "0", "--limit", "2"]
+    for flags, setting in (([], True), (["--no-shortlist"], False), (["--jit-compile"], False)):
+        assert main([*evaluate, *flags]) == 0
+        assert json.loads(capsys.readouterr().out)["shortlist"] is setting
 
 
 def test_the_saved_model_searches_over_the_shortlist_as_translator_does(shortlisted_dir, fixture_pairs, tmp_path):

@@ -75,7 +75,8 @@ def _add_train(subparsers):
         "--build-shortlist",
         action="store_true",
         help="after training, count the training pairs into the model dir's vocabulary shortlist (shortlist.npz, "
-        "as `keras-transformer shortlist` does), which translate/evaluate/export --shortlist search over",
+        "as `keras-transformer shortlist` does), which translate, evaluate and export then search over "
+        "(--no-shortlist: not)",
     )
     add_train_flags(p)
     add_config_flags(p, DataConfig, "data (DataConfig; the README's Data)")
@@ -317,7 +318,7 @@ def _add_shortlist(subparsers):
     p = subparsers.add_parser(
         "shortlist",
         help="count the training pairs into the model dir's vocabulary shortlist (shortlist.npz), which "
-        "translate, evaluate and export --shortlist search over",
+        "translate, evaluate and export then search over (--no-shortlist: not)",
     )
     p.add_argument("--model-dir", required=True, help="the model directory: its tokenizer, data and shortlist.npz")
     p.add_argument(
@@ -684,18 +685,16 @@ def _export(args):
     else:
         model, tokenizer, values = load_model(args.model_dir[0], args.checkpoint)
         exported = [values["checkpoint_path"]]
-    from keras_transformer.data.shortlist import Shortlist
+    from keras_transformer.data.shortlist import model_dir_shortlist
 
+    settings, shortlist = model_dir_shortlist(args.model_dir[0], export_decoding(args), model.config.vocab_size)
     if args.format == "ctranslate2":
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
-        shortlist = Shortlist.load(args.model_dir[0], model.config.vocab_size) if args.shortlist else None
         paths = export_ctranslate2(model, tokenizer, args.out, args.quantization, shortlist)
     else:
         from keras_transformer.exporters.tensorflow import export_tensorflow
 
-        settings = export_decoding(args)
-        shortlist = Shortlist.load(args.model_dir[0], model.config.vocab_size) if settings.search.shortlist else None
         paths = export_tensorflow(
             model,
             tokenizer,

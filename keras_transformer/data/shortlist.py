@@ -70,7 +70,7 @@ class Shortlist:
             directory = path if os.path.isdir(path) else os.path.dirname(path)
             raise ValueError(
                 f"{directory} has no {FILE}: build one with `keras-transformer shortlist --model-dir {directory}` "
-                "(or keras_transformer.data.shortlist.build_shortlist), or decode without --shortlist"
+                "(or keras_transformer.data.shortlist.build_shortlist), or decode with --no-shortlist"
             )
         with np.load(file) as arrays:
             shortlist = cls(arrays["table"].astype(np.int32), arrays["frequent"].astype(np.int32), int(arrays["pairs"]))
@@ -80,6 +80,20 @@ class Shortlist:
                 "build it again"
             )
         return shortlist
+
+
+def model_dir_shortlist(model_dir: str, decoding, vocab_size: int) -> tuple:
+    """The `shortlist` setting of `decoding` (a `DecodingConfig`) decided for `model_dir`: (the
+    settings with it True or False, the model dir's `Shortlist` or None). True reads shortlist.npz
+    (a `ValueError` that says how to build it if missing); None, the default, reads it wherever the
+    model dir has one and the search's shapes are dynamic (no `jit_compile`, no
+    `max_decode_length`): on the held-out verses it cost 0.05 and 0.13 BLEU, within the 0.2 that
+    issue 39 allows a default (bench/RESULTS.md, "Vocabulary shortlist", "The speed-quality frontier")."""
+    wanted = decoding.search.shortlist
+    if wanted is None:
+        static = decoding.runtime.jit_compile or decoding.runtime.max_decode_length
+        wanted = not static and os.path.isfile(os.path.join(model_dir, FILE))
+    return decoding.replace(shortlist=wanted), Shortlist.load(model_dir, vocab_size) if wanted else None
 
 
 class Counts:

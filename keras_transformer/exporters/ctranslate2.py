@@ -14,7 +14,7 @@ the model has it. Greedy outputs equal ours token for token (tests/test_ctransla
     OUT/tokenizer.model         the SentencePiece model: text -> tokens, tokens -> text
     OUT/tokenizer.target.model  a model of two SentencePiece models (OPUS-MT's): the target side's,
                                 tokens -> text (tokenizer.model: the source side's, text -> tokens)
-    OUT/vmap.txt                with a vocabulary shortlist (`export --shortlist`): CTranslate2's
+    OUT/vmap.txt                with the model dir's vocabulary shortlist (by default): CTranslate2's
                                 vocabulary map of it, which `translate_batch(..., use_vmap=True)`
                                 searches over (`vocabulary_map`)
 

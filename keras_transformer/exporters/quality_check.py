@@ -169,7 +169,7 @@ def _runners(out: str, translator: Translator, metadata: dict) -> dict:
         except ImportError:
             runners[out] = "CTranslate2 is not installed: pip install 'keras-aiayn[ctranslate2]'"
         else:
-            vmap = os.path.isfile(os.path.join(out, "vmap.txt"))  # `export --format ctranslate2 --shortlist`
+            vmap = os.path.isfile(os.path.join(out, "vmap.txt"))  # exported from a dir with a shortlist
             runner = _ctranslate2_runner(ctranslate2.Translator(out), translator, vmap)
             runners[out] = (runner, False, "shortlisted" if vmap else "plain")
     return runners

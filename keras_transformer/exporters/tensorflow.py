@@ -22,7 +22,7 @@
     OUT/glossary.tsv                 with `export --glossary FILE`: the terms the text SavedModels'
                                      `translate` holds (the ids-only and TFLite models hold none)
 
-With the `shortlist` setting (`export --shortlist`) both SavedModels hold the model dir's
+With the `shortlist` setting (by default where the model dir has one) both SavedModels hold the model dir's
 vocabulary shortlist and search over it (`inference/shortlist.py`; translator.json's
 `saved_model_shortlist`); the TFLite models never do (static shapes there), nor does `score`.
 

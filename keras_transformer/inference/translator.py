@@ -15,7 +15,7 @@ translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_pr
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
 translator.translate("Click <b>here</b>, {name}.", markup=True)  # tags and placeholders kept (markup_restore.py)
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
-kt.Translator.from_model_dir("runs/small", shortlist=True)  # over the vocabulary shortlist (shortlist.py)
+kt.Translator.from_model_dir("runs/small", shortlist=False)  # the whole vocabulary, not the dir's shortlist
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.data.shortlist import Shortlist
+from keras_transformer.data.shortlist import model_dir_shortlist
 from keras_transformer.data.tokenizer import lang_token
 from keras_transformer.inference import alignment, sentences
 from keras_transformer.inference import constraints as lexical
@@ -158,7 +158,8 @@ class Translator:
         weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path,
         decoding with `decoding` and `overrides` of its fields (`DecodingConfig`), constrained by
         `glossary`. A list of several directories gives their `Ensemble` (which must share one
-        tokenizer). With the `shortlist` setting, the (first) directory's vocabulary shortlist is read."""
+        tokenizer). The (first) directory's vocabulary shortlist is read as the `shortlist` setting says
+        (by default wherever it has one: `data.shortlist.model_dir_shortlist`)."""
         from keras_transformer.model_dir import load_model
 
         paths = [path] if isinstance(path, str) else list(path)
@@ -167,7 +168,7 @@ class Translator:
         else:
             model, tokenizer, _ = load_model(paths[0], checkpoint)
         settings = (decoding or DecodingConfig()).replace(**overrides)
-        shortlist = Shortlist.load(paths[0], model.config.vocab_size) if settings.search.shortlist else None
+        settings, shortlist = model_dir_shortlist(paths[0], settings, model.config.vocab_size)
         return cls(model, tokenizer, settings, glossary, lexical_shortlist=shortlist)
 
     def source_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
