@@ -8,10 +8,10 @@ frequencies (`sinusoid_layout="halves"`) and leaves the LayerNorm epsilon at its
 1e-5, so the parity imports ask for both; Marian's own (tensor2tensor's sinusoids, epsilon 1e-9)
 are the import's default. (At Marian's epsilon the scores differ from CTranslate2's by up to 2e-4.)"""
 
+import dataclasses
 import json
 import os
 import shutil
-import struct
 
 import ctranslate2
 import numpy as np
@@ -21,13 +21,19 @@ import tensorflow as tf
 import yaml
 from conftest import FIXTURE
 from marian_maker import (
+    BIG_HEADS,
+    OPUS_MT_FILES,
     TINY,
+    UNEQUAL_DEPTHS,
+    Files,
     fixture_lines,
     fixture_spm,
     marian_options,
     marian_pieces,
     marian_weights,
     opus_mt_spm,
+    stored_as,
+    write_huggingface,
     write_marian,
     write_vocab,
 )
@@ -41,7 +47,7 @@ from keras_transformer.inference.decoding import beam_search, greedy_search
 from keras_transformer.inference.search import decode_limits
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import load_model
-from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID, never_generated
 
 D_MODEL, D_FF, HEADS, LAYERS = TINY.d_model, TINY.d_ff, TINY.heads, TINY.layers
 CTRANSLATE2 = dict(sinusoid_layout="halves", layer_norm_epsilon=1e-5)  # what CTranslate2's Marian conversion computes
@@ -325,71 +331,6 @@ def test_a_vocabulary_piece_that_no_sentencepiece_model_has_decodes_and_is_never
 # --- the Hugging Face layout (importers/huggingface.py) -------------------------------------------
 
 
-def write_safetensors(path, tensors):
-    """A safetensors file of float32 `tensors`, by its format (huggingface/safetensors' README): an
-    8-byte little-endian header length, the JSON header, the raw data."""
-    header, blobs, offset = {}, [], 0
-    for name, array in tensors.items():
-        data = np.ascontiguousarray(array, "<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    encoded = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + b"".join(blobs))
-
-
-def hf_positions(length, dim):
-    """transformers' `MarianSinusoidalPositionalEmbedding._init_weight` table."""
-    angles = np.array([[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)] for pos in range(length)])
-    return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)
-
-
-def write_huggingface(directory, spm_bytes, marian, target=None):
-    """A MarianMTModel directory of the Marian weights `marian`, as transformers' conversion script
-    (`convert_marian_to_pytorch.py`) writes it: a zero <pad> row last (the decoder's start), torch
-    layout [out, in], Hugging Face's names; target.spm: `target` where given (as `write_marian`)."""
-    directory.mkdir(parents=True)
-    pieces = marian_pieces(spm_bytes, target=target)
-    pad = len(pieces)
-    shared = np.concatenate([marian["Wemb"], np.zeros((1, D_MODEL), np.float32)])
-    tensors = {
-        "model.shared.weight": shared,
-        "lm_head.weight": shared,
-        "final_logits_bias": np.concatenate([marian["decoder_ff_logit_out_b"], [[0.0]]], axis=1),
-        "model.encoder.embed_positions.weight": hf_positions(512, D_MODEL),
-    }
-    for side in ("encoder", "decoder"):
-        for i in range(LAYERS):
-            ours, theirs = f"{side}_l{i + 1}", f"model.{side}.layers.{i}"
-            attentions = [("self", "self_attn")] + ([("context", "encoder_attn")] if side == "decoder" else [])
-            for scope, name in attentions:
-                for q in "qkvo":
-                    projection = "out_proj" if q == "o" else f"{q}_proj"
-                    tensors[f"{theirs}.{name}.{projection}.weight"] = marian[f"{ours}_{scope}_W{q}"].T
-                    tensors[f"{theirs}.{name}.{projection}.bias"] = marian[f"{ours}_{scope}_b{q}"].reshape(-1)
-                tensors[f"{theirs}.{name}_layer_norm.weight"] = marian[f"{ours}_{scope}_Wo_ln_scale"].reshape(-1)
-                tensors[f"{theirs}.{name}_layer_norm.bias"] = marian[f"{ours}_{scope}_Wo_ln_bias"].reshape(-1)
-            for k in "12":
-                tensors[f"{theirs}.fc{k}.weight"] = marian[f"{ours}_ffn_W{k}"].T
-                tensors[f"{theirs}.fc{k}.bias"] = marian[f"{ours}_ffn_b{k}"].reshape(-1)
-            tensors[f"{theirs}.final_layer_norm.weight"] = marian[f"{ours}_ffn_ffn_ln_scale"].reshape(-1)
-            tensors[f"{theirs}.final_layer_norm.bias"] = marian[f"{ours}_ffn_ffn_ln_bias"].reshape(-1)
-    write_safetensors(directory / "model.safetensors", tensors)
-    config = {
-        "model_type": "marian", "d_model": D_MODEL, "encoder_layers": LAYERS, "decoder_layers": LAYERS,
-        "encoder_attention_heads": HEADS, "decoder_attention_heads": HEADS, "encoder_ffn_dim": D_FF,
-        "decoder_ffn_dim": D_FF, "activation_function": "swish", "scale_embedding": True, "vocab_size": pad + 1,
-        "pad_token_id": pad, "decoder_start_token_id": pad, "max_position_embeddings": 512,
-        "share_encoder_decoder_embeddings": True, "dropout": 0.1,
-    }  # fmt: skip
-    (directory / "config.json").write_text(json.dumps(config))
-    vocab = {piece: i for i, piece in enumerate([*pieces, "<pad>"])}
-    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (directory / "source.spm").write_bytes(spm_bytes)
-    (directory / "target.spm").write_bytes(target or spm_bytes)
-    return directory
-
-
 def test_the_hugging_face_layout_imports_to_the_same_model(spm, tmp_path):
     """The same weights under transformers' names give the same logits to 1e-6 (at Marian's epsilon;
     transformers' own is torch's 1e-5), but at pad: transformers' <pad> row (zero, bias 0) takes its
@@ -491,3 +432,134 @@ def test_an_imported_model_fine_tunes_from_its_own_weights_and_exports(spm, tmp_
     out = str(tmp_path / "export")
     assert main(["export", "--model-dir", str(parent), "--out", out, "--no-tflite"]) == 0
     assert main(["export", "--check", out, "--sample", "4"]) == 0
+
+
+# --- one Marian layout per variant, against CTranslate2's converter (issue 50) --------------------
+
+GREEDY_SENTENCES = 8  # the fixture's first sources, translated greedily by CTranslate2 and checked by us
+GREEDY_LIMIT = 40  # tokens per translation at most (CTranslate2's max_decoding_length)
+
+
+def assert_greedy_equals_ctranslate2s(ctranslate2_dir, model_dir):
+    """CTranslate2's greedy translations (the model in `ctranslate2_dir`) of the fixture's first
+    sources are the imported model's (`model_dir`) token for token, and their log-probabilities sum
+    to CTranslate2's scores to 1e-4 per token. Checked in one teacher-forced forward pass rather than
+    by tracing a search per variant: at each step of CTranslate2's translation our argmax over the
+    tokens our decoding may output (not `never_generated`), after CTranslate2's prefix, is
+    CTranslate2's token; our greedy search is that argmax decoding (tests/test_decoding.py's
+    `test_greedy_equals_uncached_argmax_decoding`)."""
+    model, tokenizer, _ = load_model(model_dir)
+    ids = {tokenizer.piece(i): i for i in range(tokenizer.vocab_size)}
+    rows = Translator(model, tokenizer).source_ids(fixture_lines()[0][:GREEDY_SENTENCES])
+    results = ctranslate2.Translator(ctranslate2_dir, intra_threads=1).translate_batch(
+        [[tokenizer.piece(int(i)) for i in row[:-1]] for row in rows],  # CTranslate2 appends the EOS itself
+        beam_size=1, length_penalty=0.0, max_decoding_length=GREEDY_LIMIT, min_decoding_length=0,
+        return_end_token=True, return_scores=True,
+    )  # fmt: skip
+    theirs = [[ids[token] for token in result.hypotheses[0]] for result in results]
+    assert sum(map(len, theirs)) > 5 * GREEDY_SENTENCES  # not all empty
+    target_in = padded([[START_ID, *row[:-1]] for row in theirs])
+    logits = model((padded(rows), target_in), training=False).numpy().astype(np.float64)  # [B, T, V]
+    logits[..., list(never_generated())] = -np.inf
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))  # [B, T, V]
+    for row, step_logits, step_log_probs, result in zip(theirs, logits, log_probs, results):
+        assert step_logits[: len(row)].argmax(-1).tolist() == row
+        score = step_log_probs[np.arange(len(row)), row].sum()
+        np.testing.assert_allclose(score, result.scores[0], atol=1e-4 * len(row))
+
+
+MARIAN_VARIANTS = {
+    "output-Wt": dict(output="Wt"),  # the embedding stored again as decoder_ff_logit_out_Wt [V, d_model]
+    "output-W": dict(output="W"),  # ... transposed, as decoder_ff_logit_out_W [d_model, V]
+    "16-heads": dict(size=BIG_HEADS),  # transformer-big's head count
+    "3-1-layers": dict(size=UNEQUAL_DEPTHS),
+    "3-1-layers-pre-ln-relu": dict(size=UNEQUAL_DEPTHS, pre_norm=True, activation="relu"),
+    "opus-mt-file-names": dict(files=OPUS_MT_FILES),  # decoder.yml naming opus.spm32k-spm32k.*
+}
+
+
+@pytest.mark.parametrize("variant", MARIAN_VARIANTS)
+def test_each_marian_layout_imports_as_ctranslate2_converts_it(variant, spm, tmp_path):
+    """At CTranslate2's settings (`CTRANSLATE2`): greedy token for token, scores to 1e-4 per token."""
+    marian = write_marian(tmp_path / "marian", spm, **MARIAN_VARIANTS[variant])
+    ctranslate2.converters.OpusMTConverter(str(marian)).convert(str(tmp_path / "ctranslate2"))
+    import_marian(str(marian), str(tmp_path / "model"), warn=lambda line: None, **CTRANSLATE2)
+    assert_greedy_equals_ctranslate2s(str(tmp_path / "ctranslate2"), str(tmp_path / "model"))
+
+
+def test_a_directory_without_decoder_yml_imports_as_ctranslate2s_marian_converter_reads_it(spm, tmp_path):
+    """CTranslate2's `OpusMTConverter` needs a decoder.yml; its `MarianConverter` takes the paths,
+    which the import finds: the directory's one *.npz and one *.vocab.yml (OPUS-MT's names here)."""
+    files = dataclasses.replace(OPUS_MT_FILES, decoder_yml=False)
+    marian = write_marian(tmp_path / "marian", spm, files=files)
+    assert not (marian / "decoder.yml").exists()
+    vocab = str(marian / files.vocab)
+    converter = ctranslate2.converters.MarianConverter(str(marian / files.weights), [vocab, vocab])
+    converter.convert(str(tmp_path / "ctranslate2"))
+    import_marian(str(marian), str(tmp_path / "model"), warn=lambda line: None, **CTRANSLATE2)
+    assert_greedy_equals_ctranslate2s(str(tmp_path / "ctranslate2"), str(tmp_path / "model"))
+
+
+def test_refuses_a_directory_without_decoder_yml_that_holds_two_weight_files(spm, tmp_path):
+    marian = write_marian(tmp_path / "marian", spm, files=Files(decoder_yml=False))
+    shutil.copy(marian / "model.npz", marian / "model.npz.best-bleu.npz")
+    assert import_error(marian, tmp_path) == (
+        f"{marian} must hold one weights file (*.npz), it holds 2 (model.npz, model.npz.best-bleu.npz); "
+        "a decoder.yml names them"
+    )
+
+
+def test_refuses_a_decoder_yml_that_names_a_file_the_directory_lacks(spm, tmp_path):
+    marian = write_marian(tmp_path / "marian", spm, files=OPUS_MT_FILES)
+    (marian / OPUS_MT_FILES.vocab).unlink()
+    assert import_error(marian, tmp_path) == (
+        f"{marian / 'decoder.yml'} names {OPUS_MT_FILES.vocab}, which {marian} does not hold"
+    )
+
+
+@pytest.mark.parametrize("output", ["untied-Wt", "untied-W"])
+def test_refuses_an_untied_output_layer(output, spm, tmp_path):
+    """CTranslate2 reads a matrix of its own into its output layer; ours is the embedding (§3.4)."""
+    marian = write_marian(tmp_path / "marian", spm, output=output)
+    name = "decoder_ff_logit_out_" + output.split("-")[1]
+    assert import_error(marian, tmp_path) == (
+        f"{marian / 'model.npz'} has an output layer apart from its embeddings ({name}, trained without "
+        "--tied-embeddings): this model ties them (§3.4)"
+    )
+
+
+def unread_tensors_message(marian, names):
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return (
+        f"{marian / 'model.npz'} holds {len(names)} tensor(s) that a Marian Transformer of its options does not "
+        f"have: {', '.join(sorted(names)[:3])}{more}"
+    )
+
+
+def test_refuses_a_tensor_it_does_not_read_by_name(spm, tmp_path):
+    """A decoder deeper than its options say (dec-depth 1, two layers' weights): imported without its
+    second layer, it would translate otherwise; and an output layer stored in both layouts."""
+    pieces = marian_pieces(spm)
+    options = {**marian_options("swish", False), "dec-depth": 1}
+    marian = write_marian(tmp_path / "deeper", spm, options=options)
+    second = [name for name in marian_weights(len(pieces), False) if name.startswith("decoder_l2_")]
+    assert len(second) > 3 and import_error(marian, tmp_path) == unread_tensors_message(marian, second)
+    weights = marian_weights(len(pieces), False, output="W")
+    weights["decoder_ff_logit_out_Wt"] = weights["Wemb"].copy()  # CTranslate2 reads `_W` first
+    marian = write_marian(tmp_path / "both", spm, weights=weights)
+    assert import_error(marian, tmp_path) == unread_tensors_message(marian, ["decoder_ff_logit_out_Wt"])
+
+
+@pytest.mark.parametrize("dtype", ["F16", "BF16"])
+def test_a_hugging_face_half_precision_file_imports_as_ctranslate2_converts_its_values(dtype, spm, tmp_path):
+    """A MarianMTModel saved in float16 or bfloat16 (every tensor, its position table too) imports to
+    what CTranslate2's converter makes of a Marian directory of the same values (Hugging Face's
+    settings, the paper's frequencies and epsilon 1e-5, are CTranslate2's): greedy token for token."""
+    weights = stored_as(marian_weights(len(marian_pieces(spm)), pre_norm=False), dtype)
+    assert not np.array_equal(weights["Wemb"], marian_weights(len(marian_pieces(spm)), pre_norm=False)["Wemb"])
+    marian = write_marian(tmp_path / "marian", spm, weights=weights)
+    ctranslate2.converters.OpusMTConverter(str(marian)).convert(str(tmp_path / "ctranslate2"))
+    huggingface = write_huggingface(tmp_path / "huggingface", spm, weights, dtype=dtype)
+    import_huggingface(str(huggingface), str(tmp_path / "model"), warn=lambda line: None)
+    assert_greedy_equals_ctranslate2s(str(tmp_path / "ctranslate2"), str(tmp_path / "model"))
