@@ -563,3 +563,132 @@ def test_a_hugging_face_half_precision_file_imports_as_ctranslate2_converts_its_
     huggingface = write_huggingface(tmp_path / "huggingface", spm, weights, dtype=dtype)
     import_huggingface(str(huggingface), str(tmp_path / "model"), warn=lambda line: None)
     assert_greedy_equals_ctranslate2s(str(tmp_path / "ctranslate2"), str(tmp_path / "model"))
+
+
+# --- the import's defaults against Marian's formulas in NumPy (issue 50) --------------------------
+
+
+def marian_positions(length, dim):
+    """marian-dev's `sinusoidalPositionEmbeddings` (tensor2tensor's): frequency i of d/2 is
+    exp(-i ln(10000) / (d/2 - 1)); the sines fill the first half, the cosines the second."""
+    half = dim // 2
+    frequencies = np.exp(-np.arange(half) * np.log(10000.0) / (half - 1))  # [d/2]
+    angles = np.arange(length)[:, None] * frequencies[None, :]  # [T, d/2]
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)  # [T, d]
+
+
+class NumpyMarian:
+    """A Marian Transformer's inference forward pass in float64 NumPy, written from marian-dev's
+    `transformer.h` and its options (no dropout), independent of the package: embeddings x sqrt(d)
+    plus Marian's positions; each sub-layer post-LN ("dan": LayerNorm(x + Sublayer(x))) or pre-LN
+    ("n" / "da": x + Sublayer(LayerNorm(x)), a last LayerNorm on top); Marian's `layerNorm`
+    (epsilon 1e-9); multi-head attention softmax(Q K^T / sqrt(d_k)) V with biases; the feed-forward
+    network with the options' activation; a decoder that starts from a zero vector; logits through the
+    embedding matrix plus `decoder_ff_logit_out_b`. Rows are Marian's vocabulary rows (</s> 0)."""
+
+    EPSILON = 1e-9  # Marian's `layerNorm(x, gamma, beta, eps = 1e-9)`
+
+    def __init__(self, weights, options):
+        self.w = {name: np.asarray(value, np.float64) for name, value in weights.items()}
+        self.heads = options["transformer-heads"]
+        self.pre_norm = options["transformer-preprocess"] == "n"
+        self.activation = options["transformer-ffn-activation"]
+        self.depth = {"encoder": options["enc-depth"], "decoder": options["dec-depth"]}
+        self.d = self.w["Wemb"].shape[1]
+
+    def layer_norm(self, x, scale, bias):
+        mean = x.mean(-1, keepdims=True)
+        variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return self.w[scale].reshape(-1) * (x - mean) / np.sqrt(variance + self.EPSILON) + self.w[bias].reshape(-1)
+
+    def residual(self, x, scope, sublayer):
+        if self.pre_norm:
+            return x + sublayer(self.layer_norm(x, f"{scope}_ln_scale_pre", f"{scope}_ln_bias_pre"))
+        return self.layer_norm(x + sublayer(x), f"{scope}_ln_scale", f"{scope}_ln_bias")
+
+    def attention(self, scope, queries, memory, mask):
+        def heads(x, name):  # [T, d] -> [h, T, d_k]
+            y = x @ self.w[f"{scope}_W{name}"] + self.w[f"{scope}_b{name}"].reshape(-1)
+            return y.reshape(len(x), self.heads, -1).transpose(1, 0, 2)
+
+        q, k, v = heads(queries, "q"), heads(memory, "k"), heads(memory, "v")
+        scores = np.where(mask, q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1]), -np.inf)  # [h, Tq, Tk]
+        attention = np.exp(scores - scores.max(-1, keepdims=True))
+        attention /= attention.sum(-1, keepdims=True)
+        context = (attention @ v).transpose(1, 0, 2).reshape(len(queries), self.d)  # [Tq, d]
+        return context @ self.w[f"{scope}_Wo"] + self.w[f"{scope}_bo"].reshape(-1)
+
+    def feed_forward(self, scope, x):
+        inner = x @ self.w[f"{scope}_W1"] + self.w[f"{scope}_b1"].reshape(-1)  # [T, d_ff]
+        inner = inner / (1 + np.exp(-inner)) if self.activation == "swish" else np.maximum(inner, 0)
+        return inner @ self.w[f"{scope}_W2"] + self.w[f"{scope}_b2"].reshape(-1)
+
+    def top(self, x, side):
+        return self.layer_norm(x, f"{side}_top_ln_scale", f"{side}_top_ln_bias") if self.pre_norm else x
+
+    def encode(self, source):
+        """source: Marian rows, </s> last -> [S, d]."""
+        x = self.w["Wemb"][source] * np.sqrt(self.d) + marian_positions(len(source), self.d)
+        everything = np.ones((len(source), len(source)), bool)
+        for i in range(1, self.depth["encoder"] + 1):
+            scope = f"encoder_l{i}"
+            x = self.residual(x, f"{scope}_self_Wo", lambda y, s=scope: self.attention(f"{s}_self", y, y, everything))
+            x = self.residual(x, f"{scope}_ffn_ffn", lambda y, s=scope: self.feed_forward(f"{s}_ffn", y))
+        return self.top(x, "encoder")
+
+    def logits(self, memory, output):
+        """The logits [len(output) + 1, V] after a zero vector and each row of `output`."""
+        inputs = np.concatenate([np.zeros((1, self.d)), self.w["Wemb"][output]]) * np.sqrt(self.d)
+        x = inputs + marian_positions(len(inputs), self.d)  # [T, d]
+        causal = np.tril(np.ones((len(x), len(x)), bool))
+        everything = np.ones((len(x), len(memory)), bool)
+        for i in range(1, self.depth["decoder"] + 1):
+            scope = f"decoder_l{i}"
+            x = self.residual(x, f"{scope}_self_Wo", lambda y, s=scope: self.attention(f"{s}_self", y, y, causal))
+            x = self.residual(
+                x, f"{scope}_context_Wo", lambda y, s=scope: self.attention(f"{s}_context", y, memory, everything)
+            )
+            x = self.residual(x, f"{scope}_ffn_ffn", lambda y, s=scope: self.feed_forward(f"{s}_ffn", y))
+        return self.top(x, "decoder") @ self.w["Wemb"].T + self.w["decoder_ff_logit_out_b"].reshape(-1)
+
+    def greedy(self, source, limit):
+        """Marian's beam search at beam 1: the argmax after each prefix, until </s> (row 0) or `limit` tokens."""
+        memory, output = self.encode(source), []
+        while len(output) < limit and (not output or output[-1] != 0):
+            output.append(int(self.logits(memory, output)[-1].argmax()))
+        return output
+
+
+@pytest.mark.parametrize(("activation", "pre_norm"), [("swish", False), ("relu", True)], ids=["post-ln", "pre-ln"])
+def test_the_default_import_computes_marians_own_formulas(activation, pre_norm, spm, tmp_path):
+    """At the import's defaults (Marian's tensor2tensor sinusoids, its epsilon 1e-9, right for a
+    Marian model), greedy search gives `NumpyMarian`'s greedy translations token for token, and one
+    forward pass its logits to 3e-5 (relative and absolute; float32's error here is up to 1.7e-5).
+    Measured at this size: the paper's frequencies ("halves", CTranslate2's) part from them by more
+    than 2, the other activation by more than 1, epsilon 1e-5 by 6e-5 (post-LN) to 1.3e-4 (pre-LN).
+    3+1 layers, so that the encoder's and the decoder's depths are each read."""
+    pieces = marian_pieces(spm)
+    options = marian_options(activation, pre_norm, UNEQUAL_DEPTHS)
+    weights = marian_weights(len(pieces), pre_norm, size=UNEQUAL_DEPTHS)
+    marian = write_marian(tmp_path / "marian", spm, options=options, weights=weights)
+    import_marian(str(marian), str(tmp_path / "model"), warn=lambda line: None)
+    model, tokenizer, _ = load_model(str(tmp_path / "model"))
+    rows = {piece: i for i, piece in enumerate(pieces)}
+    columns = [tokenizer.piece(i) for i in range(tokenizer.vocab_size)]
+    columns = [columns.index(piece) for piece in pieces]  # our id of each Marian row
+    sources = Translator(model, tokenizer).source_ids(fixture_lines()[0][:GREEDY_SENTENCES])
+    batch = padded(sources)
+    reference = NumpyMarian(weights, options)
+    limits = decode_limits(batch, model.config.max_length).numpy()
+    found = greedy_search(model, batch).ids.numpy()[:, 0]
+    theirs = []
+    for source, row, limit in zip(sources, found, limits):
+        source = [rows[tokenizer.piece(int(i))] for i in source]
+        theirs.append(reference.greedy(source, int(limit)))
+        assert [rows[tokenizer.piece(int(i))] for i in row if i != PAD_ID] == theirs[-1]
+    assert sum(map(len, theirs)) > 5 * GREEDY_SENTENCES  # not all empty
+    target_in = padded([[START_ID] + [columns[i] for i in row[:-1]] for row in theirs])
+    logits = model((batch, target_in), training=False).numpy()[..., columns]  # [B, T, V_marian]
+    for source, row, mine in zip(sources, theirs, logits):
+        memory = reference.encode([rows[tokenizer.piece(int(i))] for i in source])
+        np.testing.assert_allclose(mine[: len(row)], reference.logits(memory, row[:-1]), rtol=3e-5, atol=3e-5)
