@@ -1,17 +1,25 @@
-"""The Marian / OPUS-MT import (keras_transformer/importers/marian.py), proven against an independent
-reader of the same format: a tiny Marian model made by tests/marian_maker.py (seeded random weights
-under Marian's parameter names, SentencePiece trained on the fixture, vocab.yml written by hand, the
-options inside the npz as Marian stores them) is converted by CTranslate2's own `OpusMTConverter` and by our import;
-greedy and beam-4 translations are the same token for token, and `score` equals CTranslate2's
-`score_batch` to 1e-4 per token. CTranslate2's converter puts the sinusoids at the paper's
-frequencies (`sinusoid_layout="halves"`) and leaves the LayerNorm epsilon at its engine's default,
-1e-5, so the parity imports ask for both; Marian's own (tensor2tensor's sinusoids, epsilon 1e-9)
-are the import's default. (At Marian's epsilon the scores differ from CTranslate2's by up to 2e-4.)"""
+"""The Marian / OPUS-MT import (keras_transformer/importers/marian.py) and the Hugging Face one
+(importers/huggingface.py), proven against independent readers of the same formats, on tiny models
+made by tests/marian_maker.py (seeded random weights under Marian's parameter names, SentencePiece
+trained on the fixture, vocab.yml written by hand, the options inside the npz as Marian stores them).
 
+- Against CTranslate2's own converter (`OpusMTConverter`, `MarianConverter`), at CTranslate2's
+  settings: its Marian converter puts the sinusoids at the paper's frequencies
+  (`sinusoid_layout="halves"`) and leaves the LayerNorm epsilon at its engine's default, 1e-5
+  (`ops::LayerNorm`), so the parity imports ask for both (`CTRANSLATE2`). Greedy and beam-4
+  translations are the same token for token and `score` equals `score_batch` to 1e-4 per token;
+  one maker variant per layout (the output layer stored as `_W` or `_Wt`, 16 heads, 3 + 1 layers,
+  OPUS-MT's file names, no decoder.yml, Hugging Face float16 / bfloat16 files) translates greedily
+  as CTranslate2 does; what cannot be imported (an untied output layer, a tensor the import does not
+  read, ...) is refused in one line.
+- At the import's defaults (Marian's own tensor2tensor sinusoids and epsilon 1e-9, right for a
+  Marian model: CTranslate2 is no reference there), against `NumpyMarian`, a forward pass of
+  Marian's formulas written here in NumPy: greedy translations token for token, logits to 3e-5."""
+
+import dataclasses
 import json
 import os
 import shutil
-import struct
 
 import ctranslate2
 import numpy as np
@@ -21,13 +29,19 @@ import tensorflow as tf
 import yaml
 from conftest import FIXTURE
 from marian_maker import (
+    BIG_HEADS,
+    OPUS_MT_FILES,
     TINY,
+    UNEQUAL_DEPTHS,
+    Files,
     fixture_lines,
     fixture_spm,
     marian_options,
     marian_pieces,
     marian_weights,
     opus_mt_spm,
+    stored_as,
+    write_huggingface,
     write_marian,
     write_vocab,
 )
@@ -41,7 +55,7 @@ from keras_transformer.inference.decoding import beam_search, greedy_search
 from keras_transformer.inference.search import decode_limits
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import load_model
-from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID, never_generated
 
 D_MODEL, D_FF, HEADS, LAYERS = TINY.d_model, TINY.d_ff, TINY.heads, TINY.layers
 CTRANSLATE2 = dict(sinusoid_layout="halves", layer_norm_epsilon=1e-5)  # what CTranslate2's Marian conversion computes
@@ -325,71 +339,6 @@ def test_a_vocabulary_piece_that_no_sentencepiece_model_has_decodes_and_is_never
 # --- the Hugging Face layout (importers/huggingface.py) -------------------------------------------
 
 
-def write_safetensors(path, tensors):
-    """A safetensors file of float32 `tensors`, by its format (huggingface/safetensors' README): an
-    8-byte little-endian header length, the JSON header, the raw data."""
-    header, blobs, offset = {}, [], 0
-    for name, array in tensors.items():
-        data = np.ascontiguousarray(array, "<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    encoded = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + b"".join(blobs))
-
-
-def hf_positions(length, dim):
-    """transformers' `MarianSinusoidalPositionalEmbedding._init_weight` table."""
-    angles = np.array([[pos / np.power(10000, 2 * (j // 2) / dim) for j in range(dim)] for pos in range(length)])
-    return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)
-
-
-def write_huggingface(directory, spm_bytes, marian, target=None):
-    """A MarianMTModel directory of the Marian weights `marian`, as transformers' conversion script
-    (`convert_marian_to_pytorch.py`) writes it: a zero <pad> row last (the decoder's start), torch
-    layout [out, in], Hugging Face's names; target.spm: `target` where given (as `write_marian`)."""
-    directory.mkdir(parents=True)
-    pieces = marian_pieces(spm_bytes, target=target)
-    pad = len(pieces)
-    shared = np.concatenate([marian["Wemb"], np.zeros((1, D_MODEL), np.float32)])
-    tensors = {
-        "model.shared.weight": shared,
-        "lm_head.weight": shared,
-        "final_logits_bias": np.concatenate([marian["decoder_ff_logit_out_b"], [[0.0]]], axis=1),
-        "model.encoder.embed_positions.weight": hf_positions(512, D_MODEL),
-    }
-    for side in ("encoder", "decoder"):
-        for i in range(LAYERS):
-            ours, theirs = f"{side}_l{i + 1}", f"model.{side}.layers.{i}"
-            attentions = [("self", "self_attn")] + ([("context", "encoder_attn")] if side == "decoder" else [])
-            for scope, name in attentions:
-                for q in "qkvo":
-                    projection = "out_proj" if q == "o" else f"{q}_proj"
-                    tensors[f"{theirs}.{name}.{projection}.weight"] = marian[f"{ours}_{scope}_W{q}"].T
-                    tensors[f"{theirs}.{name}.{projection}.bias"] = marian[f"{ours}_{scope}_b{q}"].reshape(-1)
-                tensors[f"{theirs}.{name}_layer_norm.weight"] = marian[f"{ours}_{scope}_Wo_ln_scale"].reshape(-1)
-                tensors[f"{theirs}.{name}_layer_norm.bias"] = marian[f"{ours}_{scope}_Wo_ln_bias"].reshape(-1)
-            for k in "12":
-                tensors[f"{theirs}.fc{k}.weight"] = marian[f"{ours}_ffn_W{k}"].T
-                tensors[f"{theirs}.fc{k}.bias"] = marian[f"{ours}_ffn_b{k}"].reshape(-1)
-            tensors[f"{theirs}.final_layer_norm.weight"] = marian[f"{ours}_ffn_ffn_ln_scale"].reshape(-1)
-            tensors[f"{theirs}.final_layer_norm.bias"] = marian[f"{ours}_ffn_ffn_ln_bias"].reshape(-1)
-    write_safetensors(directory / "model.safetensors", tensors)
-    config = {
-        "model_type": "marian", "d_model": D_MODEL, "encoder_layers": LAYERS, "decoder_layers": LAYERS,
-        "encoder_attention_heads": HEADS, "decoder_attention_heads": HEADS, "encoder_ffn_dim": D_FF,
-        "decoder_ffn_dim": D_FF, "activation_function": "swish", "scale_embedding": True, "vocab_size": pad + 1,
-        "pad_token_id": pad, "decoder_start_token_id": pad, "max_position_embeddings": 512,
-        "share_encoder_decoder_embeddings": True, "dropout": 0.1,
-    }  # fmt: skip
-    (directory / "config.json").write_text(json.dumps(config))
-    vocab = {piece: i for i, piece in enumerate([*pieces, "<pad>"])}
-    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (directory / "source.spm").write_bytes(spm_bytes)
-    (directory / "target.spm").write_bytes(target or spm_bytes)
-    return directory
-
-
 def test_the_hugging_face_layout_imports_to_the_same_model(spm, tmp_path):
     """The same weights under transformers' names give the same logits to 1e-6 (at Marian's epsilon;
     transformers' own is torch's 1e-5), but at pad: transformers' <pad> row (zero, bias 0) takes its
@@ -491,3 +440,266 @@ def test_an_imported_model_fine_tunes_from_its_own_weights_and_exports(spm, tmp_
     out = str(tmp_path / "export")
     assert main(["export", "--model-dir", str(parent), "--out", out, "--no-tflite"]) == 0
     assert main(["export", "--check", out, "--sample", "4"]) == 0
+
+
+# --- one Marian layout per variant, against CTranslate2's converter (issue 50) --------------------
+
+GREEDY_SENTENCES = 8  # the fixture's first sources, translated greedily by CTranslate2 and checked by us
+GREEDY_LIMIT = 40  # tokens per translation at most (CTranslate2's max_decoding_length)
+
+
+def assert_greedy_equals_ctranslate2s(ctranslate2_dir, model_dir):
+    """CTranslate2's greedy translations (the model in `ctranslate2_dir`) of the fixture's first
+    sources are the imported model's (`model_dir`) token for token, and their log-probabilities sum
+    to CTranslate2's scores to 1e-4 per token. Checked in one teacher-forced forward pass rather than
+    by tracing a search per variant: at each step of CTranslate2's translation our argmax over the
+    tokens our decoding may output (not `never_generated`), after CTranslate2's prefix, is
+    CTranslate2's token; our greedy search is that argmax decoding (tests/test_decoding.py's
+    `test_greedy_equals_uncached_argmax_decoding`)."""
+    model, tokenizer, _ = load_model(model_dir)
+    ids = {tokenizer.piece(i): i for i in range(tokenizer.vocab_size)}
+    rows = Translator(model, tokenizer).source_ids(fixture_lines()[0][:GREEDY_SENTENCES])
+    results = ctranslate2.Translator(ctranslate2_dir, intra_threads=1).translate_batch(
+        [[tokenizer.piece(int(i)) for i in row[:-1]] for row in rows],  # CTranslate2 appends the EOS itself
+        beam_size=1, length_penalty=0.0, max_decoding_length=GREEDY_LIMIT, min_decoding_length=0,
+        return_end_token=True, return_scores=True,
+    )  # fmt: skip
+    theirs = [[ids[token] for token in result.hypotheses[0]] for result in results]
+    assert sum(map(len, theirs)) > 5 * GREEDY_SENTENCES  # not all empty
+    target_in = padded([[START_ID, *row[:-1]] for row in theirs])
+    logits = model((padded(rows), target_in), training=False).numpy().astype(np.float64)  # [B, T, V]
+    logits[..., list(never_generated())] = -np.inf
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))  # [B, T, V]
+    for row, step_logits, step_log_probs, result in zip(theirs, logits, log_probs, results):
+        assert step_logits[: len(row)].argmax(-1).tolist() == row
+        score = step_log_probs[np.arange(len(row)), row].sum()
+        np.testing.assert_allclose(score, result.scores[0], atol=1e-4 * len(row))
+
+
+MARIAN_VARIANTS = {
+    "output-Wt": dict(output="Wt"),  # the embedding stored again as decoder_ff_logit_out_Wt [V, d_model]
+    "output-W": dict(output="W"),  # ... transposed, as decoder_ff_logit_out_W [d_model, V]
+    "16-heads": dict(size=BIG_HEADS),  # transformer-big's head count
+    "3-1-layers": dict(size=UNEQUAL_DEPTHS),
+    "3-1-layers-pre-ln-relu": dict(size=UNEQUAL_DEPTHS, pre_norm=True, activation="relu"),
+    "opus-mt-file-names": dict(files=OPUS_MT_FILES),  # decoder.yml naming opus.spm32k-spm32k.*
+}
+
+
+@pytest.mark.parametrize("variant", MARIAN_VARIANTS)
+def test_each_marian_layout_imports_as_ctranslate2_converts_it(variant, spm, tmp_path):
+    """At CTranslate2's settings (`CTRANSLATE2`): greedy token for token, scores to 1e-4 per token."""
+    marian = write_marian(tmp_path / "marian", spm, **MARIAN_VARIANTS[variant])
+    ctranslate2.converters.OpusMTConverter(str(marian)).convert(str(tmp_path / "ctranslate2"))
+    import_marian(str(marian), str(tmp_path / "model"), warn=lambda line: None, **CTRANSLATE2)
+    assert_greedy_equals_ctranslate2s(str(tmp_path / "ctranslate2"), str(tmp_path / "model"))
+
+
+def test_a_directory_without_decoder_yml_imports_as_ctranslate2s_marian_converter_reads_it(spm, tmp_path):
+    """CTranslate2's `OpusMTConverter` needs a decoder.yml; its `MarianConverter` takes the paths,
+    which the import finds: the directory's one *.npz and one *.vocab.yml (OPUS-MT's names here)."""
+    files = dataclasses.replace(OPUS_MT_FILES, decoder_yml=False)
+    marian = write_marian(tmp_path / "marian", spm, files=files)
+    assert not (marian / "decoder.yml").exists()
+    vocab = str(marian / files.vocab)
+    converter = ctranslate2.converters.MarianConverter(str(marian / files.weights), [vocab, vocab])
+    converter.convert(str(tmp_path / "ctranslate2"))
+    import_marian(str(marian), str(tmp_path / "model"), warn=lambda line: None, **CTRANSLATE2)
+    assert_greedy_equals_ctranslate2s(str(tmp_path / "ctranslate2"), str(tmp_path / "model"))
+
+
+def test_refuses_a_directory_without_decoder_yml_that_holds_two_weight_files(spm, tmp_path):
+    marian = write_marian(tmp_path / "marian", spm, files=Files(decoder_yml=False))
+    shutil.copy(marian / "model.npz", marian / "model.npz.best-bleu.npz")
+    assert import_error(marian, tmp_path) == (
+        f"{marian} must hold one weights file (*.npz), it holds 2 (model.npz, model.npz.best-bleu.npz); "
+        "a decoder.yml names them"
+    )
+
+
+def test_refuses_a_decoder_yml_that_names_a_file_the_directory_lacks(spm, tmp_path):
+    marian = write_marian(tmp_path / "marian", spm, files=OPUS_MT_FILES)
+    (marian / OPUS_MT_FILES.vocab).unlink()
+    assert import_error(marian, tmp_path) == (
+        f"{marian / 'decoder.yml'} names {OPUS_MT_FILES.vocab}, which {marian} does not hold"
+    )
+
+
+@pytest.mark.parametrize("output", ["untied-Wt", "untied-W"])
+def test_refuses_an_untied_output_layer(output, spm, tmp_path):
+    """CTranslate2 reads a matrix of its own into its output layer; ours is the embedding (§3.4)."""
+    marian = write_marian(tmp_path / "marian", spm, output=output)
+    name = "decoder_ff_logit_out_" + output.split("-")[1]
+    assert import_error(marian, tmp_path) == (
+        f"{marian / 'model.npz'} has an output layer apart from its embeddings ({name}, trained without "
+        "--tied-embeddings): this model ties them (§3.4)"
+    )
+
+
+def unread_tensors_message(marian, names):
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return (
+        f"{marian / 'model.npz'} holds {len(names)} tensor(s) that a Marian Transformer of its options does not "
+        f"have: {', '.join(sorted(names)[:3])}{more}"
+    )
+
+
+def test_refuses_a_tensor_it_does_not_read_by_name(spm, tmp_path):
+    """A decoder deeper than its options say (dec-depth 1, two layers' weights): imported without its
+    second layer, it would translate otherwise; and an output layer stored in both layouts."""
+    pieces = marian_pieces(spm)
+    options = {**marian_options("swish", False), "dec-depth": 1}
+    marian = write_marian(tmp_path / "deeper", spm, options=options)
+    second = [name for name in marian_weights(len(pieces), False) if name.startswith("decoder_l2_")]
+    assert len(second) > 3 and import_error(marian, tmp_path) == unread_tensors_message(marian, second)
+    weights = marian_weights(len(pieces), False, output="W")
+    weights["decoder_ff_logit_out_Wt"] = weights["Wemb"].copy()  # CTranslate2 reads `_W` first
+    marian = write_marian(tmp_path / "both", spm, weights=weights)
+    assert import_error(marian, tmp_path) == unread_tensors_message(marian, ["decoder_ff_logit_out_Wt"])
+
+
+@pytest.mark.parametrize("dtype", ["F16", "BF16"])
+def test_a_hugging_face_half_precision_file_imports_as_ctranslate2_converts_its_values(dtype, spm, tmp_path):
+    """A MarianMTModel saved in float16 or bfloat16 (every tensor, its position table too) imports to
+    what CTranslate2's converter makes of a Marian directory of the same values (Hugging Face's
+    settings, the paper's frequencies and epsilon 1e-5, are CTranslate2's): greedy token for token."""
+    weights = stored_as(marian_weights(len(marian_pieces(spm)), pre_norm=False), dtype)
+    assert not np.array_equal(weights["Wemb"], marian_weights(len(marian_pieces(spm)), pre_norm=False)["Wemb"])
+    marian = write_marian(tmp_path / "marian", spm, weights=weights)
+    ctranslate2.converters.OpusMTConverter(str(marian)).convert(str(tmp_path / "ctranslate2"))
+    huggingface = write_huggingface(tmp_path / "huggingface", spm, weights, dtype=dtype)
+    import_huggingface(str(huggingface), str(tmp_path / "model"), warn=lambda line: None)
+    assert_greedy_equals_ctranslate2s(str(tmp_path / "ctranslate2"), str(tmp_path / "model"))
+
+
+# --- the import's defaults against Marian's formulas in NumPy (issue 50) --------------------------
+
+
+def marian_positions(length, dim):
+    """marian-dev's `sinusoidalPositionEmbeddings` (tensor2tensor's): frequency i of d/2 is
+    exp(-i ln(10000) / (d/2 - 1)); the sines fill the first half, the cosines the second."""
+    half = dim // 2
+    frequencies = np.exp(-np.arange(half) * np.log(10000.0) / (half - 1))  # [d/2]
+    angles = np.arange(length)[:, None] * frequencies[None, :]  # [T, d/2]
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)  # [T, d]
+
+
+class NumpyMarian:
+    """A Marian Transformer's inference forward pass in float64 NumPy, written from marian-dev's
+    `transformer.h` and its options (no dropout), independent of the package: embeddings x sqrt(d)
+    plus Marian's positions; each sub-layer post-LN ("dan": LayerNorm(x + Sublayer(x))) or pre-LN
+    ("n" / "da": x + Sublayer(LayerNorm(x)), a last LayerNorm on top); Marian's `layerNorm`
+    (epsilon 1e-9); multi-head attention softmax(Q K^T / sqrt(d_k)) V with biases; the feed-forward
+    network with the options' activation; a decoder that starts from a zero vector; logits through the
+    embedding matrix plus `decoder_ff_logit_out_b`. Rows are Marian's vocabulary rows (</s> 0)."""
+
+    EPSILON = 1e-9  # Marian's `layerNorm(x, gamma, beta, eps = 1e-9)`
+
+    def __init__(self, weights, options):
+        self.w = {name: np.asarray(value, np.float64) for name, value in weights.items()}
+        self.heads = options["transformer-heads"]
+        self.pre_norm = options["transformer-preprocess"] == "n"
+        self.activation = options["transformer-ffn-activation"]
+        self.depth = {"encoder": options["enc-depth"], "decoder": options["dec-depth"]}
+        self.d = self.w["Wemb"].shape[1]
+
+    def layer_norm(self, x, scale, bias):
+        mean = x.mean(-1, keepdims=True)
+        variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return self.w[scale].reshape(-1) * (x - mean) / np.sqrt(variance + self.EPSILON) + self.w[bias].reshape(-1)
+
+    def residual(self, x, scope, sublayer):
+        if self.pre_norm:
+            return x + sublayer(self.layer_norm(x, f"{scope}_ln_scale_pre", f"{scope}_ln_bias_pre"))
+        return self.layer_norm(x + sublayer(x), f"{scope}_ln_scale", f"{scope}_ln_bias")
+
+    def attention(self, scope, queries, memory, mask):
+        def heads(x, name):  # [T, d] -> [h, T, d_k]
+            y = x @ self.w[f"{scope}_W{name}"] + self.w[f"{scope}_b{name}"].reshape(-1)
+            return y.reshape(len(x), self.heads, -1).transpose(1, 0, 2)
+
+        q, k, v = heads(queries, "q"), heads(memory, "k"), heads(memory, "v")
+        scores = np.where(mask, q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1]), -np.inf)  # [h, Tq, Tk]
+        attention = np.exp(scores - scores.max(-1, keepdims=True))
+        attention /= attention.sum(-1, keepdims=True)
+        context = (attention @ v).transpose(1, 0, 2).reshape(len(queries), self.d)  # [Tq, d]
+        return context @ self.w[f"{scope}_Wo"] + self.w[f"{scope}_bo"].reshape(-1)
+
+    def feed_forward(self, scope, x):
+        inner = x @ self.w[f"{scope}_W1"] + self.w[f"{scope}_b1"].reshape(-1)  # [T, d_ff]
+        inner = inner / (1 + np.exp(-inner)) if self.activation == "swish" else np.maximum(inner, 0)
+        return inner @ self.w[f"{scope}_W2"] + self.w[f"{scope}_b2"].reshape(-1)
+
+    def top(self, x, side):
+        return self.layer_norm(x, f"{side}_top_ln_scale", f"{side}_top_ln_bias") if self.pre_norm else x
+
+    def encode(self, source):
+        """source: Marian rows, </s> last -> [S, d]."""
+        x = self.w["Wemb"][source] * np.sqrt(self.d) + marian_positions(len(source), self.d)
+        everything = np.ones((len(source), len(source)), bool)
+        for i in range(1, self.depth["encoder"] + 1):
+            scope = f"encoder_l{i}"
+            x = self.residual(x, f"{scope}_self_Wo", lambda y, s=scope: self.attention(f"{s}_self", y, y, everything))
+            x = self.residual(x, f"{scope}_ffn_ffn", lambda y, s=scope: self.feed_forward(f"{s}_ffn", y))
+        return self.top(x, "encoder")
+
+    def logits(self, memory, output):
+        """The logits [len(output) + 1, V] after a zero vector and each row of `output`."""
+        inputs = np.concatenate([np.zeros((1, self.d)), self.w["Wemb"][output]]) * np.sqrt(self.d)
+        x = inputs + marian_positions(len(inputs), self.d)  # [T, d]
+        causal = np.tril(np.ones((len(x), len(x)), bool))
+        everything = np.ones((len(x), len(memory)), bool)
+        for i in range(1, self.depth["decoder"] + 1):
+            scope = f"decoder_l{i}"
+            x = self.residual(x, f"{scope}_self_Wo", lambda y, s=scope: self.attention(f"{s}_self", y, y, causal))
+            x = self.residual(
+                x, f"{scope}_context_Wo", lambda y, s=scope: self.attention(f"{s}_context", y, memory, everything)
+            )
+            x = self.residual(x, f"{scope}_ffn_ffn", lambda y, s=scope: self.feed_forward(f"{s}_ffn", y))
+        return self.top(x, "decoder") @ self.w["Wemb"].T + self.w["decoder_ff_logit_out_b"].reshape(-1)
+
+    def greedy(self, source, limit):
+        """Marian's beam search at beam 1: the argmax after each prefix, until </s> (row 0) or `limit` tokens."""
+        memory, output = self.encode(source), []
+        while len(output) < limit and (not output or output[-1] != 0):
+            output.append(int(self.logits(memory, output)[-1].argmax()))
+        return output
+
+
+LENGTH_B = 10  # translations of |source| + 10 tokens at most: NumPy recomputes each prefix
+
+
+@pytest.mark.parametrize(("activation", "pre_norm"), [("swish", False), ("relu", True)], ids=["post-ln", "pre-ln"])
+def test_the_default_import_computes_marians_own_formulas(activation, pre_norm, spm, tmp_path):
+    """At the import's defaults (Marian's tensor2tensor sinusoids, its epsilon 1e-9, right for a
+    Marian model), greedy search gives `NumpyMarian`'s greedy translations token for token, and one
+    forward pass its logits to 3e-5 (relative and absolute; float32's error here is up to 1.7e-5).
+    Measured at this size: the paper's frequencies ("halves", CTranslate2's) part from them by more
+    than 2, the other activation by more than 1, epsilon 1e-5 by 6e-5 (post-LN) to 1.3e-4 (pre-LN).
+    3+1 layers, so that the encoder's and the decoder's depths are each read."""
+    pieces = marian_pieces(spm)
+    options = marian_options(activation, pre_norm, UNEQUAL_DEPTHS)
+    weights = marian_weights(len(pieces), pre_norm, size=UNEQUAL_DEPTHS)
+    marian = write_marian(tmp_path / "marian", spm, options=options, weights=weights)
+    import_marian(str(marian), str(tmp_path / "model"), warn=lambda line: None)
+    model, tokenizer, _ = load_model(str(tmp_path / "model"))
+    rows = {piece: i for i, piece in enumerate(pieces)}
+    columns = [tokenizer.piece(i) for i in range(tokenizer.vocab_size)]
+    columns = [columns.index(piece) for piece in pieces]  # our id of each Marian row
+    sources = Translator(model, tokenizer).source_ids(fixture_lines()[0][:GREEDY_SENTENCES])
+    batch = padded(sources)
+    reference = NumpyMarian(weights, options)
+    limits = decode_limits(batch, model.config.max_length, b=LENGTH_B).numpy()
+    found = greedy_search(model, batch, length_b=LENGTH_B).ids.numpy()[:, 0]
+    theirs = []
+    for source, row, limit in zip(sources, found, limits):
+        source = [rows[tokenizer.piece(int(i))] for i in source]
+        theirs.append(reference.greedy(source, int(limit)))
+        assert [rows[tokenizer.piece(int(i))] for i in row if i != PAD_ID] == theirs[-1]
+    assert sum(map(len, theirs)) > 5 * GREEDY_SENTENCES  # not all empty
+    target_in = padded([[START_ID] + [columns[i] for i in row[:-1]] for row in theirs])
+    logits = model((batch, target_in), training=False).numpy()[..., columns]  # [B, T, V_marian]
+    for source, row, mine in zip(sources, theirs, logits):
+        memory = reference.encode([rows[tokenizer.piece(int(i))] for i in source])
+        np.testing.assert_allclose(mine[: len(row)], reference.logits(memory, row[:-1]), rtol=3e-5, atol=3e-5)

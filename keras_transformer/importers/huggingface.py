@@ -33,10 +33,15 @@ from keras_transformer.layers.embedding import sinusoid_table
 TORCH_LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which MarianMTModel's norms keep
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish"}
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "BF16": np.uint16}
+# How far a stored sinusoid table (values in [-1, 1]) may lie from ours: float32's arithmetic, or the
+# rounding of the dtype it was saved in (half a unit in the last place below 1: float16 2^-12,
+# bfloat16 2^-9), with a margin; a table of other positions lies ~1 away.
+POSITION_ATOL = {"F16": 1e-3, "BF16": 4e-3}  # others: 1e-4
 
 
-def read_safetensors(path: str) -> dict[str, np.ndarray]:
-    """{name: float32 array} of a safetensors file (its format: huggingface/safetensors' README)."""
+def read_safetensors(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """({name: float32 array}, {name: its stored dtype}) of a safetensors file (its format:
+    huggingface/safetensors' README)."""
     with open(path, "rb") as f:
         data = f.read()
     try:
@@ -45,7 +50,7 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
     except (struct.error, ValueError):
         raise ModelImportError(f"{path} is not a safetensors file") from None
     body = memoryview(data)[8 + length :]
-    tensors = {}
+    tensors, dtypes = {}, {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
@@ -56,7 +61,8 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
         if entry["dtype"] == "BF16":  # the upper half of a float32
             array = (array.astype(np.uint32) << 16).view(np.float32)
         tensors[name] = array.astype(np.float32).reshape(entry["shape"])
-    return tensors
+        dtypes[name] = entry["dtype"]
+    return tensors, dtypes
 
 
 def _warn(line: str) -> None:
@@ -106,8 +112,9 @@ def transformer_config(values: dict, embedding: np.ndarray, path: str, **fields)
     )
 
 
-def marian_weights(weights: dict, config: TransformerConfig, path: str) -> dict:
-    """transformers' `MarianMTModel` weights laid out as `model_variables` (rows in its vocabulary's order)."""
+def marian_weights(weights: dict, config: TransformerConfig, path: str, dtypes: dict | None = None) -> dict:
+    """transformers' `MarianMTModel` weights laid out as `model_variables` (rows in its vocabulary's order);
+    `dtypes`: each tensor's stored dtype (a position table saved in float16 or bfloat16 is rounded)."""
 
     def get(name):
         if name not in weights:
@@ -146,9 +153,11 @@ def marian_weights(weights: dict, config: TransformerConfig, path: str) -> dict:
         if name in weights and not np.array_equal(weights[name], embedding):
             raise ModelImportError(f"{path}: {name} differs from model.shared.weight; this model ties them (§3.4)")
     for scope in ("encoder", "decoder"):
-        stored = weights.get(f"model.{scope}.embed_positions.weight")  # older checkpoints hold the table
+        name = f"model.{scope}.embed_positions.weight"
+        stored = weights.get(name)  # older checkpoints hold the table
         table = sinusoid_table(len(stored), config.d_model, "halves") if stored is not None else None
-        if stored is not None and not np.allclose(stored, table, atol=1e-4):
+        atol = POSITION_ATOL.get((dtypes or {}).get(name), 1e-4)
+        if stored is not None and not np.allclose(stored, table, atol=atol):
             raise ModelImportError(f"{path}: model.{scope}.embed_positions.weight are not Marian's sinusoids")
     bias = weights.get("final_logits_bias")
     return {
@@ -182,7 +191,7 @@ def import_huggingface(directory: str, model_dir: str, warn: Callable[[str], Non
     if sorted(pieces) != list(range(len(pieces))):
         raise ModelImportError(f"{files['vocab.json']}: its rows are not 0..{len(pieces) - 1}")
     spms = sentencepiece_models(directory)
-    weights = read_safetensors(files["model.safetensors"])
+    weights, dtypes = read_safetensors(files["model.safetensors"])
     embedding = weights.get("model.shared.weight")
     if embedding is None:
         raise ModelImportError(f"{files['model.safetensors']} has no model.shared.weight: not a MarianMTModel")
@@ -193,4 +202,5 @@ def import_huggingface(directory: str, model_dir: str, warn: Callable[[str], Non
         )
     vocab = vocabulary([pieces[i] for i in range(len(pieces))], spms)
     config = dataclasses.replace(config, vocab_size=vocab.size)
-    return write_model_dir(model_dir, config, marian_weights(weights, config, files["model.safetensors"]), vocab, warn)
+    imported = marian_weights(weights, config, files["model.safetensors"], dtypes)
+    return write_model_dir(model_dir, config, imported, vocab, warn)

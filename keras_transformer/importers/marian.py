@@ -7,7 +7,11 @@ row); and the SentencePiece models `source.spm` and `target.spm` (one model, or 
 over the one vocabulary: the tokenizer's two sides, `importers.common`). The weight names are Marian's,
 as CTranslate2's converter reads them (`ctranslate2/converters/marian.py`): `Wemb` (or
 `encoder_Wemb` / `decoder_Wemb`), `{encoder,decoder}_l{i}_{self,context,ffn}_*`, `*_top_ln_*`
-(pre-LN), `decoder_ff_logit_out_b`.
+(pre-LN), `decoder_ff_logit_out_b`, and the output layer as CTranslate2 reads it:
+`decoder_ff_logit_out_W` [d_model, V], else `decoder_ff_logit_out_Wt` [V, d_model], else the
+embedding (what `--tied-embeddings-all` stores: none). Every tensor of the .npz must be read (but
+Marian's `special:` items, the options): one that is not is refused by name, since the model would
+be imported without it.
 
 A Marian Transformer is ours with its options (`TransformerConfig`): post-LN ("dan") or pre-LN
 ("n" / "da" / top "n"), ReLU or swish, the output bias, a decoder that starts from a zero vector,
@@ -15,9 +19,10 @@ and its sinusoids, sines then cosines at tensor2tensor's frequencies (Marian's
 `sinusoidalPositionEmbeddings`; CTranslate2's converter and Hugging Face use the paper's
 frequencies instead, `sinusoid_layout="halves"`), with Marian's LayerNorm epsilon (1e-9, its
 `layerNorm` default). Refused, in one line each: what is no Transformer (an RNN), a factored
-vocabulary, separate source and target embeddings or vocabularies (ours share one, §3.4), learned
-positions, layer-normed embeddings and average attention. A guided-alignment head is trained alignment,
-not a layer: dropped, with a warning.
+vocabulary, separate source and target embeddings or vocabularies (ours share one, §3.4), an
+output layer apart from the embedding (untied; ours is the embedding, §3.4), learned positions,
+layer-normed embeddings and average attention. A guided-alignment head is trained alignment, not a
+layer: dropped, with a warning.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from keras_transformer.importers.common import ModelImportError, sentencepiece_m
 
 MARIAN_LAYER_NORM_EPSILON = 1e-9  # Marian's `layerNorm(x, gamma, beta, eps = 1e-9)`
 DEFAULT_MAX_LENGTH = 512  # positions of the sinusoid table (Hugging Face's max_position_embeddings for OPUS-MT)
+SPECIAL = "special:"  # Marian's prefix of the .npz items that are no parameter (`special:model.yml`)
+OUTPUT_LAYER = "decoder_ff_logit_out"  # Marian's output layer (`mlp::Output`): `_W`, `_Wt` or none, and `_b`
 PRE_LN = ("n", "da", "n")  # transformer-preprocess, -postprocess, -postprocess-top
 POST_LN = ("", "dan", "")
 
@@ -56,18 +63,27 @@ def _one(directory: str, pattern: str, what: str) -> str:
 
 def marian_files(directory: str) -> tuple[str, list[str]]:
     """(the weights' path, the vocabularies' paths, source then target) of a Marian model directory:
-    as its decoder.yml names them, else its one `*.npz` and its one `vocab.yml` or `*.vocab.yml`."""
+    as its decoder.yml names them (relative to it, as OPUS-MT's `relative-paths: true` and CTranslate2's
+    `OpusMTConverter` read them), else its one `*.npz` and its one `vocab.yml` or `*.vocab.yml` (the
+    paths one gives CTranslate2's `MarianConverter`; its `OpusMTConverter` needs a decoder.yml)."""
     if not os.path.isdir(directory):
         raise ModelImportError(f"no such directory: {directory}")
     decoder = os.path.join(directory, "decoder.yml")
     if os.path.isfile(decoder):
         with open(decoder, encoding="utf-8") as f:
-            values = yaml.safe_load(f) or {}
-        if not values.get("models") or not values.get("vocabs"):
+            try:
+                values = yaml.safe_load(f) or {}
+            except yaml.YAMLError:
+                raise ModelImportError(f"{decoder} is not YAML") from None
+        if not isinstance(values, dict) or not values.get("models") or not values.get("vocabs"):
             raise ModelImportError(f"{decoder} names no models or no vocabs")
         if len(values["models"]) > 1:
             raise ModelImportError(f"{decoder} names an ensemble of {len(values['models'])} models: import each alone")
-        return os.path.join(directory, values["models"][0]), [os.path.join(directory, v) for v in values["vocabs"]]
+        names = [str(name) for name in (values["models"][0], *values["vocabs"])]
+        for name in names:
+            if not os.path.isfile(os.path.join(directory, name)):
+                raise ModelImportError(f"{decoder} names {name}, which {directory} does not hold")
+        return os.path.join(directory, names[0]), [os.path.join(directory, name) for name in names[1:]]
     weights = _one(directory, "*.npz", "weights file")
     vocab = os.path.join(directory, "vocab.yml")
     return weights, [vocab if os.path.isfile(vocab) else _one(directory, "*.vocab.yml", "vocabulary")]
@@ -191,8 +207,28 @@ def _embedding(weights: dict, path: str) -> np.ndarray:
     return target
 
 
+class _Reads(dict):
+    """A Marian model's tensors by name, remembering each one read through `[]` (`unread`)."""
+
+    def __init__(self, tensors: dict):
+        super().__init__(tensors)
+        self.read = set()
+
+    def __getitem__(self, name: str):
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def unread(self) -> list[str]:
+        """The parameters never read (Marian's `special:` items are none)."""
+        return sorted(name for name in self if name not in self.read and not name.startswith(SPECIAL))
+
+
 def marian_weights(weights: dict, config: TransformerConfig, path: str) -> dict:
-    """The weights of a Marian Transformer laid out as `model_variables` (rows in Marian's order)."""
+    """The weights of a Marian Transformer laid out as `model_variables` (rows in Marian's order).
+    Refuses a model with a tensor it does not read (a layer more than the options say, a post-LN
+    model's pre-LN norms, both `_W` and `_Wt` of one layer, ...): imported without it, the model
+    would compute something else."""
+    weights = _Reads(weights)
 
     def get(name):
         return _get(weights, name, path)
@@ -237,17 +273,39 @@ def marian_weights(weights: dict, config: TransformerConfig, path: str) -> dict:
         return {"layers": layers, "final_norm": final}
 
     embedding = _embedding(weights, path)
-    if "decoder_ff_logit_out_Wt" in weights and not np.array_equal(get("decoder_ff_logit_out_Wt"), embedding):
-        raise ModelImportError(
-            f"{path} has an output projection apart from its embeddings: this model ties them (§3.4)"
-        )
-    bias = "decoder_ff_logit_out_b"
-    return {
+    _check_tied_output(weights, embedding, path)
+    bias = f"{OUTPUT_LAYER}_b"
+    imported = {
         "embedding": embedding,  # [V_marian, d_model]
         "output_bias": get(bias).reshape(-1) if bias in weights else np.zeros(len(embedding), np.float32),
         "encoder": stack("encoder", config.encoder_depth, cross=False),
         "decoder": stack("decoder", config.decoder_depth, cross=True),
     }
+    unread = weights.unread()
+    if unread:
+        more = f" and {len(unread) - 3} more" if len(unread) > 3 else ""
+        raise ModelImportError(
+            f"{path} holds {len(unread)} tensor(s) that a Marian Transformer of its options does not have: "
+            f"{', '.join(unread[:3])}{more}"
+        )
+    return imported
+
+
+def _check_tied_output(weights: dict, embedding: np.ndarray, path: str) -> None:
+    """Refuses an output layer apart from the embedding (ours is the embedding, §3.4). Read as
+    CTranslate2's converter reads it (`set_linear(..., reuse_weight=embeddings)`): `_W` [d_model, V]
+    (Marian's `mlp::Output` without tied embeddings), else `_Wt` [V, d_model], else none, the
+    embedding (what `--tied-embeddings` and `--tied-embeddings-all` store)."""
+    for suffix, layout in (("_W", np.transpose), ("_Wt", np.asarray)):
+        name = OUTPUT_LAYER + suffix
+        if name in weights:
+            projection = layout(_get(weights, name, path))  # [V, d_model]
+            if projection.shape != embedding.shape or not np.array_equal(projection, embedding):
+                raise ModelImportError(
+                    f"{path} has an output layer apart from its embeddings ({name}, trained without "
+                    "--tied-embeddings): this model ties them (§3.4)"
+                )
+            return
 
 
 def import_marian(directory: str, model_dir: str, warn: Callable[[str], None] | None = None, **fields) -> str:
