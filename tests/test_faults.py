@@ -26,14 +26,8 @@ from conftest import FIXTURE, ONE_PAIR_FLAGS, TINY_TRAINING
 
 from keras_transformer.cli.main import main
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
-from keras_transformer.model_dir import (
-    CheckpointWriteError,
-    ModelDir,
-    ModelDirError,
-    ModelDirLocked,
-    load_model,
-    save_checkpoint,
-)
+from keras_transformer.model_dir import CheckpointWriteError, ModelDir, ModelDirError, ModelDirLocked, load_model
+from keras_transformer.model_dir.checkpoints import save_checkpoint
 
 EPOCHS, STEPS_PER_EPOCH, KEEP = 10, 2, 3
 TRAINING = dict(batch_tokens=512, warmup_steps=10, steps_per_epoch=STEPS_PER_EPOCH, keep_checkpoints=KEEP)
@@ -650,7 +644,7 @@ def test_an_export_of_averaged_weights_records_them_and_its_check_compares_with_
     them names them in translator.json, and `export --check` holds its artifacts to their
     translations (checked against the latest, every artifact failed)."""
     from keras_transformer.model import Transformer
-    from keras_transformer.model_dir import save_weights
+    from keras_transformer.model_dir.checkpoints import save_weights
 
     model_dir = shutil.copytree(untrained, tmp_path / "model")
     keras.utils.set_random_seed(4)
@@ -734,7 +728,7 @@ def run_streamed(monkeypatch, argv, lines: list[bytes]) -> tuple[int, Stdout]:
 
 
 def test_score_streams_stdin_and_replaces_a_bad_byte_naming_the_line(untrained_model_dir, monkeypatch, capsys):
-    from keras_transformer.cli.main import STDIN_CHUNK
+    from keras_transformer.cli.common import STDIN_CHUNK
 
     lines = [b"Amen.\tAmen.", b"Jesus wept.\tJesus weinte."] * 1250  # 2,500 pairs: three chunks
     lines[1201] = b"bad \xff\xfe bytes\tGott"
@@ -752,7 +746,7 @@ def test_score_streams_stdin_and_replaces_a_bad_byte_naming_the_line(untrained_m
 def test_prefix_file_and_constraints_are_read_along_with_a_long_stdin(
     untrained_model_dir, tmp_path, monkeypatch, capsys
 ):
-    from keras_transformer.cli.main import STDIN_CHUNK
+    from keras_transformer.cli.common import STDIN_CHUNK
 
     lines = [b"Amen.", b"Jesus wept."] * 550  # 1,100 lines: two chunks
     prefixes, constraints = tmp_path / "prefixes", tmp_path / "constraints"
@@ -852,7 +846,7 @@ def test_weights_are_written_over_a_broken_state_file_which_is_rewritten(tmp_pat
     """best/ (or ema/, averaged/) whose state file a crash emptied: the next save writes, the state
     is whole again, and a reader warned once finds the newest checkpoint meanwhile."""
     from keras_transformer.model import Transformer
-    from keras_transformer.model_dir import checkpoint_paths, save_weights
+    from keras_transformer.model_dir.checkpoints import checkpoint_paths, save_weights
 
     model = Transformer(TransformerConfig.tiny(vocab_size=60, num_layers=1))
     model.build()

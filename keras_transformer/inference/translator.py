@@ -33,7 +33,6 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.data.shortlist import model_dir_shortlist
 from keras_transformer.data.tokenizer import lang_token
 from keras_transformer.inference import alignment, sentences
 from keras_transformer.inference import constraints as lexical
@@ -48,6 +47,7 @@ from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.inference.search import graph_function
 from keras_transformer.inference.shortlist import check_shortlist
+from keras_transformer.model_dir.shortlist import model_dir_shortlist
 from keras_transformer.special_tokens import PAD_ID
 
 _ALIGNING = threading.Lock()  # threads' first alignments (a service's pool) build one function
