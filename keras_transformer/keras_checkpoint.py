@@ -43,6 +43,12 @@ class KerasCheckpoint:
         optimizer = getattr(self.model, "optimizer", None)
         return [optimizer] if self.optimizer is None and optimizer is not None else []
 
+    def _layer_names(self) -> list[str]:
+        """The model's own layers, by the attribute names that name their groups in the file."""
+        import keras
+
+        return [name for name, value in vars(self.model).items() if isinstance(value, keras.layers.Layer)]
+
     def write(self, prefix: str) -> str:
         """Write `prefix.weights.h5` whole or not at all (a temporary file renamed into place)."""
         from keras.src.saving import saving_lib
@@ -58,8 +64,9 @@ class KerasCheckpoint:
         return prefix
 
     def read(self, prefix: str) -> None:
-        """Restore from `prefix.weights.h5`: every weight of the model must be in it, and with an
-        optimizer, exactly its variables (Keras itself only warns and skips them otherwise)."""
+        """Restore from `prefix.weights.h5`: its weights and the model's must be the same (Keras
+        itself reads a deeper model's first layers without a word), and with an optimizer, exactly
+        its variables (Keras itself only warns and skips them otherwise)."""
         import h5py
         from keras.src.saving import saving_lib
 
@@ -67,6 +74,10 @@ class KerasCheckpoint:
         try:
             with h5py.File(path, "r") as f:
                 saved = len(f[OPTIMIZER_GROUP]) if OPTIMIZER_GROUP in f else 0
+                weights = _weights_under(f, self._layer_names())
+            if weights != len(self.model.weights):
+                model = len(self.model.weights)
+                raise ValueError(f"it holds {weights} weights, the model has {model}: a checkpoint of another model?")
             if self.optimizer is not None and saved != len(self.optimizer.variables):
                 raise ValueError(
                     f"it holds {saved} optimizer variables, the run's optimizer has {len(self.optimizer.variables)}: "
@@ -75,6 +86,15 @@ class KerasCheckpoint:
             saving_lib.load_weights_only(self.model, path, objects_to_skip=self._skipped() or None)
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise ValueError(first_line(error)) from None
+
+
+def _weights_under(f, groups: list[str]) -> int:
+    """The arrays (weights) an h5py file `f` holds under its top-level `groups`."""
+    found = []
+    for group in groups:
+        if group in f:
+            f[group].visititems(lambda name, item: found.append(name) if hasattr(item, "shape") else None)
+    return len(found)
 
 
 def tensorflow_process(module: str, *args: str) -> tuple[list[str], dict]:

@@ -791,6 +791,46 @@ def test_a_checkpoint_of_another_model_is_one_line_naming_the_missing_weights(un
     )
 
 
+def test_a_checkpoint_of_a_deeper_model_is_one_line_naming_the_weights_the_model_has_no_place_for(
+    untrained, tmp_path, capsys
+):
+    """A checkpoint of a model with three layers a side, given to a model dir of two: every weight
+    of the model has a value in it (same sizes), the third layers' have no place (issue 50, item 7:
+    it translated with exit status 0 and no word). What a training checkpoint holds beside the
+    weights (the optimizer's step and moments, the moving average of --ema-decay) is no mismatch."""
+    from keras_transformer.keras_checkpoint import KerasCheckpoint
+    from keras_transformer.model import Transformer
+    from keras_transformer.training.optimization import compile_model
+
+    config = ModelDir(untrained).read()["model"]
+    assert config.num_layers == 2
+    deep = Transformer(TransformerConfig.from_dict({**config.to_dict(), "num_layers": 3}))
+    deep.build()
+    path = tf.train.Checkpoint(model=deep).save(str(tmp_path / "deeper" / "ckpt"))
+    assert main(["translate", "--model-dir", untrained, "--checkpoint", path, "Amen."]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    extra = len([w for w in deep.weights if "/layer_2/" in w.path])  # the third layers: as many as the first
+    assert line == (
+        f"keras-transformer: error: cannot restore checkpoint {path}: it holds {extra} weights that the model "
+        f"({len(deep.weights) - extra} weights) has no place for (encoder/layer_2/self_attention/query_dense/_kernel, "
+        "encoder/layer_2/self_attention/query_dense/bias, encoder/layer_2/self_attention/key_value_dense/_kernel, "
+        "encoder/layer_2/self_attention/key_value_dense/bias, encoder/layer_2/self_attention/output_dense/_kernel "
+        f"and {extra - 5} more): a checkpoint of another model?"
+    )
+    prefix = KerasCheckpoint(deep).write(str(tmp_path / "deeper" / "ckpt-1"))  # Keras' format (JAX, PyTorch)
+    assert main(["translate", "--model-dir", untrained, "--checkpoint", prefix, "Amen."]) == 2
+    assert capsys.readouterr().err == (
+        f"keras-transformer: error: cannot restore checkpoint {prefix}: it holds {len(deep.weights)} weights, the "
+        f"model has {len(deep.weights) - extra}: a checkpoint of another model?\n"
+    )
+    trained = compile_model(Transformer(config), TrainingConfig(ema_decay=0.99))
+    trained.build()
+    trained.optimizer.build(trained.trainable_variables)
+    path = tf.train.Checkpoint(model=trained, optimizer=trained.optimizer).save(str(tmp_path / "same" / "ckpt"))
+    assert main(["translate", "--model-dir", untrained, "--checkpoint", path, "--beam-size", "1", "Amen."]) == 0
+    assert capsys.readouterr().err == ""
+
+
 # --- export --check without LiteRT ------------------------------------------------------------------------
 
 
