@@ -130,11 +130,11 @@ def cpu_flags() -> list[str]:
 def held_out_pairs(model_dir: str, limit: int | None = None, split: str = "test"):
     """The first `limit` (or all) pairs of `split` (the held-out `test` split; "train": the pairs it
     learned from) of the data the model in `model_dir` was trained on, through the package's one
-    reader (`keras_transformer.data.held_out`: the first of weighted sources, the model's direction):
+    reader (`keras_transformer.model_dir.held_out`: the first of weighted sources, the model's direction):
     sources tagged with a multilingual model's target language, as `evaluate` reads them: a
     `HeldOut` (sources, references, ..., spec: the data read)."""
-    from keras_transformer.data.held_out import held_out
     from keras_transformer.data.tokenizer import tag
+    from keras_transformer.model_dir.held_out import held_out
 
     pairs = held_out(model_dir, split, limit)
     return pairs._replace(sources=[tag(text, pairs.target_lang) for text in pairs.sources])

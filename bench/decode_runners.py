@@ -69,11 +69,11 @@ from peers import keras_hub_generate
 
 from keras_transformer import Transformer, beam_search
 from keras_transformer.config import DecodingConfig, SearchSettings
-from keras_transformer.data.shortlist import Shortlist
 from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule, variables
 from keras_transformer.exporters.tensorflow import ids_saved_model_dir, tflite_models
 from keras_transformer.inference.decoding import decode_limits, search_beams
 from keras_transformer.inference.translator import Translator
+from keras_transformer.model_dir.shortlist import load_shortlist
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 SEED = 0  # every process builds the same random weights
@@ -246,7 +246,7 @@ def verses_translator(job: dict):
     model, tokenizer, _ = load_model(job["model_dir"], job["checkpoint"])
     if dtype:
         model = model.with_int8() if dtype == "int8" else model.with_dtype(dtype)
-    shortlist = Shortlist.load(job["model_dir"], model.config.vocab_size) if shortlisted else None
+    shortlist = load_shortlist(job["model_dir"], model.config.vocab_size) if shortlisted else None
     if shortlist and savedmodel:
         shortlist = variables(shortlist)  # as the export holds it
     settings = dict(beam_size=job["beam_size"], alpha=job["alpha"], patience=patience)

@@ -109,7 +109,7 @@ softmax, top_k over whole rows, and the blocked top-k at several block widths
 
 `translator-time`: seconds of `Translator` over a model's held-out verses (beam 4, alpha 0.6, batches
 of 32), three runs after a warm-up. Its work uses only what every version of the package has had
-(a version from before `data.held_out` reads the Bible's `test` split), so that two versions can
+(a version from before `model_dir.held_out` reads the Bible's `test` split), so that two versions can
 be timed alike, each in its own process:
 
     PYTHONPATH=/path/to/other/checkout python bench/decoding.py translator-time runs/demo
@@ -130,14 +130,13 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import importlib.metadata
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 import tensorflow as tf
+import workers
 from common import WORKLOADS, command_line, cpu_flags, emit, held_out_pairs, load_average, median, record
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "decode_worker.py")
@@ -213,7 +212,7 @@ PACKAGES = {
 def child_environment(isa: str) -> dict[str, str]:
     """A worker's environment: this one without OpenMP's wait policy (CTranslate2's default
     threading), with the ISA caps of `isa`."""
-    env = {name: value for name, value in os.environ.items() if name != "OMP_WAIT_POLICY"}
+    env = workers.without_wait_policy(dict(os.environ))
     for name, value in ISA_CAPS[isa].items():
         env[name] = f"{env[name]} {value}" if name == "XLA_FLAGS" and env.get(name) else value
     return env
@@ -225,36 +224,11 @@ def isa_label(isa: str, flags: list[str]) -> str:
     return AVX2_EMULATED if "avx512f" in flags else "AVX2 caps on a CPU without AVX-512"
 
 
-class Worker:
-    """One system's process: `ready` after its warm-up, then `ask("round")` and `ask("finish")`; `script`
-    is the worker program (`training.py backends` runs its own)."""
+class Worker(workers.Worker):
+    """One system's process (`decode_worker.py`): ready after its warm-up, then `ask("round")` and
+    `ask("finish")`."""
 
-    script = WORKER
-
-    def __init__(self, job: dict, folder: str, env: dict[str, str]):
-        self.name = job["system"]
-        path = os.path.join(folder, f"{self.name}.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(job, f)
-        self.process = subprocess.Popen(
-            [sys.executable, self.script, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
-        )
-
-    def read(self) -> dict:
-        line = self.process.stdout.readline()
-        if not line:
-            raise SystemExit(f"{self.name}: its worker exited with status {self.process.wait()} (its stderr above)")
-        return json.loads(line)
-
-    def ask(self, command: str) -> dict:
-        self.process.stdin.write(command + "\n")
-        self.process.stdin.flush()
-        return self.read()
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+    command = (sys.executable, WORKER)
 
 
 def run_rounds(jobs: list[dict], isa: str, rounds: int) -> tuple[dict, dict, dict]:
@@ -346,11 +320,11 @@ def forced_fields(args) -> dict:
 def verses_fields(args) -> dict:
     from decode_runners import padded_limits
 
-    from keras_transformer.data.shortlist import Shortlist
     from keras_transformer.exporters.ctranslate2 import export_ctranslate2
     from keras_transformer.inference.evaluation import corpus_scores
     from keras_transformer.inference.translator import Translator
     from keras_transformer.model_dir import load_model
+    from keras_transformer.model_dir.shortlist import load_shortlist
 
     model, tokenizer, _ = load_model(args.model_dir, args.checkpoint)
     pairs = held_out_pairs(args.model_dir, args.limit)
@@ -371,7 +345,7 @@ def verses_fields(args) -> dict:
     with tempfile.TemporaryDirectory() as out:
         if set(args.systems) & {*CTRANSLATE2, *CTRANSLATE2_VMAP}:
             vmap = set(args.systems) & set(CTRANSLATE2_VMAP)
-            shortlist = Shortlist.load(args.model_dir, model.config.vocab_size) if vmap else None
+            shortlist = load_shortlist(args.model_dir, model.config.vocab_size) if vmap else None
             export_ctranslate2(model, tokenizer, os.path.join(out, "ctranslate2"), lexical_shortlist=shortlist)
         common_job["ctranslate2_dir"] = os.path.join(out, "ctranslate2")
         jobs = [{**common_job, "system": name} for name in args.systems]

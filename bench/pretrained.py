@@ -38,10 +38,11 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+import workers
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # marian_maker: the seeded Marian model of the import's tests
@@ -125,47 +126,27 @@ def worker(path: str) -> None:
         answers.flush()
 
 
-class Worker:
-    def __init__(self, job: dict, folder: str):
-        self.name = job["system"]
-        path = os.path.join(folder, f"{self.name}.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(job, f)
-        env = {name: value for name, value in os.environ.items() if name != "OMP_WAIT_POLICY"}
-        self.process = subprocess.Popen(
-            [sys.executable, __file__, "--worker", path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            env=env,
-        )  # fmt: skip
+class Worker(workers.Worker):
+    """A system's process: this script with `--worker`."""
 
-    def ask(self, command: str | None = None) -> dict:
-        if command:
-            self.process.stdin.write(command + "\n")
-            self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise SystemExit(f"{self.name}: its worker exited with status {self.process.wait()} (its stderr above)")
-        return json.loads(line)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+    command = (sys.executable, __file__, "--worker")
 
 
 def latencies(jobs: list[dict], rounds: int) -> tuple[dict, dict]:
     """({system: [seconds per round]}, {system: output ids}): every worker warmed up, then rounds A B C."""
     with tempfile.TemporaryDirectory() as folder:
-        workers = [Worker(job, folder) for job in jobs]
+        env = workers.without_wait_policy(dict(os.environ))
+        started = [Worker(job, folder, env) for job in jobs]
         try:
-            for w in workers:
-                w.ask()  # ready
-            seconds = {w.name: [] for w in workers}
+            for w in started:
+                w.read()  # ready
+            seconds = {w.name: [] for w in started}
             for _ in range(rounds):
-                for w in workers:
+                for w in started:
                     seconds[w.name].append(w.ask("round")["seconds"])
-            outputs = {w.name: w.ask("finish")["ids"] for w in workers}
+            outputs = {w.name: w.ask("finish")["ids"] for w in started}
         finally:
-            for w in workers:
+            for w in started:
                 w.close()
     return seconds, outputs
 

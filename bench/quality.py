@@ -432,13 +432,13 @@ def shortlist_arguments(p) -> None:
 
 
 def shortlist(args) -> None:
-    from keras_transformer.data.shortlist import FILE, Shortlist, build_shortlist
+    from keras_transformer.model_dir.shortlist import FILE, build_shortlist, load_shortlist
 
     if args.rebuild or not os.path.isfile(os.path.join(args.model_dir, FILE)):
         build_shortlist(args.model_dir, per_source=args.per_source, frequent=args.frequent, log=lambda line: None)
     sources, references = held_out_pairs(args.model_dir, args.limit)[:2]
     full = Translator.from_model_dir(args.model_dir, args.checkpoint, beam_size=args.beam_size, shortlist=False)
-    lexical = Shortlist.load(args.model_dir, full.model.config.vocab_size)
+    lexical = load_shortlist(args.model_dir, full.model.config.vocab_size)
     short = Translator(full.model, full.tokenizer, full.decoding, lexical_shortlist=lexical, shortlist=True)
     translators = {"full": full, "shortlist": short}
     for translator in translators.values():

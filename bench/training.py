@@ -379,7 +379,7 @@ def backends_arguments(parser) -> None:
 class BackendWorker(Worker):
     """A backend's process (`train_worker.py`)."""
 
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_worker.py")
+    command = (sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train_worker.py"))
 
 
 def backends(args) -> None:

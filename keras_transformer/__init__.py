@@ -21,7 +21,7 @@ _EXPORTS = {
     "DecodingConfig": "keras_transformer.config",
     "TrainingConfig": "keras_transformer.config",
     "TransformerConfig": "keras_transformer.config",
-    "held_out": "keras_transformer.data.held_out",
+    "held_out": "keras_transformer.model_dir.held_out",
     "read_pairs": "keras_transformer.data.sources",
     "DecodeResult": "keras_transformer.inference.decoding",
     "beam_search": "keras_transformer.inference.decoding",
@@ -70,7 +70,6 @@ __all__ = [
 
 if typing.TYPE_CHECKING:
     from keras_transformer.config import PRESETS, DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
-    from keras_transformer.data.held_out import held_out
     from keras_transformer.data.sources import read_pairs
     from keras_transformer.importers.huggingface import import_huggingface
     from keras_transformer.importers.marian import import_marian
@@ -82,6 +81,7 @@ if typing.TYPE_CHECKING:
     from keras_transformer.inference.translator import Translator
     from keras_transformer.model import Transformer
     from keras_transformer.model_dir import ModelDir, load_model
+    from keras_transformer.model_dir.held_out import held_out
     from keras_transformer.training.distribute import resolve_strategy, use_cpu_devices
     from keras_transformer.training.optimization import compile_model
     from keras_transformer.training.trainer import train

@@ -6,20 +6,19 @@ A checkpoint is named by its prefix, as TensorFlow's are (`checkpoints/ckpt-1200
 the one file `ckpt-1200.weights.h5` (`model.save_weights`): the model's weights and, in a training
 checkpoint, every variable of its optimizer (the step count, Adam's moments, the moving average of
 `--ema-decay`, and the step budget of a `StepBudgetSchedule`, which `compile_model` hands the
-optimizer on these backends). The directory's state file is TensorFlow's (`model_dir`), so both kinds
-are listed, pruned and recovered alike.
+optimizer on these backends). The directory's state file is TensorFlow's (`model_dir.checkpoints`),
+so both kinds are listed, pruned and recovered alike.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
-import subprocess
 import sys
-import tempfile
 from typing import Any
+
+from keras_transformer.messages import first_line
 
 KERAS_SUFFIX = ".weights.h5"
 OPTIMIZER_GROUP = "optimizer/vars"  # where `save_weights` puts the optimizer's variables, "0", "1", ...
@@ -44,6 +43,12 @@ class KerasCheckpoint:
         optimizer = getattr(self.model, "optimizer", None)
         return [optimizer] if self.optimizer is None and optimizer is not None else []
 
+    def _layer_names(self) -> list[str]:
+        """The model's own layers, by the attribute names that name their groups in the file."""
+        import keras
+
+        return [name for name, value in vars(self.model).items() if isinstance(value, keras.layers.Layer)]
+
     def write(self, prefix: str) -> str:
         """Write `prefix.weights.h5` whole or not at all (a temporary file renamed into place)."""
         from keras.src.saving import saving_lib
@@ -59,8 +64,9 @@ class KerasCheckpoint:
         return prefix
 
     def read(self, prefix: str) -> None:
-        """Restore from `prefix.weights.h5`: every weight of the model must be in it, and with an
-        optimizer, exactly its variables (Keras itself only warns and skips them otherwise)."""
+        """Restore from `prefix.weights.h5`: its weights and the model's must be the same (Keras
+        itself reads a deeper model's first layers without a word), and with an optimizer, exactly
+        its variables (Keras itself only warns and skips them otherwise)."""
         import h5py
         from keras.src.saving import saving_lib
 
@@ -68,6 +74,10 @@ class KerasCheckpoint:
         try:
             with h5py.File(path, "r") as f:
                 saved = len(f[OPTIMIZER_GROUP]) if OPTIMIZER_GROUP in f else 0
+                weights = _weights_under(f, self._layer_names())
+            if weights != len(self.model.weights):
+                model = len(self.model.weights)
+                raise ValueError(f"it holds {weights} weights, the model has {model}: a checkpoint of another model?")
             if self.optimizer is not None and saved != len(self.optimizer.variables):
                 raise ValueError(
                     f"it holds {saved} optimizer variables, the run's optimizer has {len(self.optimizer.variables)}: "
@@ -75,50 +85,24 @@ class KerasCheckpoint:
                 )
             saving_lib.load_weights_only(self.model, path, objects_to_skip=self._skipped() or None)
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise ValueError(_first_line(error)) from None
+            raise ValueError(first_line(error)) from None
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+def _weights_under(f, groups: list[str]) -> int:
+    """The arrays (weights) an h5py file `f` holds under its top-level `groups`."""
+    found = []
+    for group in groups:
+        if group in f:
+            f[group].visititems(lambda name, item: found.append(name) if hasattr(item, "shape") else None)
+    return len(found)
 
 
-# A TensorFlow process that reads a TensorFlow checkpoint's weights and writes them in Keras' format.
-_CONVERT = """
-import json, sys
-import keras_transformer as kt
-from keras_transformer.model_dir import ModelDirError, restore, weights_checkpoint
-model = kt.Transformer(kt.TransformerConfig.from_dict(json.loads(sys.argv[1])))
-model.build()
-try:
-    restore(weights_checkpoint(model), sys.argv[2], weights_only=True)
-except ModelDirError as error:
-    sys.exit(str(error))
-model.save_weights(sys.argv[3])
-"""
-
-
-def tensorflow_process(script: str, *args: str) -> tuple[list[str], dict]:
-    """(the command, its environment) of a process that runs the Python `script` with `args` on Keras'
-    TensorFlow backend, importing this package from where this process does. It sees no GPU: on JAX
-    or PyTorch the accelerator is the training's (TensorFlow would take its memory)."""
-    import keras_transformer
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(keras_transformer.__file__)))
+def tensorflow_process(module: str, *args: str) -> tuple[list[str], dict]:
+    """(the command, its environment) of a process that runs the package's `module` (`python -m`,
+    its `main`) with `args` on Keras' TensorFlow backend, importing this package from where this
+    process does. It sees no GPU: on JAX or PyTorch the accelerator is the training's (TensorFlow
+    would take its memory)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's parent
     env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
-    return [sys.executable, "-c", script, *args], env
-
-
-def read_tensorflow_weights(model, prefix: str) -> None:
-    """Set `model`'s weights (on JAX or PyTorch) from the TensorFlow checkpoint `prefix`, which only
-    TensorFlow reads: a TensorFlow process converts it to Keras' format first (a few seconds)."""
-    with tempfile.TemporaryDirectory() as directory:
-        converted = os.path.join(directory, "ckpt")
-        config = json.dumps(model.config.to_dict())
-        command, env = tensorflow_process(_CONVERT, config, prefix, converted + KERAS_SUFFIX)
-        result = subprocess.run(command, capture_output=True, text=True, env=env)
-        if result.returncode:
-            lines = result.stderr.strip().splitlines() or ["TensorFlow could not read it"]
-            raise ValueError(f"a TensorFlow checkpoint, read through TensorFlow: {lines[-1]}")
-        KerasCheckpoint(model).read(converted)
+    return [sys.executable, "-m", module, *args], env

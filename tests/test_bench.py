@@ -99,7 +99,7 @@ def in_process_workers(monkeypatch):
 
 def test_bench_reads_held_out_pairs_through_the_package_reader(tmp_path):
     """Weighted sources (no file name), a reversed model, a multilingual model's tagged sources: what
-    `keras_transformer.data.held_out` reads, never `read_pairs` of the spec re-derived."""
+    `keras_transformer.model_dir.held_out` reads, never `read_pairs` of the spec re-derived."""
     from common import held_out_pairs
     from test_held_out import model_dir
 

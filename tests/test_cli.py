@@ -123,19 +123,20 @@ def test_decoding_commands_give_one_thread_per_op_before_tensorflow_starts(monke
     the flag asked for another."""
     import tensorflow as tf
 
-    from keras_transformer.cli import main as cli
+    from keras_transformer.cli.common import use_op_threads
+    from keras_transformer.cli.main import parser
 
     def flag(argv):  # the command's --intra-op-threads
-        return cli.parser().parse_args(argv).intra_op_threads
+        return parser().parse_args(argv).intra_op_threads
 
     set_to = []
     monkeypatch.setattr(tf.config.threading, "set_intra_op_parallelism_threads", set_to.append)
     for command in ("translate", "evaluate"):
-        cli.use_op_threads(flag([command, "--model-dir", "m"]))
-        cli.use_op_threads(flag([command, "--model-dir", "m", "--intra-op-threads", "0"]))
+        use_op_threads(flag([command, "--model-dir", "m"]))
+        use_op_threads(flag([command, "--model-dir", "m", "--intra-op-threads", "0"]))
     assert set_to == [1, 0, 1, 0]
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "2")
-    cli.use_op_threads(flag(["translate", "--model-dir", "m"]))
+    use_op_threads(flag(["translate", "--model-dir", "m"]))
     assert set_to == [1, 0, 1, 0]
 
     def running(threads):
@@ -143,9 +144,9 @@ def test_decoding_commands_give_one_thread_per_op_before_tensorflow_starts(monke
 
     monkeypatch.setattr(tf.config.threading, "set_intra_op_parallelism_threads", running)
     monkeypatch.setattr(tf.config.threading, "get_intra_op_parallelism_threads", lambda: 2)
-    cli.use_op_threads(flag(["translate", "--model-dir", "m", "--intra-op-threads", "2"]))
+    use_op_threads(flag(["translate", "--model-dir", "m", "--intra-op-threads", "2"]))
     assert capsys.readouterr().err == ""
-    cli.use_op_threads(flag(["translate", "--model-dir", "m", "--intra-op-threads", "1"]))
+    use_op_threads(flag(["translate", "--model-dir", "m", "--intra-op-threads", "1"]))
     assert capsys.readouterr().err == (
         "keras-transformer: warning: TensorFlow is running already: --intra-op-threads 1 not applied\n"
     )

@@ -26,14 +26,8 @@ from conftest import FIXTURE, ONE_PAIR_FLAGS, TINY_TRAINING
 
 from keras_transformer.cli.main import main
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
-from keras_transformer.model_dir import (
-    CheckpointWriteError,
-    ModelDir,
-    ModelDirError,
-    ModelDirLocked,
-    load_model,
-    save_checkpoint,
-)
+from keras_transformer.model_dir import CheckpointWriteError, ModelDir, ModelDirError, ModelDirLocked, load_model
+from keras_transformer.model_dir.checkpoints import save_checkpoint
 
 EPOCHS, STEPS_PER_EPOCH, KEEP = 10, 2, 3
 TRAINING = dict(batch_tokens=512, warmup_steps=10, steps_per_epoch=STEPS_PER_EPOCH, keep_checkpoints=KEEP)
@@ -650,7 +644,7 @@ def test_an_export_of_averaged_weights_records_them_and_its_check_compares_with_
     them names them in translator.json, and `export --check` holds its artifacts to their
     translations (checked against the latest, every artifact failed)."""
     from keras_transformer.model import Transformer
-    from keras_transformer.model_dir import save_weights
+    from keras_transformer.model_dir.checkpoints import save_weights
 
     model_dir = shutil.copytree(untrained, tmp_path / "model")
     keras.utils.set_random_seed(4)
@@ -734,7 +728,7 @@ def run_streamed(monkeypatch, argv, lines: list[bytes]) -> tuple[int, Stdout]:
 
 
 def test_score_streams_stdin_and_replaces_a_bad_byte_naming_the_line(untrained_model_dir, monkeypatch, capsys):
-    from keras_transformer.cli.main import STDIN_CHUNK
+    from keras_transformer.cli.common import STDIN_CHUNK
 
     lines = [b"Amen.\tAmen.", b"Jesus wept.\tJesus weinte."] * 1250  # 2,500 pairs: three chunks
     lines[1201] = b"bad \xff\xfe bytes\tGott"
@@ -752,7 +746,7 @@ def test_score_streams_stdin_and_replaces_a_bad_byte_naming_the_line(untrained_m
 def test_prefix_file_and_constraints_are_read_along_with_a_long_stdin(
     untrained_model_dir, tmp_path, monkeypatch, capsys
 ):
-    from keras_transformer.cli.main import STDIN_CHUNK
+    from keras_transformer.cli.common import STDIN_CHUNK
 
     lines = [b"Amen.", b"Jesus wept."] * 550  # 1,100 lines: two chunks
     prefixes, constraints = tmp_path / "prefixes", tmp_path / "constraints"
@@ -795,6 +789,46 @@ def test_a_checkpoint_of_another_model_is_one_line_naming_the_missing_weights(un
         "encoder/layer_1/self_attention/key_value/bias, encoder/layer_1/self_attention/output/kernel and "
         f"{missing - 5} more): a checkpoint of another model?"
     )
+
+
+def test_a_checkpoint_of_a_deeper_model_is_one_line_naming_the_weights_the_model_has_no_place_for(
+    untrained, tmp_path, capsys
+):
+    """A checkpoint of a model with three layers a side, given to a model dir of two: every weight
+    of the model has a value in it (same sizes), the third layers' have no place (issue 50, item 7:
+    it translated with exit status 0 and no word). What a training checkpoint holds beside the
+    weights (the optimizer's step and moments, the moving average of --ema-decay) is no mismatch."""
+    from keras_transformer.keras_checkpoint import KerasCheckpoint
+    from keras_transformer.model import Transformer
+    from keras_transformer.training.optimization import compile_model
+
+    config = ModelDir(untrained).read()["model"]
+    assert config.num_layers == 2
+    deep = Transformer(TransformerConfig.from_dict({**config.to_dict(), "num_layers": 3}))
+    deep.build()
+    path = tf.train.Checkpoint(model=deep).save(str(tmp_path / "deeper" / "ckpt"))
+    assert main(["translate", "--model-dir", untrained, "--checkpoint", path, "Amen."]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    extra = len([w for w in deep.weights if "/layer_2/" in w.path])  # the third layers: as many as the first
+    assert line == (
+        f"keras-transformer: error: cannot restore checkpoint {path}: it holds {extra} weights that the model "
+        f"({len(deep.weights) - extra} weights) has no place for (encoder/layer_2/self_attention/query_dense/_kernel, "
+        "encoder/layer_2/self_attention/query_dense/bias, encoder/layer_2/self_attention/key_value_dense/_kernel, "
+        "encoder/layer_2/self_attention/key_value_dense/bias, encoder/layer_2/self_attention/output_dense/_kernel "
+        f"and {extra - 5} more): a checkpoint of another model?"
+    )
+    prefix = KerasCheckpoint(deep).write(str(tmp_path / "deeper" / "ckpt-1"))  # Keras' format (JAX, PyTorch)
+    assert main(["translate", "--model-dir", untrained, "--checkpoint", prefix, "Amen."]) == 2
+    assert capsys.readouterr().err == (
+        f"keras-transformer: error: cannot restore checkpoint {prefix}: it holds {len(deep.weights)} weights, the "
+        f"model has {len(deep.weights) - extra}: a checkpoint of another model?\n"
+    )
+    trained = compile_model(Transformer(config), TrainingConfig(ema_decay=0.99))
+    trained.build()
+    trained.optimizer.build(trained.trainable_variables)
+    path = tf.train.Checkpoint(model=trained, optimizer=trained.optimizer).save(str(tmp_path / "same" / "ckpt"))
+    assert main(["translate", "--model-dir", untrained, "--checkpoint", path, "--beam-size", "1", "Amen."]) == 0
+    assert capsys.readouterr().err == ""
 
 
 # --- export --check without LiteRT ------------------------------------------------------------------------
@@ -852,7 +886,7 @@ def test_weights_are_written_over_a_broken_state_file_which_is_rewritten(tmp_pat
     """best/ (or ema/, averaged/) whose state file a crash emptied: the next save writes, the state
     is whole again, and a reader warned once finds the newest checkpoint meanwhile."""
     from keras_transformer.model import Transformer
-    from keras_transformer.model_dir import checkpoint_paths, save_weights
+    from keras_transformer.model_dir.checkpoints import checkpoint_paths, save_weights
 
     model = Transformer(TransformerConfig.tiny(vocab_size=60, num_layers=1))
     model.build()

@@ -135,7 +135,8 @@ def test_every_flag_of_every_command_says_what_it_does():
 def test_an_export_never_generates_unk_unless_told_to():
     """New exports serve `disable_unk` (it cost no BLEU on the held-out verses); the flag's
     negation keeps `<unk>` a candidate, and translate keeps the Python default."""
-    from keras_transformer.cli.main import export_decoding, parser
+    from keras_transformer.cli.export import export_decoding
+    from keras_transformer.cli.main import parser
 
     args = parser().parse_args(["export", "--model-dir", "m", "--out", "o"])
     assert export_decoding(args).search.disable_unk is True

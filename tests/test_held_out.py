@@ -7,8 +7,8 @@ import pytest
 
 from keras_transformer.config import DataConfig, TransformerConfig
 from keras_transformer.data.errors import DataError
-from keras_transformer.data.held_out import held_out
 from keras_transformer.data.sources import read_pairs
+from keras_transformer.model_dir.held_out import held_out
 
 
 def model_dir(tmp_path, **data) -> str:

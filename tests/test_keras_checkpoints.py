@@ -9,16 +9,10 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer import model_dir as model_dir_module
 from keras_transformer.keras_checkpoint import KerasCheckpoint
-from keras_transformer.model_dir import (
-    CheckpointWriteError,
-    ModelDirError,
-    checkpoint_paths,
-    restore,
-    restore_newest,
-    save_weights,
-)
+from keras_transformer.model_dir import CheckpointWriteError, ModelDirError
+from keras_transformer.model_dir import checkpoints as checkpoints_module
+from keras_transformer.model_dir.checkpoints import checkpoint_paths, restore, restore_newest, save_weights
 from keras_transformer.training.backends import refusal
 from keras_transformer.training.optimization import compile_model
 
@@ -142,7 +136,7 @@ def test_weights_only_checkpoints_are_replaced_whole_and_a_failed_write_keeps_th
     best = str(tmp_path / "best")
     model = tiny(compiled=False)
     tf.train.CheckpointManager(tf.train.Checkpoint(model=model), best, 1, checkpoint_name="ckpt").save(5)
-    monkeypatch.setattr(model_dir_module, "weights_checkpoint", KerasCheckpoint)
+    monkeypatch.setattr(checkpoints_module, "weights_checkpoint", KerasCheckpoint)
     save_weights(model, best, 6)
     assert sorted(os.listdir(best)) == ["checkpoint", "ckpt-6.weights.h5"]
 

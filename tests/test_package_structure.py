@@ -103,3 +103,68 @@ def test_the_paths_that_pyproject_names_exist():
     pyproject = (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
     named = set(re.findall(r"keras_transformer/[\w/]+\.py", pyproject))
     assert [p for p in sorted(named) if not (PACKAGE.parent / p).exists()] == []
+
+
+def imported_modules(tree: ast.Module) -> set[str]:
+    """Every package module `tree` imports anywhere (a function's imports too): `import a.b`,
+    `from a.b import c` (a.b, and a.b.c where c may be a module)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return {name for name in found if name.startswith("keras_transformer")}
+
+
+def offences(prefix: str, forbidden: str) -> list[str]:
+    """ "module imports module" for each module under `prefix` that imports one under `forbidden`."""
+    return [
+        f"{name} imports {imported}"
+        for name, tree in modules().items()
+        if name.startswith(prefix)
+        for imported in sorted(imported_modules(tree))
+        if imported == forbidden or imported.startswith(forbidden + ".")
+    ]
+
+
+def test_no_importer_imports_an_exporter():
+    """The importers write the model's weights through the model's own map of them
+    (`weight_names`), not through an exporter's."""
+    assert offences("keras_transformer.importers", "keras_transformer.exporters") == []
+
+
+def test_data_knows_nothing_of_model_directories():
+    """`data/` reads pairs and counts shortlists; what belongs to a model dir (its held-out pairs,
+    its shortlist.npz) is `model_dir/`'s."""
+    assert offences("keras_transformer.data", "keras_transformer.model_dir") == []
+
+
+def code_strings(tree: ast.Module):
+    """The string literals of `tree` that are not docstrings."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node
+
+
+PACKAGE_IMPORT = re.compile(r"^\s*(import keras_transformer\b|from keras_transformer[\w.]* import )", re.MULTILINE)
+
+
+def test_no_string_of_code_imports_the_package():
+    """A process that runs the package's code runs one of its modules (`python -m`), never a script
+    in a string: an import inside a string is a dependency (and a cycle) no import graph shows."""
+    found = [
+        f"{name}:{node.lineno}"
+        for name, tree in modules().items()
+        for node in code_strings(tree)
+        if PACKAGE_IMPORT.search(node.value)
+    ]
+    assert found == []

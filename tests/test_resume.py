@@ -142,7 +142,8 @@ def test_a_checkpoint_whose_write_was_cut_short_is_not_used(tmp_path):
     """ModelDir's CheckpointManager (the one `train` saves with) names a checkpoint in its index
     file only once all its files are written: files of an unfinished save (no index entry) are
     ignored by ModelDir's resume and `load_model`'s choice."""
-    from keras_transformer.model_dir import ModelDir, restore_newest, save_checkpoint
+    from keras_transformer.model_dir import ModelDir
+    from keras_transformer.model_dir.checkpoints import restore_newest, save_checkpoint
 
     model_dir = ModelDir(str(tmp_path))
     variable = tf.Variable(1.0)

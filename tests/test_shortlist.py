@@ -195,9 +195,9 @@ def shortlisted_dir(trained, tmp_path_factory):
 def test_the_shortlist_counts_the_training_pairs_into_the_model_dir(shortlisted_dir, trained):
     """The command's shortlist.npz: the training split's pairs, tokenized as the model reads them."""
     import keras_transformer as kt
-    from keras_transformer.data.shortlist import build_shortlist
+    from keras_transformer.model_dir.shortlist import build_shortlist, load_shortlist
 
-    shortlist = Shortlist.load(shortlisted_dir, 300)
+    shortlist = load_shortlist(shortlisted_dir, 300)
     assert shortlist.table.shape == (300, 8) and shortlist.frequent.shape == (20,)
     assert 0 < shortlist.pairs and np.any(shortlist.table[4:] != PAD_ID)
     tokenizer = kt.ModelDir(shortlisted_dir).tokenizer()
@@ -210,7 +210,7 @@ def test_the_shortlist_counts_the_training_pairs_into_the_model_dir(shortlisted_
     with pytest.raises(ValueError, match="has no shortlist.npz: build one with `keras-transformer shortlist"):
         kt.Translator.from_model_dir(trained.model_dir, shortlist=True)
     with pytest.raises(ValueError, match="is for a vocabulary of 300 tokens, the model has 400"):
-        Shortlist.load(shortlisted_dir, 400)
+        load_shortlist(shortlisted_dir, 400)
 
 
 def test_translator_and_the_command_line_search_over_the_shortlist(shortlisted_dir, fixture_pairs, capsys):
@@ -264,7 +264,7 @@ def test_the_saved_model_searches_over_the_shortlist_as_translator_does(shortlis
 def test_train_builds_the_shortlist_when_asked(monkeypatch, tmp_path):
     """`train --build-shortlist` counts the model dir's training pairs once training ends."""
     from keras_transformer.cli import main as cli
-    from keras_transformer.data import shortlist as module
+    from keras_transformer.model_dir import shortlist as module
     from keras_transformer.training import trainer
 
     calls = []
@@ -284,8 +284,8 @@ def test_export_check_holds_tflite_and_ctranslate2_to_the_full_search_of_a_short
     import json
     import types
 
-    from keras_transformer.data import held_out
     from keras_transformer.exporters import quality_check
+    from keras_transformer.model_dir import held_out
 
     sources = ["a", "b"]
     (tmp_path / "translator.json").write_text(json.dumps({"saved_model_shortlist": True}))
@@ -332,6 +332,7 @@ def test_ctranslate2s_vocabulary_map_gives_our_greedy_tokens_over_the_shortlist(
     import keras_transformer as kt
     from keras_transformer.cli.main import main
     from keras_transformer.inference.search import decode_limits
+    from keras_transformer.model_dir.shortlist import load_shortlist
 
     model_dir, out = str(tmp_path / "model"), str(tmp_path / "ct2")
     shutil.copytree(shortlisted_dir, model_dir)
@@ -346,7 +347,7 @@ def test_ctranslate2s_vocabulary_map_gives_our_greedy_tokens_over_the_shortlist(
         tokens = json.load(f)
     with open(os.path.join(out, "vmap.txt"), encoding="utf-8") as f:
         lines = f.read().splitlines()
-    shortlist = Shortlist.load(model_dir, 300)
+    shortlist = load_shortlist(model_dir, 300)
     assert lines[0] == "\t" + " ".join(tokens[t] for t in shortlist.frequent)
     assert len(lines) == 1 + int(np.sum(np.any(shortlist.table != PAD_ID, axis=1)))
     shortlisted = kt.Translator.from_model_dir(model_dir, shortlist=True, beam_size=1)

@@ -35,7 +35,7 @@ from test_export import kit_module
 import keras_transformer as kt
 from keras_transformer.cli.main import main
 from keras_transformer.data.sources import read_pairs
-from keras_transformer.model_dir import checkpoint_paths, checkpoint_step
+from keras_transformer.model_dir.checkpoints import checkpoint_paths, checkpoint_step
 from keras_transformer.training import trainer
 from keras_transformer.training.tensorflow_translator import TEMPORARY_PREFIX
 

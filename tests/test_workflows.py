@@ -29,7 +29,8 @@ from keras_transformer.data.splits import near_duplicate_key, software_split, sp
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model import Transformer
-from keras_transformer.model_dir import ModelDir, ModelDirError, load_model, save_weights
+from keras_transformer.model_dir import ModelDir, ModelDirError, load_model
+from keras_transformer.model_dir.checkpoints import save_weights
 from keras_transformer.training.callbacks.early_stopping import EarlyStopping
 from keras_transformer.training.preparation import initial_weights, shared_pieces
 from keras_transformer.training.trainer import train

@@ -18,22 +18,21 @@ which the `frequent` list holds already (Dice's coefficient as an association of
 parallel text: Och & Ney, 2003, "A Systematic Comparison of Various Statistical Alignment
 Models", its heuristic baseline).
 
-Stored in the model dir as `shortlist.npz`: `table` [V, per_source] int32 (row s: source token s's
-targets, best first, padded with PAD_ID, which every shortlist holds), `frequent` [N] int32 (most
-frequent first), `pairs` (the pairs counted).
+Stored as an .npz file (a model dir's `shortlist.npz`, `model_dir.shortlist`): `table` [V, per_source]
+int32 (row s: source token s's targets, best first, padded with PAD_ID, which every shortlist holds),
+`frequent` [N] int32 (most frequent first), `pairs` (the pairs counted).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
 from keras_transformer.special_tokens import PAD_ID
 
-FILE = "shortlist.npz"
 PER_SOURCE = 50  # Marian's examples use 50 or 100 translations per source word
 FREQUENT = 100  # and the 100 most frequent target words (`--shortlist lex.s2t 100 100`)
 MERGE_EVERY = 1 << 22  # (s, t) codes gathered before they are merged into the running counts
@@ -63,37 +62,15 @@ class Shortlist:
 
     @classmethod
     def load(cls, path: str, vocab_size: int | None = None) -> Shortlist:
-        """The shortlist of `path` (an .npz file, or a model dir holding `shortlist.npz`), checked
-        against the model's `vocab_size`; a `ValueError` that says how to build one if missing."""
-        file = os.path.join(path, FILE) if os.path.isdir(path) else path
-        if not os.path.isfile(file):
-            directory = path if os.path.isdir(path) else os.path.dirname(path)
-            raise ValueError(
-                f"{directory} has no {FILE}: build one with `keras-transformer shortlist --model-dir {directory}` "
-                "(or keras_transformer.data.shortlist.build_shortlist), or decode with --no-shortlist"
-            )
-        with np.load(file) as arrays:
+        """The shortlist of the .npz file `path`, checked against the model's `vocab_size`."""
+        with np.load(path) as arrays:
             shortlist = cls(arrays["table"].astype(np.int32), arrays["frequent"].astype(np.int32), int(arrays["pairs"]))
         if vocab_size is not None and shortlist.vocab_size != vocab_size:
             raise ValueError(
-                f"{file} is for a vocabulary of {shortlist.vocab_size} tokens, the model has {vocab_size}: "
+                f"{path} is for a vocabulary of {shortlist.vocab_size} tokens, the model has {vocab_size}: "
                 "build it again"
             )
         return shortlist
-
-
-def model_dir_shortlist(model_dir: str, decoding, vocab_size: int) -> tuple:
-    """The `shortlist` setting of `decoding` (a `DecodingConfig`) decided for `model_dir`: (the
-    settings with it True or False, the model dir's `Shortlist` or None). True reads shortlist.npz
-    (a `ValueError` that says how to build it if missing); None, the default, reads it wherever the
-    model dir has one and the search's shapes are dynamic (no `jit_compile`, no
-    `max_decode_length`): on the held-out verses it cost 0.05 and 0.13 BLEU, within the 0.2 that
-    issue 39 allows a default (bench/RESULTS.md, "Vocabulary shortlist", "The speed-quality frontier")."""
-    wanted = decoding.search.shortlist
-    if wanted is None:
-        static = decoding.runtime.jit_compile or decoding.runtime.max_decode_length
-        wanted = not static and os.path.isfile(os.path.join(model_dir, FILE))
-    return decoding.replace(shortlist=wanted), Shortlist.load(model_dir, vocab_size) if wanted else None
 
 
 class Counts:
@@ -191,64 +168,6 @@ def tokenized_pairs(tokenizer, pairs) -> Iterable[tuple[list[np.ndarray], list[n
             yield _rows(source_ids), _rows(target_ids)
 
 
-def _reading(data) -> dict:
-    return dict(tfds_data_dir=data.tfds_data_dir, tfds_download=data.tfds_download)
-
-
 def _rows(ragged) -> list[np.ndarray]:
     values, splits = ragged.flat_values.numpy(), ragged.row_splits.numpy()
     return np.split(values.astype(np.int64), splits[1:-1])
-
-
-def build_shortlist(
-    model_dir: str,
-    data: str | None = None,
-    *,
-    per_source: int = PER_SOURCE,
-    frequent: int = FREQUENT,
-    limit: int | None = None,
-    log: Callable[[str], None] = print,
-) -> str:
-    """Count the training pairs of `model_dir` (or all the pairs of `data`, a source spec as
-    `--data` takes it: its training split, or all of a file without splits; in the model's
-    direction) with its tokenizer, and write its vocabulary
-    shortlist (the module docstring) to `model_dir/shortlist.npz`; returns that path. `limit`: only
-    the first N pairs of each source. A multilingual model's sources are counted with their
-    target-language piece, as it reads them."""
-    from keras_transformer.data.files import has_own_splits
-    from keras_transformer.data.mixing import tag_sources
-    from keras_transformer.data.sources import pairs_dataset
-    from keras_transformer.data.splits import WHOLE, split_source
-    from keras_transformer.model_dir import ModelDir
-
-    if per_source < 0 or frequent < 0:
-        raise ValueError(f"per_source and frequent must be >= 0, got {per_source} and {frequent}")
-    directory = ModelDir(model_dir)
-    values = directory.read()
-    tokenizer, trained_on = directory.tokenizer(), values["data_config"]
-    if data is None:
-        sources = trained_on.sources()
-        langs = trained_on.languages() if trained_on.multilingual else (None,) * len(sources)
-        streams = [
-            tag_sources(pairs_dataset(*split_source(one, "train"), one.reverse, **_reading(one)), lang)
-            for (one, _), lang in zip(sources, langs)
-        ]
-    else:
-        split = "train" if has_own_splits(data) else WHOLE
-        streams = [pairs_dataset(data, split, trained_on.reverse, **_reading(trained_on))]
-    if limit is not None:
-        streams = [stream.take(limit) for stream in streams]
-    pairs = streams[0]
-    for stream in streams[1:]:
-        pairs = pairs.concatenate(stream)
-    counts = count_pairs(tokenized_pairs(tokenizer, pairs), values["model"].vocab_size)
-    if counts.pairs == 0:
-        raise ValueError(f"no sentence pairs to count in {data or trained_on.data}")
-    shortlist = counts.shortlist(per_source, frequent)
-    path = os.path.join(model_dir, FILE)
-    shortlist.save(path)
-    log(
-        f"counted {counts.pairs} pairs: {per_source} targets per source token, {len(shortlist.frequent)} frequent "
-        f"targets, written to {path}"
-    )
-    return path

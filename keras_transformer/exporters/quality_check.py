@@ -278,8 +278,8 @@ def check_quality(
     checkpoint exported (`_exported_checkpoint`) of `model_dirs` (several: their ensemble), on the
     first one's held-out pairs."""
     from keras_transformer.data.errors import DataError
-    from keras_transformer.data.held_out import held_out
     from keras_transformer.data.tokenizer import tag
+    from keras_transformer.model_dir.held_out import held_out
 
     metadata_path = os.path.join(out, "translator.json")
     metadata = {}

@@ -27,10 +27,11 @@ from sentencepiece import sentencepiece_model_pb2
 
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.exporters.ctranslate2 import model_variables
 from keras_transformer.model import Transformer
-from keras_transformer.model_dir import ModelDir, weights_checkpoint
+from keras_transformer.model_dir.checkpoints import weights_checkpoint
+from keras_transformer.model_dir.directory import ModelDir
 from keras_transformer.special_tokens import PIECES, RESERVED_IDS, UNK_ID
+from keras_transformer.weight_names import model_variables
 
 # The output bias of an id the imported model has no row for: exp(-1e4) is 0 in float32 beside any
 # real logit, so it takes no share of the softmax; finite in float16 and bfloat16 (a -inf weight

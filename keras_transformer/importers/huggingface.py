@@ -21,11 +21,11 @@ import dataclasses
 import json
 import os
 import struct
-import sys
 from collections.abc import Callable
 
 import numpy as np
 
+from keras_transformer import messages
 from keras_transformer.config import TransformerConfig
 from keras_transformer.importers.common import ModelImportError, sentencepiece_models, vocabulary, write_model_dir
 from keras_transformer.layers.embedding import sinusoid_table
@@ -63,10 +63,6 @@ def read_safetensors(path: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         tensors[name] = array.astype(np.float32).reshape(entry["shape"])
         dtypes[name] = entry["dtype"]
     return tensors, dtypes
-
-
-def _warn(line: str) -> None:
-    print(f"warning: {line}", file=sys.stderr)
 
 
 def transformer_config(values: dict, embedding: np.ndarray, path: str, **fields) -> TransformerConfig:
@@ -171,7 +167,7 @@ def marian_weights(weights: dict, config: TransformerConfig, path: str, dtypes: 
 def import_huggingface(directory: str, model_dir: str, warn: Callable[[str], None] | None = None, **fields) -> str:
     """Import the `MarianMTModel` directory `directory` into the new model dir `model_dir`; returns its
     checkpoint's path. `fields`: `TransformerConfig` fields to override (e.g. max_length)."""
-    warn = warn or _warn
+    warn = warn or messages.warn
     files = {name: os.path.join(directory, name) for name in ("config.json", "model.safetensors", "vocab.json")}
     if not os.path.isdir(directory):
         raise ModelImportError(f"no such directory: {directory}")

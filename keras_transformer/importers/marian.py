@@ -30,12 +30,12 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-import sys
 from collections.abc import Callable
 
 import numpy as np
 import yaml
 
+from keras_transformer import messages
 from keras_transformer.config import FFN_ACTIVATIONS, TransformerConfig
 from keras_transformer.importers.common import ModelImportError, sentencepiece_models, vocabulary, write_model_dir
 
@@ -45,10 +45,6 @@ SPECIAL = "special:"  # Marian's prefix of the .npz items that are no parameter 
 OUTPUT_LAYER = "decoder_ff_logit_out"  # Marian's output layer (`mlp::Output`): `_W`, `_Wt` or none, and `_b`
 PRE_LN = ("n", "da", "n")  # transformer-preprocess, -postprocess, -postprocess-top
 POST_LN = ("", "dan", "")
-
-
-def _warn(line: str) -> None:
-    print(f"warning: {line}", file=sys.stderr)
 
 
 def _one(directory: str, pattern: str, what: str) -> str:
@@ -314,7 +310,7 @@ def import_marian(directory: str, model_dir: str, warn: Callable[[str], None] | 
     "halves", the positions that CTranslate2's converter and Hugging Face's port give the same
     weights (Marian's own are "tensor2tensor"), or `max_length`. Warnings (dropped alignment,
     vocabulary pieces one side lacks) go through `warn` (default stderr)."""
-    warn = warn or _warn
+    warn = warn or messages.warn
     path, vocabs = marian_files(directory)
     try:
         with np.load(path) as npz:

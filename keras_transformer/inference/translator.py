@@ -33,7 +33,6 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.data.shortlist import model_dir_shortlist
 from keras_transformer.data.tokenizer import lang_token
 from keras_transformer.inference import alignment, sentences
 from keras_transformer.inference import constraints as lexical
@@ -48,6 +47,7 @@ from keras_transformer.inference.sampling import sample_with_seed
 from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.inference.search import graph_function
 from keras_transformer.inference.shortlist import check_shortlist
+from keras_transformer.model_dir.shortlist import model_dir_shortlist
 from keras_transformer.special_tokens import PAD_ID
 
 _ALIGNING = threading.Lock()  # threads' first alignments (a service's pool) build one function
@@ -339,17 +339,21 @@ class Translator:
     @overload
     def translate_alternatives(self, texts: Sequence[str], n: int, prefixes=None) -> list[list[tuple[str, float]]]: ...
 
-    def translate_alternatives(self, texts, n, prefixes=None, target_lang=None):
+    def translate_alternatives(self, texts, n, prefixes=None, target_lang=None, constraints=None):
         """The `n` alternatives of a text at the position after its prefix (`prefixes` as
         `translate` takes them; none: at the first word), each continued to a whole translation:
         [(translation, score)] in the order of the alternative token's probability
         (`inference/alternatives.py`, CTranslate2's `return_alternatives`); for a list: one such
-        list per text."""
+        list per text. Not with constraints, nor with a decoding of several outputs per text."""
+        sampling, nbest = self.decoding.sampling, self.decoding.search.nbest
+        if (sampling.num_samples if sampling else nbest or 1) > 1:
+            raise ValueError("alternatives give n translations per text: set no nbest, no num_samples")
         if not 1 <= n <= self.model.config.vocab_size:
             raise ValueError(f"n must be between 1 and the vocabulary size {self.model.config.vocab_size}, got {n}")
         if isinstance(texts, str):
-            return self._nbest([texts], n, prefixes, None, target_lang, alternatives=True)[0]
-        return self._nbest(list(texts), n, prefixes, None, target_lang, alternatives=True)
+            constraints = None if constraints is None else [constraints]
+            return self._nbest([texts], n, prefixes, constraints, target_lang, alternatives=True)[0]
+        return self._nbest(list(texts), n, prefixes, constraints, target_lang, alternatives=True)
 
     @overload
     def translate_with_alignments(self, texts: str) -> tuple[str, list[tuple[int, int]]]: ...
@@ -357,11 +361,17 @@ class Translator:
     @overload
     def translate_with_alignments(self, texts: Sequence[str]) -> list[tuple[str, list[tuple[int, int]]]]: ...
 
-    def translate_with_alignments(self, texts):
+    def translate_with_alignments(self, texts, prefixes=None, constraints=None, target_lang=None, n=1):
         """The best translation of a text and its word alignment: (translation, [(i, j), ...]), one
         pair per word j of `translation.split()`, with i the word of `text.split()` it aligns to
         (`inference/alignment.py`: the cross-attention of decoder layer `decoding.alignment_layer`,
-        averaged over heads); for a list: one such pair per text."""
+        averaged over heads); for a list: one such pair per text. Of the one best translation (`n`
+        1): no prefixes, constraints or target_lang (a multilingual model's texts start with their token)."""
+        if n != 1 or any(value is not None for value in (prefixes, constraints, target_lang)):
+            raise ValueError(
+                "alignments are of each text's one best translation: no nbest, num_samples, prefixes, constraints "
+                "or target_lang (start each text with its language's token, <2fr>, instead)"
+            )
         if isinstance(texts, str):
             return self.translate_with_alignments([texts])[0]
         texts = self._with_language(list(texts), None)  # a multilingual model: the token in each text

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from keras_transformer.model_dir import (
-    ModelDir,
-    ModelDirError,
+from keras_transformer.model_dir.checkpoints import (
     checkpoint_paths,
     checkpoint_step,
     restore,
     save_weights,
     weights_checkpoint,
 )
+from keras_transformer.model_dir.directory import ModelDir
+from keras_transformer.model_dir.errors import ModelDirError
 
 
 def average_checkpoints(model, paths: list[str]) -> None:

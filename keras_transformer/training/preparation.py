@@ -28,7 +28,9 @@ from keras_transformer.data.sources import pairs_dataset, sentences
 from keras_transformer.data.splits import split_source
 from keras_transformer.data.tokenizer import SubwordTokenizer, lang_token
 from keras_transformer.model import Transformer
-from keras_transformer.model_dir import ModelDir, ModelDirError, checkpoint_step, restore, weights_checkpoint
+from keras_transformer.model_dir.checkpoints import checkpoint_step, restore, weights_checkpoint
+from keras_transformer.model_dir.directory import ModelDir
+from keras_transformer.model_dir.errors import ModelDirError
 
 
 def check_architecture(path: str, stored: TransformerConfig, config: TransformerConfig, advice: str) -> None:

@@ -18,34 +18,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 
 from keras_transformer.keras_checkpoint import KerasCheckpoint, tensorflow_process
 
-# The translating process: a JSON line in ({"weights": prefix, "texts": [...]}), a JSON line out
-# (the translations), on the stdout it was started with; whatever else prints goes to stderr.
-# The process removes the directory of the weights file (argv[3]) when its stdin closes, since a
-# run ended by `kill -9` cannot.
-_TRANSLATE = """
-import contextlib, json, os, shutil, sys
-answers = os.fdopen(os.dup(1), "w")
-os.dup2(2, 1)
-import keras_transformer as kt
-from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.keras_checkpoint import KerasCheckpoint
-model = kt.Transformer(kt.TransformerConfig.from_dict(json.loads(sys.argv[1])))
-model.build()
-translator = kt.Translator(model, SubwordTokenizer.load(sys.argv[2]))
-try:
-    with contextlib.suppress(BrokenPipeError):
-        for line in sys.stdin:
-            request = json.loads(line)
-            KerasCheckpoint(model).read(request["weights"])
-            print(json.dumps(translator.translate(request["texts"])), file=answers, flush=True)
-finally:
-    shutil.rmtree(sys.argv[3], ignore_errors=True)
-"""
 STDERR_TAIL = 2000  # characters of the process's stderr in an error
 TEMPORARY_PREFIX = "keras-transformer-bleu-"  # of the process's directory, in TMPDIR
 
@@ -82,7 +60,7 @@ class TensorFlowTranslator:
         self._directory = tempfile.mkdtemp(prefix=TEMPORARY_PREFIX)
         self._stderr = open(os.path.join(self._directory, "stderr"), "w+", encoding="utf-8")
         config = json.dumps(self.model.config.to_dict())
-        command, env = tensorflow_process(_TRANSLATE, config, self.tokenizer_path, self._directory)
+        command, env = tensorflow_process(__name__, config, self.tokenizer_path, self._directory)
         self._process = subprocess.Popen(
             command,
             env=env,
@@ -109,3 +87,35 @@ class TensorFlowTranslator:
         self._stderr.close()
         shutil.rmtree(self._directory, ignore_errors=True)
         self._process = self._directory = self._stderr = None
+
+
+def main(argv: list[str]) -> None:
+    """The translating process (`python -m keras_transformer.training.tensorflow_translator CONFIG
+    TOKENIZER DIRECTORY`): a JSON line in ({"weights": prefix, "texts": [...]}), a JSON line out (the
+    translations), on the stdout it was started with; whatever else prints goes to stderr. It
+    removes `DIRECTORY` (the weights file's) when its stdin closes, since a run ended by `kill -9`
+    cannot. It imports TensorFlow's tools here, not at the top: the run's own process imports this
+    module on JAX or PyTorch."""
+    config, tokenizer_path, directory = argv
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.data.tokenizer import SubwordTokenizer
+    from keras_transformer.inference.translator import Translator
+    from keras_transformer.model import Transformer
+
+    model = Transformer(TransformerConfig.from_dict(json.loads(config)))
+    model.build()
+    translator = Translator(model, SubwordTokenizer.load(tokenizer_path))
+    try:
+        with contextlib.suppress(BrokenPipeError):
+            for line in sys.stdin:
+                request = json.loads(line)
+                KerasCheckpoint(model).read(request["weights"])
+                print(json.dumps(translator.translate(request["texts"])), file=answers, flush=True)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -36,7 +36,8 @@ from keras_transformer.data.mixing import read_validation, training_pairs, valid
 from keras_transformer.inference.translator import Translator
 from keras_transformer.keras_checkpoint import KerasCheckpoint
 from keras_transformer.model import Transformer
-from keras_transformer.model_dir import ModelDir, restore_newest
+from keras_transformer.model_dir.checkpoints import restore_newest
+from keras_transformer.model_dir.directory import ModelDir
 from keras_transformer.training.backends import KerasDevices, keras_devices, refusal
 from keras_transformer.training.callbacks.bleu import BleuCallback
 from keras_transformer.training.callbacks.budget import Interrupted, StopOnSignal, TimeBudget
@@ -133,7 +134,7 @@ def _build(config: TransformerConfig, training: TrainingConfig, strategy: tf.dis
 
 
 def _resume(directory: ModelDir, model, fitted, training: TrainingConfig, strategy, log):
-    """The run's checkpoint manager (`model_dir.manager`), after restoring the newest checkpoint
+    """The run's checkpoint manager (`model_dir.checkpoints.manager`), after restoring the newest checkpoint
     that restores (a resume; found from the files themselves when the state file is unreadable),
     or, in a new fine-tuning dir, the parent's weights with a fresh optimizer. On JAX and PyTorch
     the checkpoints are Keras' (`keras_checkpoint`), whose optimizer holds the fitted step budget."""

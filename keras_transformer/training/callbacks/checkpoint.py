@@ -9,7 +9,7 @@ import math
 import keras
 import tensorflow as tf
 
-from keras_transformer.model_dir import save_checkpoint
+from keras_transformer.model_dir.checkpoints import save_checkpoint
 from keras_transformer.training.schedules import trained_steps
 
 

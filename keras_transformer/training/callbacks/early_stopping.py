@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import keras
 
-from keras_transformer.model_dir import save_weights
+from keras_transformer.model_dir.checkpoints import save_weights
 from keras_transformer.training.schedules import trained_steps
 
 MONITORS = {"val_bleu": max, "val_loss": min}  # the score and which way is better

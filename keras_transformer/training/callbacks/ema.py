@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import keras
 
-from keras_transformer.model_dir import save_weights
+from keras_transformer.model_dir.checkpoints import save_weights
 from keras_transformer.training.schedules import trained_steps
 
 

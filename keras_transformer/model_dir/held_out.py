@@ -13,6 +13,7 @@ from typing import NamedTuple
 from keras_transformer.data.errors import DataError
 from keras_transformer.data.sources import read_pairs
 from keras_transformer.data.splits import split_source
+from keras_transformer.model_dir.directory import ModelDir
 
 
 class HeldOut(NamedTuple):
@@ -38,8 +39,6 @@ def held_out(
     """The first `limit` pairs (or all) of `split` ("train", "validation" or "test") of the data the model in
     `model_dir` was trained on, in its direction. A source without that split (a TSV trained with
     `--valid-data` and no `--test-data`) is a `DataError` that says to pass the pairs instead."""
-    from keras_transformer.model_dir import ModelDir
-
     trained_on = ModelDir(model_dir).read()["data_config"]
     sources = [source for source, _ in trained_on.sources()]
     langs = trained_on.languages()
