@@ -290,6 +290,29 @@ def test_export_batching_parameters(tmp_path):
     assert "--enable_batching=true --batching_parameters_file=/models/batching_parameters.txt" in paths["command"]
 
 
+@pytest.mark.slow
+def test_serve_an_export_saved_model_and_tflite(translating, translator, tmp_path):
+    from starlette.testclient import TestClient
+
+    from keras_transformer.cli.serve import export_translator
+    from keras_transformer.exporters.tensorflow import export_tensorflow
+    from keras_transformer.service.app import create_app
+    from keras_transformer.service.languages import export_languages
+
+    out = str(tmp_path / "export")
+    export_tensorflow(
+        translator.model, translator.tokenizer, out, log=lambda m: None, model_dirs=[translating.model_dir]
+    )
+    with pytest.raises(ValueError, match="names no language pair: pass --languages SRC-TGT"):
+        export_languages(out)
+    languages = export_languages(out, "en-de")
+    texts = SOURCES + ["", "Jesus wept. Amen."]
+    for artifact in ("saved_model", "tflite"):
+        with TestClient(create_app(export_translator(out, artifact), languages)) as client:
+            answer = client.post("/translate", json={"q": texts, "source": "en", "target": "de"})
+            assert answer.json() == {"translatedText": translator.translate(texts, split=True)}, artifact
+
+
 # --- a real server --------------------------------------------------------------------------------
 
 
@@ -311,6 +334,8 @@ def start_server(model_dir, *flags):
         model_dir,
         "--port",
         str(port),
+        "--languages",
+        "en-de",  # the pairs' file name says none
         *flags,
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

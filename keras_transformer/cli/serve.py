@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 
 DEFAULT_PORT = 5000  # LibreTranslate's
+ARTIFACTS = ("saved_model", "saved_model_int8", "tflite", "tflite_int8")
 
 
 def add_parser(subparsers):
@@ -20,7 +21,12 @@ def add_parser(subparsers):
     model = p.add_mutually_exclusive_group(required=True)
     model.add_argument("--model-dir", metavar="DIR", help="serve the model of a model directory")
     model.add_argument("--export", metavar="DIR", help="serve an exported SavedModel (OUT of export)")
-    p.add_argument("--int8", action="store_true", help="with --export: its int8 SavedModel")
+    p.add_argument(
+        "--artifact",
+        choices=ARTIFACTS,
+        default="saved_model",
+        help="with --export: the float or int8 SavedModel, or the TFLite model run by LiteRT (default saved_model)",
+    )
     p.add_argument("--checkpoint", default="latest", help="with --model-dir: latest (default), averaged, best, ema")
     p.add_argument("--languages", metavar="SRC-TGT", help="the language pair (default: from the training data's name)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -69,10 +75,8 @@ def run(args) -> int:
         if not args.no_length_ratio:
             length_ratio = _length_ratio(LengthRatio, args.model_dir)
     else:
-        from keras_transformer.inference.exported import SavedModelTranslator
-
         languages = export_languages(args.export, args.languages)
-        translator = SavedModelTranslator(args.export, int8=args.int8)
+        translator = export_translator(args.export, args.artifact)
     app = create_app(translator, languages, config, length_ratio)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
     stopped = []
@@ -82,6 +86,18 @@ def run(args) -> int:
     print(f"serving {args.model_dir or args.export} on http://{args.host}:{args.port}", flush=True)
     server.run()
     return 0 if server.started else 1
+
+
+def export_translator(path: str, artifact: str):
+    """The translator of one artifact (`ARTIFACTS`) of the export `path`."""
+    int8 = artifact.endswith("_int8")
+    if artifact.startswith("tflite"):
+        from keras_transformer.service.litert import LiteRTTranslator
+
+        return LiteRTTranslator(path, int8=int8)
+    from keras_transformer.inference.exported import SavedModelTranslator
+
+    return SavedModelTranslator(path, int8=int8)
 
 
 def _length_ratio(length_ratio, model_dir: str):

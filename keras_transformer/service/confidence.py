@@ -122,7 +122,7 @@ def _pieces(translator) -> alignment.Pieces:
 
 def _uncovered(source: str, aligned: tuple[str, list[tuple[int, int]]], translation: str) -> list[str] | None:
     realigned, pairs = aligned
-    if realigned != translation:
+    if realigned != translation or not translation.split():
         return None
     covered = {i for i, _ in pairs}
     return [word for i, word in enumerate(source.split()) if i not in covered and _WORDLIKE.search(word)]
