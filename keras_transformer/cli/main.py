@@ -367,7 +367,7 @@ def parser() -> argparse.ArgumentParser:
     _add_average(subparsers)
     _add_import(subparsers)
     _add_shortlist(subparsers)
-    serve.add_parser(subparsers)
+    serve.add(subparsers)
     for command in subparsers.choices.values():  # --verbose before or after the command
         _add_verbose(command, argparse.SUPPRESS)
     return p

@@ -16,7 +16,7 @@ DEFAULT_PORT = 5000  # LibreTranslate's
 ARTIFACTS = ("saved_model", "saved_model_int8", "tflite", "tflite_int8")
 
 
-def add_parser(subparsers):
+def add(subparsers):
     p = subparsers.add_parser("serve", help="a translation HTTP service (LibreTranslate's API)")
     model = p.add_mutually_exclusive_group(required=True)
     model.add_argument("--model-dir", metavar="DIR", help="serve the model of a model directory")
