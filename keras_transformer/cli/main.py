@@ -21,7 +21,7 @@ import os
 import sys
 
 from keras_transformer import __version__
-from keras_transformer.cli import average, evaluate, export, import_, score, shortlist, train, translate
+from keras_transformer.cli import average, evaluate, export, import_, score, serve, shortlist, train, translate
 from keras_transformer.cli.common import log
 from keras_transformer.cli.quiet import filter_native_logs, quiet_python_logs
 
@@ -36,6 +36,7 @@ COMMANDS = {
     "average": average,
     "import": import_,
     "shortlist": shortlist,
+    "serve": serve,
 }
 
 
