@@ -60,6 +60,7 @@ from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID, n
 D_MODEL, D_FF, HEADS, LAYERS = TINY.d_model, TINY.d_ff, TINY.heads, TINY.layers
 CTRANSLATE2 = dict(sinusoid_layout="halves", layer_norm_epsilon=1e-5)  # what CTranslate2's Marian conversion computes
 SENTENCES = 16  # the fixture's first sources and references, translated and scored
+MIN_LENGTH = 6  # no EOS before that many tokens, on both sides: random weights may end at once, whatever the vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +94,15 @@ class Converted:
 
     def theirs(self, beam_size):
         """CTranslate2's best translation of each source as our ids (EOS included where reached), one
-        call per sentence with our length limit (CTranslate2's limit is per call) and, as ours, no
-        minimum length (CTranslate2's default is 1: a random model ends some sentences at once)."""
+        call per sentence with our length limit (CTranslate2's limit is per call) and, as ours,
+        `MIN_LENGTH` (a random model ends some sentences at once, more or less so as the trained
+        SentencePiece vocabulary goes)."""
         limits = decode_limits(self.batch(), self.model.config.max_length).numpy()
         found = []
         for row, limit in zip(self.rows, limits):
             (result,) = self.translator.translate_batch(
                 [self.tokens(row)], beam_size=beam_size, length_penalty=0.0, max_decoding_length=int(limit),
-                min_decoding_length=0, return_end_token=True,
+                min_decoding_length=MIN_LENGTH, return_end_token=True,
             )  # fmt: skip
             found.append([self.ids[token] for token in result.hypotheses[0]])
         return found
@@ -117,13 +119,15 @@ def ours(ids):
 
 def test_greedy_translations_equal_ctranslate2s_token_for_token(converted):
     theirs = converted.theirs(beam_size=1)
-    assert ours(greedy_search(converted.model, converted.batch()).ids) == theirs
+    assert ours(greedy_search(converted.model, converted.batch(), min_decoding_length=MIN_LENGTH).ids) == theirs
     assert sum(map(len, theirs)) > 10 * SENTENCES  # not all empty translations
 
 
 def test_beam_4_translations_equal_ctranslate2s_token_for_token(converted):
     """At alpha 0 our stopping rule (patience 1) is CTranslate2's (tests/test_ctranslate2.py)."""
-    found = beam_search(converted.model, converted.batch(), beam_size=4, alpha=0.0, nbest=1).ids
+    found = beam_search(
+        converted.model, converted.batch(), beam_size=4, alpha=0.0, nbest=1, min_decoding_length=MIN_LENGTH
+    ).ids
     assert ours(found) == converted.theirs(beam_size=4)
 
 
@@ -264,10 +268,14 @@ def test_two_sentencepiece_models_import_and_translate_as_ctranslate2_does(two_s
     assert os.path.isfile(os.path.join(two_sided.model_dir, "tokenizer.target.model"))
     assert [two_sided.tokens(row) for row in two_sided.rows] == spm_pieces(source_spm, two_sided.sources)
     theirs = two_sided.theirs(beam_size=4)
-    found = beam_search(two_sided.model, two_sided.batch(), beam_size=4, alpha=0.0, nbest=1).ids
+    found = beam_search(
+        two_sided.model, two_sided.batch(), beam_size=4, alpha=0.0, nbest=1, min_decoding_length=MIN_LENGTH
+    ).ids
     assert ours(found) == theirs
     tokens = [[tokenizer.piece(i) for i in row if i != EOS_ID] for row in theirs]
-    translations = Translator(two_sided.model, tokenizer, beam_size=4, alpha=0.0).translate(two_sided.sources)
+    translations = Translator(
+        two_sided.model, tokenizer, beam_size=4, alpha=0.0, min_decoding_length=MIN_LENGTH
+    ).translate(two_sided.sources)
     assert translations == [pieces_text(row) for row in tokens]
     target = sentencepiece.SentencePieceProcessor(model_proto=target_spm)
     known = [row for row in tokens if all(target.piece_to_id(piece) != target.unk_id() for piece in row)]
@@ -661,11 +669,15 @@ class NumpyMarian:
             x = self.residual(x, f"{scope}_ffn_ffn", lambda y, s=scope: self.feed_forward(f"{s}_ffn", y))
         return self.top(x, "decoder") @ self.w["Wemb"].T + self.w["decoder_ff_logit_out_b"].reshape(-1)
 
-    def greedy(self, source, limit):
-        """Marian's beam search at beam 1: the argmax after each prefix, until </s> (row 0) or `limit` tokens."""
+    def greedy(self, source, limit, minimum):
+        """Marian's beam search at beam 1: the argmax after each prefix, until </s> (row 0) or `limit`
+        tokens, </s> barred from the first `minimum` (as CTranslate2's min_decoding_length)."""
         memory, output = self.encode(source), []
         while len(output) < limit and (not output or output[-1] != 0):
-            output.append(int(self.logits(memory, output)[-1].argmax()))
+            logits = self.logits(memory, output)[-1]  # [V]
+            if len(output) < minimum:
+                logits[0] = -np.inf
+            output.append(int(logits.argmax()))
         return output
 
 
@@ -693,11 +705,11 @@ def test_the_default_import_computes_marians_own_formulas(activation, pre_norm, 
     batch = padded(sources)
     reference = NumpyMarian(weights, options)
     limits = decode_limits(batch, model.config.max_length, b=LENGTH_B).numpy()
-    found = greedy_search(model, batch, length_b=LENGTH_B).ids.numpy()[:, 0]
+    found = greedy_search(model, batch, length_b=LENGTH_B, min_decoding_length=GREEDY_MIN).ids.numpy()[:, 0]
     theirs = []
     for source, row, limit in zip(sources, found, limits):
         source = [rows[tokenizer.piece(int(i))] for i in source]
-        theirs.append(reference.greedy(source, int(limit)))
+        theirs.append(reference.greedy(source, int(limit), GREEDY_MIN))
         assert [rows[tokenizer.piece(int(i))] for i in row if i != PAD_ID] == theirs[-1]
     assert sum(map(len, theirs)) > 5 * GREEDY_SENTENCES  # not all empty
     target_in = padded([[START_ID] + [columns[i] for i in row[:-1]] for row in theirs])
