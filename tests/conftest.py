@@ -201,6 +201,35 @@ def translating(tmp_path_factory):
         yield TranslatingRun(str(root / "model"), [s for s, _ in pairs], [t for _, t in pairs])
 
 
+@dataclasses.dataclass(frozen=True)
+class CliExport:
+    """The SavedModels that `keras-transformer export --model-dir TRANSLATING --out OUT --no-tflite`
+    wrote (`out`), and the {artifact: path} lines it printed."""
+
+    out: str
+    paths: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def cli_export(translating, tmp_path_factory):
+    """`translating`'s export by the command line, in-process (`main`), without TFLite (its
+    conversions are the slow tests'), once per test run, shared read-only as `trained` is (`shared_run`)."""
+    import io
+
+    from keras_transformer.cli.main import main
+
+    def make(root):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            status = main(["export", "--model-dir", translating.model_dir, "--out", str(root / "model"), "--no-tflite"])
+        assert status == 0
+        (root / "stdout").write_text(printed.getvalue(), encoding="utf-8")
+
+    with shared_run(tmp_path_factory, "cli-export", make) as root:
+        lines = (root / "stdout").read_text(encoding="utf-8").splitlines()
+        yield CliExport(str(root / "model"), dict(line.split("\t") for line in lines))
+
+
 @pytest.fixture(scope="session")
 def scrambled_model():
     """A tiny untrained model over 12 tokens with large random weights: its choices vary from step
