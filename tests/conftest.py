@@ -38,6 +38,7 @@ ARCHITECTURE_OPTIONS = dict(
 # The files of most CPU seconds in `make test` and in `make test-slow` (KT_TEST_CPU's figures on the
 # 2-core machine, 2026-12-01), heaviest first.
 HEAVY_FILES = ("test_train_backends", "test_bench", "test_export", "test_readme", "test_notebooks", "test_constraints")
+HEAVY_FILES += ("test_commands",)  # issue 50: the CLI export, and a train --backend torch process
 HEAVY_FILES += ("test_faults",)
 HEAVY_FILES += ("test_distribute", "test_ensemble", "test_resume", "test_workflows", "test_beam_search", "test_cli")
 HEAVY_FILES += ("test_serving", "test_multilingual", "test_ctranslate2", "test_alignment", "test_backends")

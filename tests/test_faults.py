@@ -778,7 +778,6 @@ def test_an_export_of_averaged_weights_records_them_and_its_check_compares_with_
 # --- --ema-decay under mixed_float16 ----------------------------------------------------------------
 
 
-@pytest.mark.slow
 class RecordWeights(keras.callbacks.Callback):
     """The trainable weights after every optimizer step, in float64."""
 
@@ -790,6 +789,7 @@ class RecordWeights(keras.callbacks.Callback):
         self.after_step.append([np.asarray(v.numpy(), np.float64) for v in self.model.trainable_variables])
 
 
+@pytest.mark.slow
 def test_ema_under_mixed_float16_writes_the_moving_average(tmp_path, monkeypatch):
     """mixed_float16 (what `--mixed-precision` picks on a GPU), forced here on the CPU: Keras wraps
     the optimizer in a LossScaleOptimizer, and the moving average lives in its inner optimizer.
