@@ -47,11 +47,13 @@ demo: install
 # (bench/RESULTS.md, "The test suite's time"). `make test-slow`: the end-to-end ones, which run the README's examples, the
 # notebooks, the command line in processes of its own, exports, several workers and bench/.
 # KT_TEST_CPU=cpu.jsonl make test: one JSON line per test, its CPU seconds (tests/conftest.py's recorder).
+# -rs: every skipped test's reason is printed (a full-disk test on a tmpfs skips where none can be
+# mounted, and fails instead under CI=true).
 test: install-dev lint
-	$(BIN)/python -m pytest -q $(PYTEST_XDIST) -m "not slow" --durations=10
+	$(BIN)/python -m pytest -q -rs $(PYTEST_XDIST) -m "not slow" --durations=10
 
 test-slow: install-dev
-	$(BIN)/python -m pytest -q $(PYTEST_XDIST) -m slow --durations=10
+	$(BIN)/python -m pytest -q -rs $(PYTEST_XDIST) -m slow --durations=10
 
 lint: install-dev
 	$(BIN)/ruff check .

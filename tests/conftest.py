@@ -38,6 +38,7 @@ ARCHITECTURE_OPTIONS = dict(
 # The files of most CPU seconds in `make test` and in `make test-slow` (KT_TEST_CPU's figures on the
 # 2-core machine, 2026-12-01), heaviest first.
 HEAVY_FILES = ("test_train_backends", "test_bench", "test_export", "test_readme", "test_notebooks", "test_constraints")
+HEAVY_FILES += ("test_commands",)  # issue 50: the CLI export, and a train --backend torch process
 HEAVY_FILES += ("test_faults",)
 HEAVY_FILES += ("test_distribute", "test_ensemble", "test_resume", "test_workflows", "test_beam_search", "test_cli")
 HEAVY_FILES += ("test_serving", "test_multilingual", "test_ctranslate2", "test_alignment", "test_backends")
@@ -199,6 +200,35 @@ def translating(tmp_path_factory):
     with shared_run(tmp_path_factory, "translating", make) as root:
         pairs = [line.split("\t") for line in (root / "pairs.tsv").read_text(encoding="utf-8").splitlines()]
         yield TranslatingRun(str(root / "model"), [s for s, _ in pairs], [t for _, t in pairs])
+
+
+@dataclasses.dataclass(frozen=True)
+class CliExport:
+    """The SavedModels that `keras-transformer export --model-dir TRANSLATING --out OUT --no-tflite`
+    wrote (`out`), and the {artifact: path} lines it printed."""
+
+    out: str
+    paths: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def cli_export(translating, tmp_path_factory):
+    """`translating`'s export by the command line, in-process (`main`), without TFLite (its
+    conversions are the slow tests'), once per test run, shared read-only as `trained` is (`shared_run`)."""
+    import io
+
+    from keras_transformer.cli.main import main
+
+    def make(root):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            status = main(["export", "--model-dir", translating.model_dir, "--out", str(root / "model"), "--no-tflite"])
+        assert status == 0
+        (root / "stdout").write_text(printed.getvalue(), encoding="utf-8")
+
+    with shared_run(tmp_path_factory, "cli-export", make) as root:
+        lines = (root / "stdout").read_text(encoding="utf-8").splitlines()
+        yield CliExport(str(root / "model"), dict(line.split("\t") for line in lines))
 
 
 @pytest.fixture(scope="session")

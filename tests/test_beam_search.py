@@ -381,7 +381,8 @@ def test_patience_stops_after_round_p_k_ended_hypotheses(patience, steps, best):
     assert not result.ids.numpy()[0, 0, 2:].any()
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
+# XLA: ~12 CPU-s of compilation, slow (XLA's beams against the graph's: test_xla_gives_the_same_beams).
+@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_patience_counts_every_ended_hypothesis(model, jit_compile):
     """Stopping after more hypotheses than can ever end runs every sentence to its limit, which
     finds what the exact rule finds (it stops only when nothing can change); patience 1 stops

@@ -35,6 +35,7 @@ def test_an_error_is_exactly_one_line_on_stderr(tmp_path):
     assert result.stderr == f"keras-transformer: error: no such model directory: {tmp_path / 'none'}\n"
 
 
+@pytest.mark.slow  # two processes that import TensorFlow (~12 CPU-s) to see its log lines
 def test_verbose_and_debug_let_tensorflow_log(tmp_path):
     for flags, env in ((["--verbose"], None), ([], {"KERAS_TRANSFORMER_DEBUG": "1"})):
         result = run("translate", *flags, "--model-dir", str(tmp_path / "none"), "hi", env=env)

@@ -361,7 +361,7 @@ def test_greedy_with_a_prefix_equals_ctranslate2s_target_prefix(trained):
 CONTROLS = {
     "repetition_penalty": {"repetition_penalty": 1.8},
     "no_repeat_ngram_size": {"no_repeat_ngram_size": 2},
-    "min_decoding_length": {"min_decoding_length": 12},
+    "min_decoding_length": {},  # 4 tokens past the longest unconstrained output, below
     "max_decoding_length": {"max_decoding_length": 7},
     "disable_unk": {"disable_unk": True},
     "suppress_sequences": {},  # the two most frequent tokens of the unconstrained outputs, below
@@ -378,6 +378,8 @@ def control_settings(trained, name, ours_greedy):
         return {"suppress": ((frequent[0],), pair)}, {
             "suppress_sequences": [[trained.tokens[frequent[0]]], [trained.tokens[i] for i in pair]]
         }
+    if name == "min_decoding_length":  # longer than every plain output (a shorter one would change nothing)
+        ours = {"min_decoding_length": max(len(row) for row in ours_greedy) + 4}
     theirs = dict(ours)
     return ours, theirs
 
@@ -389,7 +391,8 @@ def test_each_control_equals_ctranslate2s(trained, name, with_prefix):
     """Greedy token for token, and beam 4 at alpha 0 the same best translation for at least 3/4
     of the sentences (float ties part the rest, as in `test_beam_4_at_alpha_0_equals_ctranslate2s`),
     with one control on, alone or after a target prefix (the first two tokens of the plain greedy
-    output), on the same weights."""
+    output), on the same weights; and the control changes the output of that search (same beam
+    width, same prefix) without it, so a control that did nothing would fail."""
     sources = read_pairs(str(FIXTURE), "test")[0]
     rows = trained.source_rows(sources)
     batch = padded(rows)
@@ -403,6 +406,10 @@ def test_each_control_equals_ctranslate2s(trained, name, with_prefix):
         settings = {"beam_size": beam_size, "alpha": 0.0, "nbest": 1, **ours_settings}
         ours = beam_search(trained.model, batch, target_prefix=prefix_batch, suppress_ids=suppress_ids, **settings)
         ours = [[int(t) for t in row if t != PAD_ID] for row in ours.ids.numpy()[:, 0]]
+        alone = beam_search(trained.model, batch, target_prefix=prefix_batch, beam_size=beam_size, alpha=0.0, nbest=1)
+        alone = [[int(t) for t in row if t != PAD_ID] for row in alone.ids.numpy()[:, 0]]
+        # The control changed something at this very beam width and prefix (unk is rare when trained).
+        assert ours != alone or name == "disable_unk", f"beam {beam_size}: {name} changed nothing"
         same = 0
         for i, (row, limit) in enumerate(zip(rows, limits)):
             options = {"min_decoding_length": 0, "max_decoding_length": int(limit), **theirs_settings}
@@ -418,7 +425,6 @@ def test_each_control_equals_ctranslate2s(trained, name, with_prefix):
                 assert theirs == ours[i], (name, sources[i])
             same += theirs == ours[i]
         assert same >= 0.75 * len(rows), f"beam 4: {same} of {len(rows)} the same"
-    assert ours != plain or name == "disable_unk"  # the control changed something (unk is rare when trained)
 
 
 @pytest.mark.slow

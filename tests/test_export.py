@@ -152,10 +152,11 @@ def test_export_writes_every_artifact(exported):
     assert exported.paths["saved_model_int8"].endswith(os.path.join("translator_int8", "1"))
 
 
-def test_both_readmes_name_every_signature(exported):
+def test_both_readmes_name_every_signature(trained):
     """README's Export section and export/README.md's table name each signature the SavedModel
     serves (a multilingual model's `translate_to` too)."""
-    names = set(TranslationModule(exported.model, exported.tokenizer).signatures()) | {"translate_to"}
+    model, tokenizer, _ = load_model(trained.model_dir)
+    names = set(TranslationModule(model, tokenizer).signatures()) | {"translate_to"}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
         export_section = f.read().split("\n## Export\n")[1].split("\n## ")[0]
@@ -166,14 +167,16 @@ def test_both_readmes_name_every_signature(exported):
     assert [n for n in sorted(names) if f"`{n}`" not in table] == []
 
 
-def test_each_saved_model_holds_every_weight_once(exported):
+def test_each_saved_model_holds_every_weight_once(cli_export, translating):
     """The SavedModel's checkpoint holds the model's weights once (tracked through the Keras model
-    as well, each was saved a second time: a base OPUS-MT model's SavedModel took 624 MB, not 296)."""
+    as well, each was saved a second time: a base OPUS-MT model's SavedModel took 624 MB, not 296).
+    On conftest's `cli_export` (no TFLite: the `exported` fixture's conversions are the slow tests')."""
+    model = load_model(translating.model_dir)[0]
     count = lambda model: sum(int(np.prod(v.shape)) for v in model.variables)  # dropout's seeds too
-    weights = {"saved_model": count(exported.model), "saved_model_ids": count(exported.model)}
-    weights["saved_model_int8"] = count(exported.model.with_int8())  # and the int8 weights' scales
+    weights = {"saved_model": count(model), "saved_model_ids": count(model)}
+    weights["saved_model_int8"] = count(model.with_int8())  # and the int8 weights' scales
     for key, size in weights.items():
-        saved = tf.train.list_variables(os.path.join(exported.paths[key], "variables", "variables"))
+        saved = tf.train.list_variables(os.path.join(cli_export.paths[key], "variables", "variables"))
         assert sum(int(np.prod(shape)) for _, shape in saved) == size + 1, key  # + the object graph
 
 

@@ -258,21 +258,104 @@ def test_a_resume_falls_back_past_a_truncated_checkpoint(copy_of):
 
 
 # --- a full disk ---------------------------------------------------------------------------------
+# A real small filesystem: a tmpfs mounted over the model dir (root may mount: CI runs as root),
+# shrunk to what it holds plus less than the next checkpoint, so the write fails with ENOSPC where a
+# user's disk fills. Its checkpoints/ and logs/ are links to the test's own disk: the one write that
+# finds the disk full is the one under test. Where no tmpfs can be mounted these tests skip, naming
+# why, but fail under CI (CI=true), which must run them.
 
 
-def can_mount() -> bool:
-    """Whether this process may mount a tmpfs (root with CAP_SYS_ADMIN): tried on a temporary dir."""
+def why_no_tmpfs() -> str | None:
+    """None if this process may mount a tmpfs (root with CAP_SYS_ADMIN; tried on a temporary dir),
+    else why not."""
     if os.geteuid() != 0 or not shutil.which("mount"):
-        return False
+        return "mounting a tmpfs needs root and mount(8)"
     import tempfile
 
     with tempfile.TemporaryDirectory() as probe:
         mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", probe], capture_output=True)
-        return mounted.returncode == 0 and subprocess.run(["umount", probe]).returncode == 0
+        if mounted.returncode:
+            return f"mount -t tmpfs failed: {mounted.stderr.decode().strip()}"
+        subprocess.run(["umount", probe], check=True)
+    return None
 
 
-@pytest.mark.skipif(not can_mount(), reason="mounting a tmpfs needs root (the injected-error test below runs)")
-def test_a_full_disk_during_a_checkpoint_is_one_line_and_leaves_no_partial_files(trained, tmp_path, capsys):
+class SmallDisk:
+    """A model dir on a tmpfs of its own (`path`), its checkpoints/ and logs/ on the test's disk."""
+
+    def __init__(self, root):
+        self.mount = root / "small"
+        self.path = self.mount / "model"
+        self.disk = root / "disk"
+
+    def fill_from(self, model_dir=None):
+        """Make the model dir, with `model_dir`'s files (if given)."""
+        self.disk.mkdir()
+        for part in ("checkpoints", "logs"):
+            source = model_dir and os.path.join(model_dir, part)
+            if source and os.path.isdir(source):
+                shutil.copytree(source, self.disk / part)
+            else:
+                (self.disk / part).mkdir()
+        if model_dir:
+            shutil.copytree(model_dir, self.path, ignore=lambda d, names: [n for n in names if d == str(model_dir)
+                            and n in ("checkpoints", "logs")])  # fmt: skip
+        self.path.mkdir(exist_ok=True)
+        for part in ("checkpoints", "logs"):
+            os.symlink(self.disk / part, self.path / part)
+        return self.path
+
+    def leave(self, spare: int) -> None:
+        """Shrink the filesystem to what it holds plus `spare` bytes (whole pages)."""
+        stat = os.statvfs(self.mount)
+        used = (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+        size = (used + spare) // 4096 * 4096
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(self.mount)], check=True)
+
+
+@pytest.fixture
+def tmpfs():
+    """Skip where no tmpfs can be mounted, naming why; under CI (CI=true) fail instead."""
+    reason = why_no_tmpfs()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the full-disk tests on a real tmpfs: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def small_disk(tmpfs, tmp_path):
+    disk = SmallDisk(tmp_path)
+    disk.mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk.mount)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk.mount)], check=True)
+
+
+def weights_files(directory) -> dict:
+    """{file name: its bytes} of a weights-only checkpoint directory."""
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+def half_a_checkpoint(directory) -> int:
+    """Half the bytes of the weights checkpoint in `directory`: room for its small files, not its data."""
+    return sum(os.path.getsize(p) for p in glob.glob(f"{directory}/ckpt-*")) // 2
+
+
+def assert_one_line_and_kept(stderr: str, directory, step: int, last_good: int, before: dict) -> None:
+    """The run's one error line names the failed checkpoint and the last good one, which is intact."""
+    errors = [line for line in stderr.splitlines() if "error" in line or "Traceback" in line]
+    assert errors == [
+        f"keras-transformer: error: no space left on device writing checkpoint {directory}/ckpt-{step}; "
+        f"the last good one is {directory}/ckpt-{last_good}"
+    ]
+    assert weights_files(directory) == before  # the previous checkpoint, intact
+    assert not glob.glob(f"{directory}.*")  # no temporary sibling left
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_line_and_leaves_no_partial_files(trained, tmpfs, tmp_path, capsys):
     one_checkpoint = sum(os.path.getsize(p) for p in glob.glob(f"{trained}/checkpoints/ckpt-20.*"))
     model_dir = tmp_path / "model"
     checkpoints = model_dir / "checkpoints"
@@ -320,63 +403,84 @@ def test_a_failed_checkpoint_write_removes_its_files_and_names_the_last_good_one
         save_checkpoint(manager, 6)
 
 
-def fail_writes_under(monkeypatch, part: str) -> None:
-    """Checkpoint writes under a directory whose path holds `part` fail half-way through their shard
-    with ENOSPC, as on a full disk; the others write."""
-    write = tf.train.Checkpoint._write
-
-    def disk_full(self, prefix, **options):
-        if part not in prefix:
-            return write(self, prefix, **options)
-        os.makedirs(prefix + "_temp")
-        with open(f"{prefix}_temp/part-00000-of-00001.data-00000-of-00001", "wb") as f:
-            f.write(b"half")
-        raise OSError(errno.ENOSPC, "No space left on device", f"{prefix}_temp/part-00000-of-00001.data-00000-of-00001")
-
-    monkeypatch.setattr(tf.train.Checkpoint, "_write", disk_full)  # what CheckpointManager.save calls
-
-
-def weights_files(directory) -> dict:
-    """{file name: its bytes} of a weights-only checkpoint directory."""
-    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
-
-
-def test_a_full_disk_while_averaging_is_one_line_and_keeps_the_previous_average(copy_of, capsys, monkeypatch):
-    model_dir = copy_of()
+def test_a_full_disk_while_averaging_is_one_line_and_keeps_the_previous_average(trained, small_disk, capsys):
+    model_dir = small_disk.fill_from(trained)
     assert main(["average", "--model-dir", str(model_dir), "--last", "2"]) == 0
     averaged = model_dir / "averaged"
     before = weights_files(averaged)
+    small_disk.leave(half_a_checkpoint(averaged))
     capsys.readouterr()
-    fail_writes_under(monkeypatch, "averaged")
     assert main(["average", "--model-dir", str(model_dir), "--last", "3"]) == 2
-    assert capsys.readouterr().err == (
-        f"keras-transformer: error: no space left on device writing checkpoint {averaged}/ckpt-20; "
-        f"the last good one is {averaged}/ckpt-20\n"
-    )
-    assert weights_files(averaged) == before  # the previous copy, intact
-    assert not glob.glob(f"{model_dir}/averaged.*")  # no temporary sibling left
+    assert_one_line_and_kept(capsys.readouterr().err, averaged, 20, 20, before)
     load_model(str(model_dir), "averaged")
 
 
-@pytest.mark.slow
-def test_a_full_disk_while_writing_ema_ends_train_in_one_line_and_keeps_the_previous_ema(tmp_path, capsys, monkeypatch):
-    model_dir = tmp_path / "model"
-    flags = [*TRAIN_FLAGS, "--model-dir", str(model_dir), "--ema-decay", "0.9"]
+# Two epochs of 2 steps on the small disk, then 2 more with the disk full at the second epoch's end:
+# its training checkpoint (on the test's disk) is written, the weights under test are not.
+FULL_DISK_FLAGS = [*TRAIN_FLAGS, "--bleu-sentences", "4"]
+
+
+def train_twice(small_disk, capsys, flags, between=lambda model_dir: None):
+    """(the model dir, stderr of the second run) of `train FLAGS` for 2 steps then, with `between`
+    done and the disk left with half a checkpoint's room over what the first run wrote, for 4."""
+    model_dir = small_disk.fill_from()
+    flags = [*FULL_DISK_FLAGS, *flags, "--model-dir", str(model_dir)]
     assert main([*flags, "--max-steps", "2"]) == 0, capsys.readouterr().err[-2000:]
-    ema = model_dir / "ema"
-    before = weights_files(ema)
-    assert sorted(before) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    between(model_dir)
+    weights = next(d for d in ("ema", "best") if (model_dir / d).is_dir())
+    small_disk.leave(half_a_checkpoint(model_dir / weights))
     capsys.readouterr()
-    fail_writes_under(monkeypatch, "ema")
     assert main([*flags, "--max-steps", "4"]) == 2
-    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line or "Traceback" in line]
-    assert errors == [
-        f"keras-transformer: error: no space left on device writing checkpoint {ema}/ckpt-4; "
-        f"the last good one is {ema}/ckpt-2"
-    ]
-    assert weights_files(ema) == before
-    assert not glob.glob(f"{model_dir}/ema.*")
+    stderr = capsys.readouterr().err
+    assert checkpoint_steps(model_dir)[-1] == 4  # the training checkpoint before the failed write: nothing lost
+    return model_dir, stderr
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_writing_ema_ends_train_in_one_line_and_keeps_the_previous_ema(small_disk, capsys):
+    befores = {}
+    model_dir, stderr = train_twice(
+        small_disk, capsys, ["--ema-decay", "0.9"], lambda model_dir: befores.update(weights_files(model_dir / "ema"))
+    )
+    assert sorted(befores) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+    assert_one_line_and_kept(stderr, model_dir / "ema", 4, 2, befores)
     load_model(str(model_dir), "ema")
+
+
+def beaten_record(path, key: str, value: float) -> dict:
+    """Set the recorded best at `path` (`key`: its field) to `value`, which the next evaluation
+    beats, so that it writes best/; return best/'s files."""
+    with open(path, encoding="utf-8") as f:
+        record = json.load(f)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({**record, key: value}, f)
+    return weights_files(path.parent / "best" if path.parent.name != "best" else path.parent)
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_writing_the_best_bleus_weights_ends_train_in_one_line_and_keeps_the_previous_best(
+    small_disk, capsys
+):
+    """training/callbacks/bleu.py: a better validation BLEU writes best/ (its record bleu.json set to
+    -1 after the first run, so that the second run's BLEU is better)."""
+    befores = {}
+    record = lambda model_dir: befores.update(beaten_record(model_dir / "best" / "bleu.json", "bleu", -1.0))
+    model_dir, stderr = train_twice(small_disk, capsys, ["--bleu-every-epochs", "1"], record)
+    assert "ckpt-2.index" in befores
+    assert_one_line_and_kept(stderr, model_dir / "best", 4, 2, befores)
+    load_model(str(model_dir), "best")
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_early_stopping_writes_the_best_loss_weights_ends_train_in_one_line(small_disk, capsys):
+    """training/callbacks/early_stopping.py without BLEU: a better validation loss writes best/ (the
+    recorded best loss set to 1e9 after the first run)."""
+    befores = {}
+    record = lambda model_dir: befores.update(beaten_record(model_dir / "early_stopping.json", "best", 1e9))
+    model_dir, stderr = train_twice(small_disk, capsys, ["--early-stopping", "5"], record)
+    assert "ckpt-2.index" in befores
+    assert_one_line_and_kept(stderr, model_dir / "best", 4, 2, befores)
+    load_model(str(model_dir), "best")
 
 
 # --- stdin that is not UTF-8, streamed ------------------------------------------------------------
@@ -668,22 +772,42 @@ def test_an_export_of_averaged_weights_records_them_and_its_check_compares_with_
 # --- --ema-decay under mixed_float16 ----------------------------------------------------------------
 
 
+class RecordWeights(keras.callbacks.Callback):
+    """The trainable weights after every optimizer step, in float64."""
+
+    def __init__(self):
+        super().__init__()
+        self.after_step = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.after_step.append([np.asarray(v.numpy(), np.float64) for v in self.model.trainable_variables])
+
+
 @pytest.mark.slow
 def test_ema_under_mixed_float16_writes_the_moving_average(tmp_path, monkeypatch):
     """mixed_float16 (what `--mixed-precision` picks on a GPU), forced here on the CPU: Keras wraps
-    the optimizer in a LossScaleOptimizer, and the moving average lives in its inner optimizer."""
+    the optimizer in a LossScaleOptimizer, and the moving average lives in its inner optimizer.
+    ema/ holds the average of the weights after each step, computed here by hand (EmaCheckpoint's
+    formula: average_1 = w_1, average_t = D average_(t-1) + (1 - D) w_t), in float32."""
     from keras_transformer.training import trainer
 
     monkeypatch.setattr(trainer, "mixed_precision_policy", lambda strategy: "mixed_float16")
-    model_dir = tmp_path / "model"
-    train_tiny(model_dir, 2, mixed_precision=True, ema_decay=0.5)
-    model, _, _ = load_model(str(model_dir), "ema")
-    raw, _, _ = load_model(str(model_dir))
-    reader = tf.train.load_checkpoint(f"{model_dir}/checkpoints/ckpt-2")
+    model_dir, steps, decay = tmp_path / "model", RecordWeights(), 0.5
+    config, training = tiny(3, mixed_precision=True, ema_decay=decay)
+    trainer.train(str(model_dir), config, training, DataConfig(data=str(FIXTURE)), verbose=0, callbacks=[steps],
+                  log=lambda line: None)  # fmt: skip
+    reader = tf.train.load_checkpoint(f"{model_dir}/checkpoints/ckpt-3")
     assert any("LossScaleOptimizer" in name or "inner_optimizer" in name for name in reader.get_variable_to_shape_map())
+    assert len(steps.after_step) == 3
+    average = steps.after_step[0]
+    for weights in steps.after_step[1:]:
+        average = [decay * a + (1 - decay) * w for a, w in zip(average, weights)]
+    model, _, _ = load_model(str(model_dir), "ema")
     assert all(weight.dtype == "float32" for weight in model.weights)
-    differ = [not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(model.trainable_weights, raw.trainable_weights)]
-    assert sum(differ) > len(differ) / 2  # the average, not the raw weights
+    for variable, expected in zip(model.trainable_variables, average):
+        np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-5, atol=1e-6, err_msg=variable.path)
+    raw, _, _ = load_model(str(model_dir))
+    assert not np.allclose(model.trainable_variables[0].numpy(), raw.trainable_variables[0].numpy())
 
 
 # --- score's stdin, and --prefix-file and --constraints with a long stdin -----------------------------

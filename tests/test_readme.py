@@ -579,3 +579,76 @@ def test_every_readme_figure_names_its_command_and_results_section():
         and not (re.search(r"bench/\w+\.(py|sh)|keras-transformer \w", unit) and SECTION.search(unit))
     ]
     assert unbacked == [], "\n\n".join(unbacked)
+
+
+# A citation that a figure's numbers must appear in: `bench/RESULTS.md, "Heading"` or
+# `bench/JOURNAL.md, "Heading"` (wrapped over lines as prose wraps it).
+CITED_SECTION = re.compile(r'bench/(RESULTS|JOURNAL)\.md,\s+"([^"]+)"')
+NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def section_texts(name: str) -> dict[str, str]:
+    """{heading: its text} of bench/`name`'s `##` and `###` sections; a `##` section's text holds its
+    `###` subsections'."""
+    texts, open_sections = {}, []  # [(level, heading)]
+    with open(os.path.join(BENCH, name), encoding="utf-8") as f:
+        for line in f:
+            if match := re.match(r"(#{2,3}) (.*)", line):
+                level = len(match.group(1))
+                open_sections = [(lvl, heading) for lvl, heading in open_sections if lvl < level]
+                open_sections.append((level, match.group(2).strip()))
+                texts.setdefault(match.group(2).strip(), "")
+                continue
+            for _, heading in open_sections:
+                texts[heading] += line
+    return texts
+
+
+def cited_text(unit: str) -> str:
+    """The text of every section that `unit` cites: a RESULTS heading exactly, a JOURNAL heading or
+    its dated part before ": "."""
+    sections = {"RESULTS": section_texts("RESULTS.md"), "JOURNAL": section_texts("JOURNAL.md")}
+    texts = []
+    for kind, section in CITED_SECTION.findall(unit):
+        section = one_line(section)
+        texts += [
+            text
+            for heading, text in sections[kind].items()
+            if section == heading or (kind == "JOURNAL" and section == heading.split(": ")[0])
+        ]
+    return "\n".join(texts)
+
+
+def figure_numbers(unit: str) -> list[str]:
+    """The numbers of each figure (`FIGURE`) of `unit`: the whole number ("2,100" of "2,100 target
+    tokens/s", "1.82" of "1.07-1.82x"), and every number in the rows of a table of figures."""
+    numbers = []
+    for match in FIGURE.finditer(unit):
+        start = match.start()
+        while start and (
+            unit[start - 1].isdigit() or (unit[start - 1] in ".," and unit[start - 2 : start - 1].isdigit())
+        ):
+            start -= 1
+        text = unit[start : match.end()]
+        if text.startswith("|"):  # a table: its rows after the header and the rule
+            text = "\n".join([line for line in unit.splitlines() if line.startswith("|")][2:])
+        numbers += NUMBER.findall(text)
+    return numbers
+
+
+@pytest.mark.parametrize("name", ["README.md", "export/README.md"])
+def test_every_figure_appears_verbatim_in_a_section_it_cites(name):
+    """Each number of a speed or quality figure, as printed, is in a bench/RESULTS.md (or, for
+    history, bench/JOURNAL.md) section that the figure's paragraph, list item or table cites: a
+    figure that no section holds, or one rounded or recomputed on the way, fails."""
+    with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+        units = readme_units(f.read())
+    unbacked = []
+    for unit in units:
+        cited = cited_text(unit)
+        missing = sorted(
+            {n for n in figure_numbers(unit) if not re.search(rf"(?<![\d.,]){re.escape(n)}(?![\d]|[.,]\d)", cited)}
+        )
+        if missing:
+            unbacked.append(f"{', '.join(missing)} not in the sections cited by: {unit[:160]!r}")
+    assert unbacked == [], "\n".join(unbacked)
