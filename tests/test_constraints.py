@@ -299,11 +299,15 @@ def test_the_constrained_search_converts_to_tflite_builtins(scrambled_model):
 
     from keras_transformer.inference.constraints import CONSTRAINTS_SPEC
     from keras_transformer.inference.decoding import SOURCE_SPEC, search_beams
+    from keras_transformer.inference.inputs import SearchInputs
 
     decoding = kt.DecodingConfig(beam_size=3, length_b=30)
     search = tf.function(
         lambda source_ids, constraints: dict(
-            zip(("ids", "scores"), search_beams(scrambled_model, source_ids, decoding, constraints=constraints))
+            zip(
+                ("ids", "scores"),
+                search_beams(scrambled_model, source_ids, decoding, SearchInputs(constraints=constraints)),
+            )
         ),
         input_signature=[SOURCE_SPEC, CONSTRAINTS_SPEC],
     )

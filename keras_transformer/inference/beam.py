@@ -24,7 +24,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.inference.log_probs import NEG_INF, LogProbs, best_tokens, gather_beams
-from keras_transformer.inference.search import SearchState, Step, length_penalty
+from keras_transformer.inference.search import Modifier, SearchState, Step, length_penalty
 from keras_transformer.special_tokens import EOS_ID, START_ID
 
 
@@ -53,6 +53,12 @@ class BeamSearch:
         return self.beam_size
 
     def start(self, batch, length, cache, modifiers: tuple, states: tuple) -> SearchState:
+        ranking = [type(modifier).__name__ for modifier in modifiers if type(modifier).rank is not Modifier.rank]
+        if len(ranking) > 1:  # two orders of the candidates cannot both hold
+            raise ValueError(
+                f"modifiers {', '.join(ranking)} each rank the candidates (Modifier.rank): a beam search keeps one "
+                "order; compose them into one modifier"
+            )
         k = self.beam_size
         first_beam = tf.one_hot(0, k, on_value=0.0, off_value=NEG_INF)  # [K]: one hypothesis, the empty one
         complete = any(modifier.completes for modifier in modifiers)
@@ -97,7 +103,7 @@ class BeamSearch:
             for index in (modifier.rank(slot, scores, beams, tokens, 2 * k, step) for modifier, slot in slots)
             if index is not None
         ]
-        if ranked:  # the modifier's order (at most one modifier ranks)
+        if ranked:  # the modifier's order (one at most: `start`)
             top_index = ranked[0]  # [B, 2K]
             top_log_probs = tf.gather(scores, top_index, batch_dims=1)
         else:
