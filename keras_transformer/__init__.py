@@ -76,15 +76,15 @@ if typing.TYPE_CHECKING:
     from keras_transformer.config import PRESETS, DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
     from keras_transformer.data.held_out import held_out
     from keras_transformer.data.sources import read_pairs
+    from keras_transformer.exporters.tensorflow import export_tensorflow
     from keras_transformer.importers.huggingface import import_huggingface
     from keras_transformer.importers.marian import import_marian
     from keras_transformer.inference import visualize
     from keras_transformer.inference.decoding import DecodeResult, beam_search, greedy_search
-    from keras_transformer.exporters.tensorflow import export_tensorflow
     from keras_transformer.inference.ensemble import Ensemble
-    from keras_transformer.inference.search import Modifier
     from keras_transformer.inference.evaluation import evaluate
     from keras_transformer.inference.glossary import Glossary
+    from keras_transformer.inference.search import Modifier
     from keras_transformer.inference.translator import Translator
     from keras_transformer.model import Transformer
     from keras_transformer.model_dir import ModelDir, load_model

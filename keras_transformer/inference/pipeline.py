@@ -93,7 +93,7 @@ class Request:
         else:
             n = self.n or search.nbest or search.beam_size
             if not 1 <= n <= search.beam_size:
-                raise ValueError(f"n must be between 1 and the beam size {search.beam_size}, got {n}")
+                raise ValueError(f"nbest must be between 1 and the beam size {search.beam_size}, got {n}")
         if self.alignments and n > 1:
             raise ValueError("alignments align the best translation of each text: drop n, nbest, num_samples")
         return n
