@@ -15,6 +15,7 @@ from keras_transformer.exporters.signatures import TranslationModule
 from keras_transformer.exporters.tensorflow import export_tensorflow
 from keras_transformer.inference.pipeline import Request
 from keras_transformer.model_dir import load_model
+from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 GLOSSARY = kt.Glossary((("bread", "Gabe"),))  # the model writes "Brot": the term shows the glossary at work
 SENTENCES = ["I am the bread of life.", "Thanks be to God for his unspeakable gift!", "", "So Moses went down."]
@@ -47,10 +48,12 @@ def loaded(translating):
 
 @pytest.fixture(scope="module")
 def banned(loaded):
-    """A token that the model really emits: the first token of the best translation of "So Moses went down."."""
-    translator = kt.Translator(*loaded, **BEAM)
-    ids, _ = translator.decode(np.array([translator.source_ids([SENTENCES[3]])[0]]), 1)
-    return int(ids[0, 0, 0])
+    """A token that the model really emits for "So Moses went down." and not for the glossary's
+    sentence (so that the export's glossary test reads the glossary alone)."""
+    plain, glossary = kt.Translator(*loaded, **BEAM), kt.Translator(*loaded, glossary=GLOSSARY, **BEAM)
+    emitted = lambda translator, text: translator.decode(np.array([translator.source_ids([text])[0]]), 1)[0][0, 0]
+    kept = set(emitted(glossary, SENTENCES[0]).numpy().tolist()) | {PAD_ID, EOS_ID}
+    return next(int(token) for token in emitted(plain, SENTENCES[3]).numpy() if token not in kept)
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,13 @@
 
 `TranslationModule` is a `tf.Module` whose `tf.function`s need no Python code of this package once
 saved: the SentencePiece tokenizer (tensorflow-text ops), the search and the detokenizer are
-all in the graph.
+all in the graph. Every text signature is a thin wrapper over the text pipeline
+(`inference/pipeline.py`), the one `Translator` runs: with a glossary (`export --glossary FILE`;
+`inference/glossary.py`, its terms constants of the graph), the translations of every text
+signature but `sample` hold the target terms of the glossary terms their texts hold (beside a
+request's own constraints); a user's modifiers (`export(..., modifiers=)`) run in every search.
 
-- `translate(text [B]) -> {translation [B] string, score [B] float32}`: `serving_default`. With a
-  glossary (`export --glossary FILE`; `inference/glossary.py`, its terms constants of the graph),
-  each translation holds the target terms of the glossary terms its text holds, by the
-  constrained search of `translate_constrained`.
+- `translate(text [B]) -> {translation [B] string, score [B] float32}`: `serving_default`.
 - `translate_document(text [B]) -> {translation [B] string}`: each text a document, split into
   sentences (`inference/sentences.py`: the rule of `Translator.translate(..., split=True)`, a
   sentence too long for the model cut further), all of them translated by `translate` in one batch
@@ -52,8 +53,9 @@ Text goes through the same steps as `keras_transformer.inference.translator.Tran
 no tokens (empty or only spaces) translates to "" with score 0. Invalid UTF-8 bytes are
 replaced by U+FFFD (the unknown token) instead of failing the batch.
 
-The search is any `decode(model, source_ids, nbest=None) -> DecodeResult` (`beam_search`
-by default, or `greedy_search`); its output length follows `search.decode_limits`. With a
+The search is that of the module's `decoding` (with its controls, shortlist and modifiers), or any
+`decode(model, source_ids, nbest=None, target_prefix=, constraints=) -> DecodeResult` given
+(`greedy_search`, the TFLite models' search); its output length follows `search.decode_limits`. With a
 vocabulary shortlist (`lexical_shortlist`, the model dir's `shortlist.npz`), its arrays are the
 module's variables, saved once, and every search (not `score`) runs over the union of its
 batch's shortlists (`inference/shortlist.py`): `decode` should read the same shortlist.

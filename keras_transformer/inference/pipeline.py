@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import random
 import re
 import threading
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.config import DecodingConfig, SamplingSettings
+from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import lang_token
 from keras_transformer.inference import alignment, sentences
 from keras_transformer.inference.alternatives import alternatives as expand
@@ -44,7 +43,7 @@ from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.glossary import Glossary
 from keras_transformer.inference.markup import has_spans, plain_text, span_rule
 from keras_transformer.inference.markup_restore import restore
-from keras_transformer.inference.sampling import sample_with_seed
+from keras_transformer.inference.sampling import sample_with_seed, sampling_seed
 from keras_transformer.inference.search import graph_function
 from keras_transformer.special_tokens import PAD_ID
 
@@ -370,18 +369,3 @@ class Pipeline:
         found, separators, langs = self.split(text, target_lang)
         translated = self.translate(found, 1, target_lang=langs, markup=markup).translations[:, 0]  # [N]
         return self.join(translated, separators)
-
-
-def sampling_seed(decoding: DecodingConfig, seed=None):
-    """The [2] int64 seed of a sampling search: `seed` (an int or a [2] tensor), else the
-    settings' `seed`, else a new one (in a graph: per call; eagerly: from Python's generator)."""
-    if seed is None:
-        seed = (decoding.sampling or SamplingSettings()).seed
-    if seed is None:
-        if tf.executing_eagerly():
-            seed = random.getrandbits(62)
-        else:
-            return tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
-    if isinstance(seed, int):
-        return tf.constant([seed, 0], tf.int64)
-    return tf.convert_to_tensor(seed, tf.int64)

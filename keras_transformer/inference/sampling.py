@@ -41,7 +41,7 @@ from keras_transformer.inference.search import (
     traced_settings,
 )
 from keras_transformer.inference.shortlist import check_shortlist
-from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, never_generated
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, never_generated
 
 SEED_SPEC = tf.TensorSpec([2], tf.int64, name="seed")
 
@@ -80,19 +80,8 @@ class Sampling:
         return self.settings.num_samples
 
     def start(self, batch, length, cache, modifiers: tuple, states: tuple) -> SearchState:
-        n = self.hypotheses
-        return SearchState(
-            position=tf.constant(0),
-            alive_ids=tf.zeros([batch, n, length], tf.int32),
-            alive_log_probs=tf.zeros([batch, n]),  # every sample alive
-            alive_token=tf.fill([batch, n], START_ID),
-            finished_ids=tf.zeros([batch, n, length], tf.int32),
-            finished_scores=tf.fill([batch, n], NEG_INF),
-            finished_count=tf.zeros([batch], tf.int32),
-            finished_complete=(),
-            cache=cache,
-            modifiers=states,
-        )
+        every = tf.zeros([batch, self.hypotheses])  # [B, n]: every sample alive
+        return SearchState.initial(every, length, cache, states)
 
     def select(self, state: SearchState, log_probs: LogProbs, step: Step, modifiers: tuple) -> SearchState:
         """Draw the next token of every sample; a sample that ends enters the finished set in its slot."""
@@ -178,8 +167,7 @@ def sample(
         raise ValueError("sampling needs sampling_topk 0 (the whole vocabulary) or K > 1")
     check_shortlist(decoding, lexical_shortlist)
     source_ids = check_source_ids(source_ids, model.config.max_length)
-    seed = random.getrandbits(62) if decoding.sampling.seed is None else decoding.sampling.seed
-    seed = tf.constant([seed, 0], tf.int64)
+    seed = sampling_seed(decoding)
     options = dict(target_prefix=target_prefix, constraints=constraints, modifiers=modifiers)
     ids, scores = sample_with_seed(model, source_ids, seed, decoding, suppress_ids, lexical_shortlist, **options)
     return DecodeResult(ids, scores)
@@ -219,3 +207,18 @@ def sample_with_seed(
     name = f"sample{tuple(map(bool, spec))}"  # another input signature per set of inputs given
     search_function = compiled(model, name, _sample_with, inputs=(SOURCE_SPEC, SEED_SPEC, spec), **static)
     return search_function(source_ids, seed, inputs.structure())
+
+
+def sampling_seed(decoding: DecodingConfig, seed=None):
+    """The [2] int64 seed of a sampling search: `seed` (an int or a [2] tensor), else the
+    settings' `seed`, else a new one (in a graph: per call; eagerly: from Python's generator)."""
+    if seed is None:
+        seed = (decoding.sampling or SamplingSettings()).seed
+    if seed is None:
+        if tf.executing_eagerly():
+            seed = random.getrandbits(62)
+        else:
+            return tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+    if isinstance(seed, int):
+        return tf.constant([seed, 0], tf.int64)
+    return tf.convert_to_tensor(seed, tf.int64)

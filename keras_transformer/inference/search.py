@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig, RuntimeSettings
-from keras_transformer.inference.log_probs import LogProbs, gather_beams
+from keras_transformer.inference.log_probs import NEG_INF, LogProbs, gather_beams
 from keras_transformer.inference.shortlist import STATIC_SHAPES, restrict
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
@@ -191,6 +191,25 @@ class SearchState(NamedTuple):
     finished_complete: Any  # [B, K] bool, every modifier satisfied (`Modifier.complete`), or () if none asks
     cache: Any  # the model's decoding cache, every leaf [B * K, ...]
     modifiers: tuple  # each modifier's `ModifierState`
+
+    @classmethod
+    def initial(cls, alive_log_probs, length, cache, states: tuple, complete: bool = False) -> SearchState:
+        """The state before the first step: the hypotheses of `alive_log_probs` [B, K] (-inf: an
+        empty slot), each at START_ID with no token yet, L = `length`; `complete`: the finished
+        set keeps `finished_complete` (a modifier ranks finished hypotheses)."""
+        batch, k = tf.shape(alive_log_probs)[0], alive_log_probs.shape[1] or tf.shape(alive_log_probs)[1]  # K static
+        return cls(
+            position=tf.constant(0),
+            alive_ids=tf.zeros([batch, k, length], tf.int32),
+            alive_log_probs=alive_log_probs,
+            alive_token=tf.fill([batch, k], START_ID),
+            finished_ids=tf.zeros([batch, k, length], tf.int32),
+            finished_scores=tf.fill([batch, k], NEG_INF),
+            finished_count=tf.zeros([batch], tf.int32),
+            finished_complete=tf.zeros([batch, k], tf.bool) if complete else (),
+            cache=cache,
+            modifiers=states,
+        )
 
 
 class Strategy(Protocol):
