@@ -53,7 +53,7 @@ import numpy as np
 from keras_transformer.config import DecodingConfig
 from keras_transformer.exporters.tensorflow import INT8_SUFFIX
 from keras_transformer.inference.evaluation import corpus_scores
-from keras_transformer.inference.translator import Translator
+from keras_transformer.inference.translator import Translator, padded
 
 MIN_IDENTICAL = 0.9  # float32 artifacts: share of outputs identical to the checkpoint's
 MAX_BLEU_DROP = 1.0  # every artifact: BLEU at most this far below the checkpoint's
@@ -97,15 +97,6 @@ def _latest(base: str) -> str | None:
     return max(versions, key=lambda path: int(os.path.basename(path)), default=None)
 
 
-def _padded(rows: list[np.ndarray]) -> np.ndarray:
-    from keras_transformer.special_tokens import PAD_ID
-
-    batch = np.full((len(rows), max(len(row) for row in rows)), PAD_ID, np.int32)
-    for i, row in enumerate(rows):
-        batch[i, : len(row)] = row
-    return batch
-
-
 def _tflite_interpreter(path: str):
     """LiteRT's interpreter of the TFLite model `path` (the `export` extra), or without LiteRT
     TensorFlow's own `tf.lite.Interpreter`, which runs the same builtin-ops models (deprecated in
@@ -134,7 +125,7 @@ def _runners(out: str, translator: Translator, metadata: dict) -> dict:
 
     def best(search):  # search(source_ids [B, S]) -> {"ids": [B, beam, L], ...}
         def translate(texts: list[str]) -> list[str]:
-            ids = search(_padded(translator.source_ids(texts)))["ids"][:, 0]  # [B, L]
+            ids = search(padded(translator.source_ids(texts)))["ids"][:, 0]  # [B, L]
             return [text.decode("utf-8") for text in tokenizer.detokenize(tf.constant(ids, tf.int32)).numpy()]
 
         return translate
@@ -196,7 +187,7 @@ def _ctranslate2_runner(engine, translator: Translator, use_vmap: bool = False):
             use_vmap=use_vmap,
         )
         hypotheses = [[ids[token] for token in result.hypotheses[0]] or [0] for result in results]
-        return [t.decode("utf-8") for t in translator.tokenizer.detokenize(tf.constant(_padded(hypotheses))).numpy()]
+        return [t.decode("utf-8") for t in translator.tokenizer.detokenize(tf.constant(padded(hypotheses))).numpy()]
 
     return translate
 

@@ -144,7 +144,7 @@ class Modifier:
       satisfied (finished ones rank above those that are not).
     - `token_ids()`: the tensors of token ids that its inputs hold (a target prefix, phrases),
       which a vocabulary shortlist keeps; `over(vocabulary)`: the same modifier with those ids
-      mapped to the shortlist's columns (`shortlist.Vocabulary.to_columns`). A modifier whose
+      mapped to the shortlist's columns (`shortlist.ShortlistColumns.to_columns`). A modifier whose
       inputs hold no token id needs neither: the search's own ids are columns already.
     """
 
@@ -262,9 +262,10 @@ def search(
     `data.shortlist.Shortlist`): the search's vocabulary is the union of the batch's shortlists
     (`shortlist.py`; not with static shapes)."""
     source_ids = tf.cast(source_ids, tf.int32)  # [B, S]
+    static_shapes = static_shapes or max_decode_length is not None  # the one rule: a fixed length is static
     vocabulary = None
     if lexical_shortlist is not None:
-        if max_decode_length is not None or static_shapes:
+        if static_shapes:
             raise ValueError(STATIC_SHAPES)
         model, modifiers, vocabulary = restrict(model, tuple(modifiers), lexical_shortlist, source_ids)
     batch = tf.shape(source_ids)[0]
@@ -279,7 +280,7 @@ def search(
         length = longest(limits)
     # A fixed-size cache keeps every shape static (XLA). Otherwise the cache grows with the search:
     # most searches end long before `length`, and every step reads and copies the whole cache.
-    fixed = length if max_decode_length is not None or static_shapes else None
+    fixed = length if static_shapes else None
     context, cache = model.start_decoding(source_ids, strategy.hypotheses, fixed)  # cache leaves [B*K, ...]
     states = tuple(modifier.start(batch, strategy.hypotheses, length) for modifier in modifiers)
     state = strategy.start(batch, length, cache, modifiers, states)

@@ -59,7 +59,7 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _padded(rows, width: int | None = None) -> np.ndarray:
+def padded(rows, width: int | None = None) -> np.ndarray:
     """[B, width (default: the longest row)] int32 from rows of ids, padded with PAD_ID."""
     batch = np.full((len(rows), max([width or 0, *map(len, rows)])), PAD_ID, np.int32)
     for i, row in enumerate(rows):
@@ -228,8 +228,8 @@ class Translator:
             chunk = order[start : start + batch_size]
             result = score_pairs(
                 self.model,
-                _padded([source_rows[i] for i in chunk]),
-                _padded([target_rows[i] for i in chunk]),
+                padded([source_rows[i] for i in chunk]),
+                padded([target_rows[i] for i in chunk]),
                 self.decoding,
             )
             arrays = (result.score, result.log_prob, result.tokens, result.token_log_probs)
