@@ -16,6 +16,7 @@ translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, t
 translator.translate("Click <b>here</b>, {name}.", markup=True)  # tags and placeholders kept (markup_restore.py)
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
 kt.Translator.from_model_dir("runs/small", shortlist=False)  # the whole vocabulary, not the dir's shortlist
+kt.Translator.from_model_dir("runs/small", modifiers=[BanToken(7)])  # a control of your own (kt.Modifier)
 """
 
 from __future__ import annotations
@@ -93,10 +94,19 @@ class Translator:
     vocabulary shortlists (`inference/shortlist.py`), those of `lexical_shortlist` (a
     `data.shortlist.Shortlist`; `from_model_dir` reads the model dir's `shortlist.npz`).
 
-    `glossary` (a `Glossary`): where a text holds one of its terms, `translate` and
-    `translate_nbest` constrain the search to the term's target (`glossary.py`), beside any
-    `constraints` given; a ValueError at once for a target term the constraint search cannot
-    hold (characters the vocabulary lacks, more than max_length - 1 tokens) and for sampling.
+    `glossary` (a `Glossary`): where a text holds one of its terms, every translation (`translate`,
+    `translate_nbest`, markup, documents, alignments) is constrained to the term's target
+    (`glossary.py`), beside any `constraints` given, as in every text signature of an export; a
+    ValueError at once for a target term the constraint search cannot hold (characters the
+    vocabulary lacks, more than max_length - 1 tokens) and for sampling.
+
+    `modifiers`: the user's own controls (`kt.Modifier` instances: `search.Modifier`), in every
+    search after the settings' controls; `export_tensorflow(..., modifiers=)` traces the same ones
+    into a SavedModel.
+
+    Text goes through `pipeline.Pipeline` (`self.pipeline`), the stages that every SavedModel
+    signature runs too; this class adds the batching (length-sorted batches, searched side by
+    side on threads) and the Python types. `decode` is the search of every translation.
 
     `target_lang` (of `translate`, `translate_nbest`, `score`): a multilingual model's target language for
     every text (a str), or one per text (a list); it puts that language's piece before each text
