@@ -192,16 +192,16 @@ def _ctranslate2_runner(engine, translator: Translator, use_vmap: bool = False):
     return translate
 
 
-def _glossary_translations(out: str, metadata: dict, translator: Translator, sources: list[str]):
-    """The checkpoint's translations of `sources` under the export's glossary (translator.json's
-    "glossary", the text SavedModel's), or None for an export without one."""
+def _glossary_constraints(out: str, metadata: dict, sources: list[str]):
+    """Each source's phrases under the export's glossary (translator.json's "glossary", which
+    every text signature of its text SavedModels holds), or None for an export without one."""
     if "glossary" not in metadata:
         return None
     from keras_transformer.inference.glossary import Glossary
 
     entry = metadata["glossary"]
     glossary = Glossary.from_tsv(os.path.join(out, entry["path"]), entry["case_sensitive"])
-    return translator.translate(sources, constraints=glossary.with_terms(sources, None))
+    return glossary.with_terms(sources, None) or [[] for _ in sources]
 
 
 def markup_sample(sources: Sequence[str]) -> list[str]:
@@ -215,7 +215,7 @@ def markup_sample(sources: Sequence[str]) -> list[str]:
     return marked
 
 
-def _markup_reports(out, translator, sources, references, exact_dtype):
+def _markup_reports(out, translator, sources, references, exact_dtype, metadata):
     """(an `ArtifactQuality` per text SavedModel's `translate_markup` on `markup_sample(sources)`,
     against `Translator.translate(..., markup=True)`, BLEU on the outputs without their spans; the
     problems of outputs whose spans differ from their source's)."""
@@ -224,7 +224,7 @@ def _markup_reports(out, translator, sources, references, exact_dtype):
     from keras_transformer.inference.markup import span_lists, stripped_texts
 
     marked = markup_sample(sources)
-    expected = translator.translate(marked, markup=True)
+    expected = translator.translate(marked, markup=True, constraints=_glossary_constraints(out, metadata, marked))
     rule = translator.span_rule  # the spans the SavedModel's signature protects too
     expected_bleu = corpus_scores(stripped_texts(expected, rule), references)["bleu"]
     reports, problems = [], []
@@ -289,7 +289,8 @@ def check_quality(
     checkpoint = _exported_checkpoint(metadata, model_dirs)
     translator = Translator.from_model_dir(list(model_dirs), checkpoint, decoding)
     expected = {"shortlisted": translator.translate(sources)}
-    expected["text"] = _glossary_translations(out, metadata, translator, sources) or expected["shortlisted"]
+    terms = _glossary_constraints(out, metadata, sources)
+    expected["text"] = expected["shortlisted"] if terms is None else translator.translate(sources, constraints=terms)
     expected["plain"] = expected["shortlisted"]
     if shortlisted:  # the TFLite models and CTranslate2 search the whole vocabulary
         full = Translator.from_model_dir(list(model_dirs), checkpoint, decoding.replace(shortlist=False))
@@ -310,6 +311,6 @@ def check_quality(
         if problem:
             problems.append(problem)
     exact = metadata.get("saved_model_dtype", "float32") == "float32"
-    markup_reports, markup_problems = _markup_reports(out, translator, sources, references, exact)
+    markup_reports, markup_problems = _markup_reports(out, translator, sources, references, exact, metadata)
     problems += [problem for report in markup_reports if (problem := report.problem(min_identical, max_bleu_drop))]
     return reports + markup_reports, problems + markup_problems
