@@ -27,6 +27,8 @@ _EXPORTS = {
     "beam_search": "keras_transformer.inference.decoding",
     "greedy_search": "keras_transformer.inference.decoding",
     "Ensemble": "keras_transformer.inference.ensemble",
+    "Modifier": "keras_transformer.inference.search",
+    "export_tensorflow": "keras_transformer.exporters.tensorflow",
     "Glossary": "keras_transformer.inference.glossary",
     "evaluate": "keras_transformer.inference.evaluation",
     "Translator": "keras_transformer.inference.translator",
@@ -47,6 +49,7 @@ __all__ = [
     "DecodingConfig",
     "Ensemble",
     "Glossary",
+    "Modifier",
     "PRESETS",
     "TrainingConfig",
     "Transformer",
@@ -55,6 +58,7 @@ __all__ = [
     "beam_search",
     "compile_model",
     "evaluate",
+    "export_tensorflow",
     "greedy_search",
     "held_out",
     "import_huggingface",
@@ -71,6 +75,7 @@ __all__ = [
 if typing.TYPE_CHECKING:
     from keras_transformer.config import PRESETS, DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
     from keras_transformer.data.sources import read_pairs
+    from keras_transformer.exporters.tensorflow import export_tensorflow
     from keras_transformer.importers.huggingface import import_huggingface
     from keras_transformer.importers.marian import import_marian
     from keras_transformer.inference import visualize
@@ -78,6 +83,7 @@ if typing.TYPE_CHECKING:
     from keras_transformer.inference.ensemble import Ensemble
     from keras_transformer.inference.evaluation import evaluate
     from keras_transformer.inference.glossary import Glossary
+    from keras_transformer.inference.search import Modifier
     from keras_transformer.inference.translator import Translator
     from keras_transformer.model import Transformer
     from keras_transformer.model_dir import ModelDir, load_model

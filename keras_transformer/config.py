@@ -603,6 +603,12 @@ class RuntimeSettings:
         _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
         _check(self.concurrent_batches >= 0, f"concurrent_batches must be >= 0, got {self.concurrent_batches}")
 
+    @property
+    def static_shapes(self) -> bool:
+        """Whether the search runs with static shapes (a fixed-size cache, the whole batch to the
+        end): under XLA and with a fixed output length; what a vocabulary shortlist cannot have."""
+        return self.jit_compile or self.max_decode_length is not None
+
 
 DECODING_PARTS = {"search": SearchSettings, "sampling": SamplingSettings, "runtime": RuntimeSettings}
 ALIGNMENT_LAYER_HELP = "decoder layer whose attention aligns words (default -2: the penultimate; Garg et al., 2019)"

@@ -19,6 +19,7 @@ from keras_transformer.cli.main import main
 from keras_transformer.data.sources import read_pairs
 from keras_transformer.inference.constraints import meets, padded_phrases, phrase_rows
 from keras_transformer.inference.decoding import beam_search, decode_limits, greedy_search
+from keras_transformer.inference.translator import padded
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 
@@ -252,10 +253,16 @@ def test_translator_outputs_hold_reference_phrases(verses):
     assert translator.translate(sources[0], constraints=phrases[0]) == translations[0]
     for hypotheses in translator.translate_nbest(sources[:3], n=2, constraints=phrases[:3]):
         assert len(hypotheses) == 2
-    with pytest.raises(ValueError, match="^constraints are decoded by beam search, not sampled"):
-        kt.Translator(translator.model, translator.tokenizer, sampling_topk=0).translate(
-            sources[:1], constraints=["Gott"]
-        )
+    # Sampling takes constraints too (issue 49): EOS is banned until a sample holds the phrase, so a
+    # sample that ends before its length limit holds it.
+    sampler = kt.Translator(translator.model, translator.tokenizer, sampling_topk=0, num_samples=4, seed=3)
+    source = padded(sampler.source_ids(sources[:1]))  # [1, S]
+    phrase = sampler.target_ids(["Gott"])[0]
+    ids, _ = sampler.decode(source, 4, constraints=phrase[None, None, :])  # [1, 4, L]
+    limit = int(decode_limits(source, translator.model.config.max_length)[0])
+    for row in ids[0].numpy().tolist():
+        tokens = row[: row.index(EOS_ID)] if EOS_ID in row else row
+        assert meets(tokens, [phrase.tolist()]) or len(tokens) + 1 >= limit, tokens
 
 
 def test_cli_outputs_hold_reference_phrases(verses, trained, tmp_path, capsys, monkeypatch):
@@ -301,11 +308,15 @@ def test_the_constrained_search_converts_to_tflite_builtins(scrambled_model):
 
     from keras_transformer.inference.constraints import CONSTRAINTS_SPEC
     from keras_transformer.inference.decoding import SOURCE_SPEC, search_beams
+    from keras_transformer.inference.inputs import SearchInputs
 
     decoding = kt.DecodingConfig(beam_size=3, length_b=30)
     search = tf.function(
         lambda source_ids, constraints: dict(
-            zip(("ids", "scores"), search_beams(scrambled_model, source_ids, decoding, constraints=constraints))
+            zip(
+                ("ids", "scores"),
+                search_beams(scrambled_model, source_ids, decoding, SearchInputs(constraints=constraints)),
+            )
         ),
         input_signature=[SOURCE_SPEC, CONSTRAINTS_SPEC],
     )

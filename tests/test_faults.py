@@ -570,16 +570,16 @@ def test_threads_first_alignments_build_one_function(tokenizer, monkeypatch):
     """8 threads ask a cold Translator for alignments at once (the window widened by a slow
     `graph_function`): one function is built, and every thread gets the same alignments."""
     import keras_transformer as kt
-    from keras_transformer.inference import translator as translator_module
+    from keras_transformer.inference import pipeline as pipeline_module
 
-    builds, make = [], translator_module.graph_function
+    builds, make = [], pipeline_module.graph_function
 
     def slow_graph_function(*args, **kwargs):
         builds.append(1)
         time.sleep(0.05)
         return make(*args, **kwargs)
 
-    monkeypatch.setattr(translator_module, "graph_function", slow_graph_function)
+    monkeypatch.setattr(pipeline_module, "graph_function", slow_graph_function)
     model = kt.Transformer(kt.TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, max_length=16))
     translator = kt.Translator(model, tokenizer)
     source, target = tf.constant([[5, 6, 7, 2]]), tf.constant([[8, 9, 2]])
@@ -587,7 +587,7 @@ def test_threads_first_alignments_build_one_function(tokenizer, monkeypatch):
 
     def align():
         start.wait()
-        got.append(translator._alignments(source, target).numpy().tolist())
+        got.append(translator.pipeline.alignments(source, target).numpy().tolist())
 
     threads = [threading.Thread(target=align) for _ in range(8)]
     for thread in threads:

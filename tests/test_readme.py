@@ -291,8 +291,15 @@ def check_decoding(values, namespace):
 
 
 def check_control(values, namespace):
-    ids, scores = namespace["ids"], namespace["scores"]
-    assert ids.shape[:2] == scores.shape == (2, 4) and 7 not in ids.numpy()  # BanToken(7)
+    translator, banning, first = namespace["translator"], namespace["banning"], namespace["first"]
+    verse = namespace["verse"]
+    assert first in translator.decode(verse, 1)[0].numpy()  # the model emits it without the modifier
+    assert first not in banning.decode(verse, 1)[0].numpy()  # and never with it
+    assert values['banning.translate("Jesus wept.")'] != translator.translate("Jesus wept.")
+    served = values[
+        'tf.saved_model.load(paths["saved_model"]).signatures["serving_default"](text=tf.constant(["Jesus wept."]))'
+    ]
+    assert [served["translation"].numpy()[0].decode("utf-8")] == [values['banning.translate("Jesus wept.")']]
     result = values["kt.beam_search(model, source_ids, no_repeat_ngram_size=2, min_decoding_length=5)"]
     for sentence in hypotheses(result.ids):
         for tokens in sentence:

@@ -137,8 +137,8 @@ def test_translator_and_cli_sample_reproducibly(untrained_model_dir, capsys, mon
     assert len({text for text, _ in samples[0]}) > 1  # three different draws
     assert translator.translate(SENTENCES) == [s[0][0] for s in samples]  # the best-scoring sample
     assert kt.Translator.from_model_dir(untrained_model_dir, **settings).translate_nbest(SENTENCES) == samples
-    with pytest.raises(ValueError, match="^a target prefix is decoded by beam search, not sampled"):
-        translator.translate(SENTENCES, prefixes="Im")
+    prefixed = translator.translate_nbest(SENTENCES[:2], prefixes="Im")  # sampling continues a prefix (issue 49)
+    assert all(text.startswith("Im") for hypotheses in prefixed for text, _ in hypotheses)
 
     flags = ["--sampling-topk", "20", "--sampling-topp", "0.9", "--num-samples", "3", "--seed", "5"]
     monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{s}\n" for s in SENTENCES)))

@@ -98,6 +98,7 @@ def _matched(batches, path: str, flag: str, parse=None):
 
 def run(args):
     from keras_transformer.inference.alignment import format_pharaoh
+    from keras_transformer.inference.pipeline import Request
 
     common.use_op_threads(args.intra_op_threads)
     translator = common.build_translator(args)
@@ -110,13 +111,15 @@ def run(args):
     batches = _constraints(args, batches)  # (inputs, prefixes, constraints)
     decoding = translator.decoding
     n = decoding.sampling.num_samples if decoding.sampling else decoding.search.nbest or 1  # 1: one line per input
+    if args.alignments:  # of the one best translation: --nbest or --num-samples refused by the library's check
+        Request(n, alignments=True).check(decoding)
     index = 0
     for chunk, prefixes, constraints in batches:  # each chunk sorted by length inside the translator, in input order
         inputs = dict(prefixes=prefixes, constraints=constraints, target_lang=args.target_lang)
         if args.alternatives is not None:
             _print_hypotheses(index, translator.translate_alternatives(chunk, args.alternatives, **inputs))
         elif args.alignments:
-            for translation, pairs in translator.translate_with_alignments(chunk, **inputs, n=n):
+            for translation, pairs in translator.translate_with_alignments(chunk, **inputs):
                 print(f"{translation}\t{format_pharaoh(pairs)}")
         elif n == 1 and args.markup == "on" and all(value is None for value in inputs.values()):
             for translation in translator.translate(chunk, markup=True, split=args.split):

@@ -53,7 +53,7 @@ import numpy as np
 from keras_transformer.config import DecodingConfig
 from keras_transformer.exporters.tensorflow import INT8_SUFFIX
 from keras_transformer.inference.evaluation import corpus_scores
-from keras_transformer.inference.translator import Translator
+from keras_transformer.inference.translator import Translator, padded
 
 MIN_IDENTICAL = 0.9  # float32 artifacts: share of outputs identical to the checkpoint's
 MAX_BLEU_DROP = 1.0  # every artifact: BLEU at most this far below the checkpoint's
@@ -97,15 +97,6 @@ def _latest(base: str) -> str | None:
     return max(versions, key=lambda path: int(os.path.basename(path)), default=None)
 
 
-def _padded(rows: list[np.ndarray]) -> np.ndarray:
-    from keras_transformer.special_tokens import PAD_ID
-
-    batch = np.full((len(rows), max(len(row) for row in rows)), PAD_ID, np.int32)
-    for i, row in enumerate(rows):
-        batch[i, : len(row)] = row
-    return batch
-
-
 def _tflite_interpreter(path: str):
     """LiteRT's interpreter of the TFLite model `path` (the `export` extra), or without LiteRT
     TensorFlow's own `tf.lite.Interpreter`, which runs the same builtin-ops models (deprecated in
@@ -134,7 +125,7 @@ def _runners(out: str, translator: Translator, metadata: dict) -> dict:
 
     def best(search):  # search(source_ids [B, S]) -> {"ids": [B, beam, L], ...}
         def translate(texts: list[str]) -> list[str]:
-            ids = search(_padded(translator.source_ids(texts)))["ids"][:, 0]  # [B, L]
+            ids = search(padded(translator.source_ids(texts)))["ids"][:, 0]  # [B, L]
             return [text.decode("utf-8") for text in tokenizer.detokenize(tf.constant(ids, tf.int32)).numpy()]
 
         return translate
@@ -196,21 +187,21 @@ def _ctranslate2_runner(engine, translator: Translator, use_vmap: bool = False):
             use_vmap=use_vmap,
         )
         hypotheses = [[ids[token] for token in result.hypotheses[0]] or [0] for result in results]
-        return [t.decode("utf-8") for t in translator.tokenizer.detokenize(tf.constant(_padded(hypotheses))).numpy()]
+        return [t.decode("utf-8") for t in translator.tokenizer.detokenize(tf.constant(padded(hypotheses))).numpy()]
 
     return translate
 
 
-def _glossary_translations(out: str, metadata: dict, translator: Translator, sources: list[str]):
-    """The checkpoint's translations of `sources` under the export's glossary (translator.json's
-    "glossary", the text SavedModel's), or None for an export without one."""
+def _glossary_constraints(out: str, metadata: dict, sources: list[str]):
+    """Each source's phrases under the export's glossary (translator.json's "glossary", which
+    every text signature of its text SavedModels holds), or None for an export without one."""
     if "glossary" not in metadata:
         return None
     from keras_transformer.inference.glossary import Glossary
 
     entry = metadata["glossary"]
     glossary = Glossary.from_tsv(os.path.join(out, entry["path"]), entry["case_sensitive"])
-    return translator.translate(sources, constraints=glossary.with_terms(sources, None))
+    return glossary.with_terms(sources, None) or [[] for _ in sources]
 
 
 def markup_sample(sources: Sequence[str]) -> list[str]:
@@ -224,7 +215,7 @@ def markup_sample(sources: Sequence[str]) -> list[str]:
     return marked
 
 
-def _markup_reports(out, translator, sources, references, exact_dtype):
+def _markup_reports(out, translator, sources, references, exact_dtype, metadata):
     """(an `ArtifactQuality` per text SavedModel's `translate_markup` on `markup_sample(sources)`,
     against `Translator.translate(..., markup=True)`, BLEU on the outputs without their spans; the
     problems of outputs whose spans differ from their source's)."""
@@ -233,7 +224,7 @@ def _markup_reports(out, translator, sources, references, exact_dtype):
     from keras_transformer.inference.markup import span_lists, stripped_texts
 
     marked = markup_sample(sources)
-    expected = translator.translate(marked, markup=True)
+    expected = translator.translate(marked, markup=True, constraints=_glossary_constraints(out, metadata, marked))
     rule = translator.span_rule  # the spans the SavedModel's signature protects too
     expected_bleu = corpus_scores(stripped_texts(expected, rule), references)["bleu"]
     reports, problems = [], []
@@ -298,7 +289,8 @@ def check_quality(
     checkpoint = _exported_checkpoint(metadata, model_dirs)
     translator = Translator.from_model_dir(list(model_dirs), checkpoint, decoding)
     expected = {"shortlisted": translator.translate(sources)}
-    expected["text"] = _glossary_translations(out, metadata, translator, sources) or expected["shortlisted"]
+    terms = _glossary_constraints(out, metadata, sources)
+    expected["text"] = expected["shortlisted"] if terms is None else translator.translate(sources, constraints=terms)
     expected["plain"] = expected["shortlisted"]
     if shortlisted:  # the TFLite models and CTranslate2 search the whole vocabulary
         full = Translator.from_model_dir(list(model_dirs), checkpoint, decoding.replace(shortlist=False))
@@ -319,6 +311,6 @@ def check_quality(
         if problem:
             problems.append(problem)
     exact = metadata.get("saved_model_dtype", "float32") == "float32"
-    markup_reports, markup_problems = _markup_reports(out, translator, sources, references, exact)
+    markup_reports, markup_problems = _markup_reports(out, translator, sources, references, exact, metadata)
     problems += [problem for report in markup_reports if (problem := report.problem(min_identical, max_bleu_drop))]
     return reports + markup_reports, problems + markup_problems

@@ -2,12 +2,13 @@
 
 `TranslationModule` is a `tf.Module` whose `tf.function`s need no Python code of this package once
 saved: the SentencePiece tokenizer (tensorflow-text ops), the search and the detokenizer are
-all in the graph.
+all in the graph. Every text signature is a thin wrapper over the text pipeline
+(`inference/pipeline.py`), the one `Translator` runs: with a glossary (`export --glossary FILE`;
+`inference/glossary.py`, its terms constants of the graph), the translations of every text
+signature but `sample` hold the target terms of the glossary terms their texts hold (beside a
+request's own constraints); a user's modifiers (`export(..., modifiers=)`) run in every search.
 
-- `translate(text [B]) -> {translation [B] string, score [B] float32}`: `serving_default`. With a
-  glossary (`export --glossary FILE`; `inference/glossary.py`, its terms constants of the graph),
-  each translation holds the target terms of the glossary terms its text holds, by the
-  constrained search of `translate_constrained`.
+- `translate(text [B]) -> {translation [B] string, score [B] float32}`: `serving_default`.
 - `translate_document(text [B]) -> {translation [B] string}`: each text a document, split into
   sentences (`inference/sentences.py`: the rule of `Translator.translate(..., split=True)`, a
   sentence too long for the model cut further), all of them translated by `translate` in one batch
@@ -52,8 +53,9 @@ Text goes through the same steps as `keras_transformer.inference.translator.Tran
 no tokens (empty or only spaces) translates to "" with score 0. Invalid UTF-8 bytes are
 replaced by U+FFFD (the unknown token) instead of failing the batch.
 
-The search is any `decode(model, source_ids, nbest=None) -> DecodeResult` (`beam_search`
-by default, or `greedy_search`); its output length follows `search.decode_limits`. With a
+The search is that of the module's `decoding` (with its controls, shortlist and modifiers), or any
+`decode(model, source_ids, nbest=None, target_prefix=, constraints=) -> DecodeResult` given
+(`greedy_search`, the TFLite models' search); its output length follows `search.decode_limits`. With a
 vocabulary shortlist (`lexical_shortlist`, the model dir's `shortlist.npz`), its arrays are the
 module's variables, saved once, and every search (not `score`) runs over the union of its
 batch's shortlists (`inference/shortlist.py`): `decode` should read the same shortlist.
@@ -68,14 +70,11 @@ from tensorflow.python.trackable.data_structures import NoDependency
 
 from keras_transformer.config import DecodingConfig, SearchSettings
 from keras_transformer.data.shortlist import Shortlist
-from keras_transformer.inference import alignment, sentences
 from keras_transformer.inference.beam import BeamSearch
-from keras_transformer.inference.controls import MinLength, NoRepeatNgram, RepetitionPenalty, controls, suppressed_ids
-from keras_transformer.inference.decoding import beam_search
+from keras_transformer.inference.controls import MinLength, NoRepeatNgram, RepetitionPenalty
 from keras_transformer.inference.glossary import Glossary
-from keras_transformer.inference.markup import plain_text, span_rule
-from keras_transformer.inference.markup_restore import restore
-from keras_transformer.inference.sampling import sample_with_seed
+from keras_transformer.inference.inputs import SearchInputs, user_modifiers
+from keras_transformer.inference.pipeline import Pipeline
 from keras_transformer.inference.scoring import score_targets
 from keras_transformer.inference.search import DecodeResult, graph_function, search
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, never_generated
@@ -143,29 +142,35 @@ def truncate_source_ids(source_ids, max_length: int):
 
 class TranslationModule(tf.Module):
     """The exported signatures of one model; `tokenizer=None` gives an ids-only module (no
-    tensorflow-text op). Holds the model's variables, so `tf.saved_model.save` stores them.
+    tensorflow-text op). Holds the model's variables, so `tf.saved_model.save` stores them. Every
+    text signature is a thin `tf.function` over the text pipeline (`inference/pipeline.py`), the
+    one `Translator` runs eagerly.
 
     `lite_text=True` gives only `translate_text_to_ids(text [B]) -> {ids, scores}`, for TFLite:
     ops with TFLite kernels only, so invalid UTF-8 is not repaired, and no detokenizer
     (tensorflow-text 2.21.1's TFLite SentencePiece detokenizer kernel crashes LiteRT 2.3 and
     tf.lite alike; the device detokenizes with its SentencePiece library).
 
-    `model` may be an `Ensemble`. `decoding`: the settings of `score` (alpha), `sample` (see the
-    module docstring) and `translate_with_alignments` (the decoder layer whose cross-attention
-    it reads, `alignment_layer`). `lexical_shortlist`: the vocabulary shortlist of `sample` and
-    `translate_with_options` (`variables(shortlist)`; `decode` reads it for the other searches).
+    `model` may be an `Ensemble`. `decoding`: the settings of the searches, `score` (alpha),
+    `sample` (see the module docstring) and `translate_with_alignments` (`alignment_layer`);
+    `decode(model, source_ids, nbest=, target_prefix=, constraints=) -> DecodeResult`, if given,
+    replaces the search of `decoding` (an export's TFLite search). `glossary`: its terms in every
+    text signature. `lexical_shortlist`: the vocabulary shortlist of every search
+    (`variables(shortlist)`). `modifiers`: the user's `kt.Modifier`s, traced into every search
+    (a modifier that cannot be traced fails the export with its error).
     """
 
     def __init__(
         self,
         model,
         tokenizer=None,
-        decode: Decode = beam_search,
+        decode: Decode | None = None,
         *,
         lite_text: bool = False,
         decoding: DecodingConfig | None = None,
         glossary: Glossary | None = None,
         lexical_shortlist=None,
+        modifiers=(),
     ):
         super().__init__(name="translator")
         # The weights are saved once, as the variables the signatures read: tracked one by one,
@@ -175,17 +180,22 @@ class TranslationModule(tf.Module):
         # variable would be saved a second time beside its tf.Variable (twice the bytes).
         self.model = NoDependency(model)
         self.model_variables = [variable.value for variable in model.variables]
-        self._shortlist = lexical_shortlist
         if lexical_shortlist is not None:  # saved with the module; `variables` made them
             self.shortlist_variables = [lexical_shortlist.table, lexical_shortlist.frequent]
         self.tokenizer = tokenizer
-        self._decode = decode
-        self._lite_text = lite_text
         self._decoding = decoding or DecodingConfig()
-        self._glossary = glossary
         self._banned = never_generated(self._decoding.search.disable_unk)
-        self._suppress_ids = (
-            () if tokenizer is None else suppressed_ids(tokenizer, self._decoding.search.suppress_sequences)
+        self._pipeline = NoDependency(
+            Pipeline(
+                model,
+                tokenizer,
+                self._decoding,
+                glossary,
+                lexical_shortlist,
+                user_modifiers(modifiers),
+                decode=decode,
+                lite=lite_text,
+            )
         )
         self.translate_ids = graph_function(self._translate_ids, input_signature=[IDS_SPEC])
         if tokenizer is not None and lite_text:
@@ -204,97 +214,57 @@ class TranslationModule(tf.Module):
             self.translate_with_options = graph_function(
                 self._translate_with_options, input_signature=[TEXT_SPEC, *OPTIONS_SPECS]
             )
-            self._pieces = alignment.pieces(tokenizer)
             self.translate_with_alignments = graph_function(
                 self._translate_with_alignments, input_signature=[TEXT_SPEC]
             )
-            self._span_rule = span_rule(tokenizer)
             self.translate_markup = graph_function(self._translate_markup, input_signature=[TEXT_SPEC])
             if tokenizer.target_langs:
                 self.translate_to = graph_function(self._translate_to, input_signature=[TEXT_SPEC, TARGET_LANG_SPEC])
             else:
                 self.translate_document = graph_function(self._translate_document, input_signature=[TEXT_SPEC])
 
+    @property
+    def pipeline(self) -> Pipeline:
+        return self._pipeline
+
     def _translate_ids(self, source_ids):
-        result = self._decode(self.model, truncate_source_ids(source_ids, self.model.config.max_length))
-        return {"ids": result.ids, "scores": result.scores}  # [B, beam, L], [B, beam]
+        ids, scores = self.pipeline.search(truncate_source_ids(source_ids, self.model.config.max_length))
+        return {"ids": ids, "scores": scores}  # [B, beam, L], [B, beam]
 
-    def _repaired(self, text):
-        """text [B] with invalid UTF-8 replaced by U+FFFD (not in the TFLite model: no kernel)."""
-        return text if self._lite_text else tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace")
-
-    def _target_ids(self, text):
-        """text [B] -> [B, T] int32 token ids as a decoder continues them (no start, no EOS), at
-        most max_length - 1, padded."""
-        tokens = self.tokenizer.tokenize(self._repaired(text))  # [B, (n)]
-        return tokens.to_tensor(default_value=PAD_ID)[:, : self.model.config.max_length - 1]  # [B, T]
-
-    def _search_text(self, text, nbest=None, search=None):
-        """text [B] -> (ids [B, n, L], scores [B, n]), the `nbest` best (default: every beam) by
-        `search(source_ids) -> DecodeResult` (default: the module's `decode`); a text with no
-        tokens gets only pads (which detokenize to "") and score 0."""
-        max_length = self.model.config.max_length
-        source_ids, token_counts = self.tokenizer.source_ids(self._repaired(text), max_length, lite=self._lite_text)
-        empty = token_counts == 0  # [B]
-        if search is None:
-            result = self._decode(self.model, source_ids, nbest=nbest)
-        else:
-            result = search(source_ids)
-        ids = tf.where(empty[:, None, None], PAD_ID, result.ids)  # [B, n, L]
-        return ids, tf.where(empty[:, None], 0.0, result.scores)
-
-    def _detokenize_beams(self, ids):
-        """ids [B, beam, L] -> strings [B, beam]."""
-        shape = tf.shape(ids)
-        flat = self.tokenizer.detokenize(tf.reshape(ids, [-1, shape[2]]))  # [B * beam]
-        return tf.reshape(flat, shape[:2])
+    @staticmethod
+    def _best(found):
+        return {"translation": found.translations[:, 0], "score": found.scores[:, 0]}  # [B], [B]
 
     def _translate(self, text):
-        if self._glossary is not None:  # constants of the graph: the terms' patterns and phrases
-            return self._translate_constrained(text, self._glossary.constraint_phrases(text))
-        ids, scores = self._search_text(text, nbest=1)  # one translation (the exact rule stops sooner)
-        return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
+        return self._best(self.pipeline.translate(text, 1))  # one translation (the exact rule stops sooner)
 
     def _translate_document(self, text):
-        found, separators = sentences.split(self._repaired(text), self.tokenizer, self.model.config.max_length)
-        translations = self._translate(found.flat_values)["translation"]  # [N]: every sentence in one batch
-        return {"translation": sentences.join(translations, separators)}  # [B]
+        return {"translation": self.pipeline.translate_documents(text)}  # [B]
 
     def _translate_to(self, text, target_lang):
-        langs = self.tokenizer.target_langs
-        lang = self._repaired(target_lang)  # [B]
-        known = tf.reduce_any(tf.expand_dims(lang, 1) == tf.constant(langs)[None, :], axis=1)  # [B]
-        tagged = tf.strings.join(["<2", lang, "> ", self._repaired(text)])  # [B]: "<2fr> Jesus wept." (lang_token)
-        translation = self._translate(tf.where(known, tagged, ""))  # an unknown language: nothing to translate
-        message = f"unknown target language: this model translates into {', '.join(langs)}"
-        return {**translation, "error": tf.where(known, "", message)}  # [B] each
+        lang = self.pipeline.repaired(target_lang)  # [B]
+        known = self.pipeline.known_language(lang)  # [B]
+        found = self.pipeline.translate(tf.where(known, text, ""), 1, target_lang=lang)  # unknown: nothing to translate
+        langs = ", ".join(self.tokenizer.target_langs)
+        message = f"unknown target language: this model translates into {langs}"
+        return {**self._best(found), "error": tf.where(known, "", message)}  # [B] each
 
     def _translate_nbest(self, text):
-        ids, scores = self._search_text(text)
-        return {"translations": self._detokenize_beams(ids), "scores": scores}  # [B, beam], [B, beam]
+        found = self.pipeline.translate(text)
+        return {"translations": found.translations, "scores": found.scores}  # [B, beam], [B, beam]
 
     def _translate_with_prefix(self, text, prefix):
-        target_prefix = self._target_ids(prefix)  # [B, P]
-        ids, scores = self._search_text(
-            text, search=lambda source_ids: self._decode(self.model, source_ids, nbest=1, target_prefix=target_prefix)
-        )
-        return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
+        return self._best(self.pipeline.translate(text, 1, prefix=prefix))
 
     def _translate_constrained(self, text, constraints):
-        shape = tf.shape(constraints)  # [B, C]
-        ids = self._target_ids(tf.reshape(constraints, [-1]))  # [B * C, T]
-        phrases = tf.reshape(ids, tf.concat([shape, tf.shape(ids)[1:]], axis=0))  # [B, C, T]
-        ids, scores = self._search_text(
-            text, search=lambda source_ids: self._decode(self.model, source_ids, nbest=1, constraints=phrases)
-        )
-        return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
+        return self._best(self.pipeline.translate(text, 1, constraints=self.pipeline.repaired(constraints)))
 
     def _score(self, source, target):
-        source_ids, _ = self.tokenizer.source_ids(self._repaired(source), self.model.config.max_length)
+        source_ids, _ = self.pipeline.source_ids(self.pipeline.repaired(source))
         scores, log_prob, tokens, _ = score_targets(
             self.model,
             source_ids,
-            self._target_ids(target),
+            self.pipeline.target_ids(self.pipeline.repaired(target)),
             alpha=self._decoding.search.alpha,
             disable_unk=self._decoding.search.disable_unk,
         )
@@ -304,17 +274,8 @@ class TranslationModule(tf.Module):
         decoding = self._decoding
         if not decoding.sampling:  # the whole distribution, in the graph (sampling is never XLA's)
             decoding = decoding.replace(sampling_topk=0, jit_compile=False)
-        if decoding.sampling.seed is None:  # a new stream per request
-            seed = tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
-        else:
-            seed = tf.constant([decoding.sampling.seed, 0], tf.int64)
-        ids, scores = self._search_text(
-            text,
-            search=lambda source_ids: DecodeResult(
-                *sample_with_seed(self.model, source_ids, seed, decoding, self._suppress_ids, self._shortlist)
-            ),
-        )
-        return {"translations": self._detokenize_beams(ids), "scores": scores}  # [B, n], [B, n]
+        found = self.pipeline.replace(decoding=decoding, glossary=None, decode=None).translate(text)
+        return {"translations": found.translations, "scores": found.scores}  # [B, n], [B, n]
 
     def _translate_with_options(
         self, text, beam_size, alpha, max_decoding_length, min_decoding_length, repetition_penalty, no_repeat_ngram_size
@@ -335,46 +296,32 @@ class TranslationModule(tf.Module):
         largest = lambda values, least: tf.reduce_max(tf.concat([values, [least]], axis=0))  # an empty batch: least
         settings = self._decoding.search
         strategy = BeamSearch(largest(beam_size, 1), largest(alpha, 0.0), settings.patience, 1, self._banned)
-        modifiers = (
+        per_text = (
             MinLength(tf.where(fine, min_decoding_length, 0)),
             RepetitionPenalty(tf.where(fine, repetition_penalty, default.repetition_penalty)),
             NoRepeatNgram(tf.where(fine, no_repeat_ngram_size, 0)),
-            *controls(default, self._suppress_ids),  # the export's suppressed sequences
         )
+        pipeline = self.pipeline
         most = tf.where(fine, max_decoding_length, 1)
 
-        def options_search(source_ids):
-            lengths = {"length_a": settings.length_a, "length_b": settings.length_b}
-            found = search(
-                self.model,
-                source_ids,
-                strategy,
-                modifiers,
-                max_decoding_length=most,
-                lexical_shortlist=self._shortlist,
-                **lengths,
-            )
-            return DecodeResult(*found)
+        def options_search(source_ids, n, target_prefix=None, constraints=None):
+            inputs = SearchInputs(target_prefix, constraints, pipeline.lexical_shortlist)
+            modifiers = inputs.modifiers(DecodingConfig(), pipeline.suppress_ids, (*per_text, *pipeline.modifiers))
+            lengths = dict(length_a=settings.length_a, length_b=settings.length_b, max_decoding_length=most)
+            return search(self.model, source_ids, strategy, modifiers, **lengths, lexical_shortlist=inputs.shortlist)
 
-        ids, scores = self._search_text(text, search=options_search)
-        translation = {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0]}  # [B], [B]
-        return {**translation, "error": errors}
+        found = pipeline.translate(text, 1, search=options_search)
+        return {**self._best(found), "error": errors}
 
     def _translate_with_alignments(self, text):
-        ids, scores = self._search_text(text, nbest=1)  # [B, 1, L], [B, 1]
-        source_ids, _ = self.tokenizer.source_ids(self._repaired(text), self.model.config.max_length)  # as searched
-        layer = self._decoding.alignment_layer
-        pharaoh = alignment.alignments(self.model, source_ids, ids[:, 0], self._pieces, layer)  # [B]
-        return {"translation": self.tokenizer.detokenize(ids[:, 0]), "score": scores[:, 0], "alignment": pharaoh}
+        found = self.pipeline.translate(text, 1, alignments=True)
+        return {**self._best(found), "alignment": found.alignment}  # [B] each
 
     def _translate_markup(self, text):
-        text = self._repaired(text)
-        aligned = self._translate_with_alignments(plain_text(text, span=self._span_rule))
-        translation = restore(text, aligned["translation"], aligned["alignment"], span=self._span_rule)  # [B]
-        return {"translation": translation, "score": aligned["score"]}
+        return self._best(self.pipeline.translate(text, 1, markup=True))
 
     def _translate_text_to_ids(self, text):
-        ids, scores = self._search_text(text)
+        _, ids, scores = self.pipeline.hypotheses(text)
         return {"ids": ids, "scores": scores}  # [B, beam, L], [B, beam]
 
     def signatures(self) -> dict:

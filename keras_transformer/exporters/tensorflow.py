@@ -54,8 +54,9 @@ from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import UNK_ID, target_path
 from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule, variables
 from keras_transformer.inference.controls import suppressed_ids
-from keras_transformer.inference.decoding import beam_search
+from keras_transformer.inference.decoding import beam_search, search_beams
 from keras_transformer.inference.glossary import Glossary
+from keras_transformer.inference.inputs import user_modifiers
 from keras_transformer.inference.search import graph_function
 from keras_transformer.inference.shortlist import check_shortlist
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
@@ -212,6 +213,24 @@ def tflite_models(function, spec: tf.TensorSpec, quantize=(False,), *, custom_op
     return models
 
 
+def traceable(model, decoding: DecodingConfig, modifiers: tuple) -> tuple:
+    """`modifiers` (user `kt.Modifier`s), once a beam search with them traces into a graph, or a
+    one-line ValueError naming the first that does not (a SavedModel holds graphs only)."""
+    for modifier in modifiers:
+        search = graph_function(
+            lambda source_ids, modifier=modifier: search_beams(model, source_ids, decoding, modifiers=(modifier,)),
+            input_signature=[IDS_SPEC],
+        )
+        try:
+            search.get_concrete_function()
+        except Exception as error:  # whatever a user's hook raises while traced
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ValueError(
+                f"modifier {type(modifier).__name__} cannot be exported (not traceable: {first})"
+            ) from None
+    return modifiers
+
+
 def _save_version(module: TranslationModule, path: str, warmup: dict | None = None) -> None:
     """Save to a hidden sibling of `path`, then rename: TF Serving, which watches the base path
     for numbered directories, never sees a half-written version."""
@@ -234,6 +253,7 @@ def export_tensorflow(
     checkpoint: dict | None = None,
     glossary: Glossary | None = None,
     lexical_shortlist=None,
+    modifiers=(),
     **overrides,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding with `decoding` and
@@ -253,15 +273,19 @@ def export_tensorflow(
     returned paths then have no TFLite key. `glossary`: the text SavedModels' `translate` holds
     its terms (`signatures.py`); written to `out`/glossary.tsv and named in translator.json.
     `shortlist`: the SavedModels (float and int8) search over `lexical_shortlist` (a
-    `data.shortlist.Shortlist`, the model dir's), saved in them."""
+    `data.shortlist.Shortlist`, the model dir's), saved in them. `modifiers`: the user's
+    `kt.Modifier`s, traced into every search of every artifact (a ValueError of one line for one
+    that cannot be traced: `traceable`)."""
     decoding = (decoding or DecodingConfig()).replace(**overrides).replace(int8=False)
     check_shortlist(decoding, lexical_shortlist)
     shortlist = variables(lexical_shortlist) if decoding.search.shortlist else None
     if glossary is not None:
         glossary.check(tokenizer, model.config.max_length)
+    modifiers = traceable(model, decoding, user_modifiers(modifiers))
     suppress_ids = suppressed_ids(tokenizer, decoding.search.suppress_sequences)
-    served = functools.partial(beam_search, decoding=decoding, suppress_ids=suppress_ids, lexical_shortlist=shortlist)
-    decode = functools.partial(beam_search, decoding=tflite_decoding(decoding), suppress_ids=suppress_ids)
+    searches = dict(suppress_ids=suppress_ids, modifiers=modifiers)
+    served = functools.partial(beam_search, decoding=decoding, lexical_shortlist=shortlist, **searches)
+    decode = functools.partial(beam_search, decoding=tflite_decoding(decoding), **searches)
     served_model = model if decoding.runtime.dtype is None else model.with_dtype(decoding.runtime.dtype)
     version = next_version(out, name)
     paths = {
@@ -279,16 +303,13 @@ def export_tensorflow(
     log(f"writing the SavedModel {paths['saved_model']}")
     texts = np.array(WARMUP_TEXTS, dtype=object)
     warmup = {"model_name": name, "signature": "serving_default", "inputs": {"text": texts}}
-    text_module = TranslationModule(
-        served_model, tokenizer, served, decoding=decoding, glossary=glossary, lexical_shortlist=shortlist
-    )
+    text = dict(decoding=decoding, glossary=glossary, lexical_shortlist=shortlist, modifiers=modifiers)
+    text_module = TranslationModule(served_model, tokenizer, **text)
     _save_version(text_module, paths["saved_model"], warmup)
     log(f"writing the ids-only SavedModel {paths['saved_model_ids']}")
     _save_version(TranslationModule(served_model, decode=served, lexical_shortlist=shortlist), paths["saved_model_ids"])
     log(f"writing the int8 SavedModel {paths['saved_model_int8']}")
-    int8_model = TranslationModule(
-        served_model.with_int8(), tokenizer, served, decoding=decoding, glossary=glossary, lexical_shortlist=shortlist
-    )
+    int8_model = TranslationModule(served_model.with_int8(), tokenizer, **text)
     _save_version(int8_model, paths["saved_model_int8"], {**warmup, "model_name": f"{name}{INT8_SUFFIX}"})
     if tflite:
         log("converting to TFLite (builtin ops only) and int8")

@@ -36,12 +36,19 @@ def expansions(model, source_ids, target_prefix, n: int, banned: tuple[int, ...]
 
 
 def alternatives(
-    model, source_ids, target_prefix, n: int, decoding: DecodingConfig, suppress_ids=(), lexical_shortlist=None
+    model,
+    source_ids,
+    target_prefix,
+    n: int,
+    decoding: DecodingConfig,
+    suppress_ids=(),
+    lexical_shortlist=None,
+    modifiers=(),
 ) -> DecodeResult:
     """The n alternatives of every sentence after its prefix (see the module docstring): ids [B,
     n, L] (the prefix first), scores [B, n]; source_ids [B, S] and target_prefix [B, P] int32 as
     `beam_search` takes them; `lexical_shortlist`: each alternative's search over it (the
-    alternatives themselves are the full vocabulary's)."""
+    alternatives themselves are the full vocabulary's); `modifiers`: the user's, in each search."""
     banned = (*never_generated(decoding.search.disable_unk), EOS_ID)  # an alternative is a word
     tokens = expansions(model, source_ids, target_prefix, n, banned)  # [B, n]
     batch, width = tf.shape(target_prefix)[0], tf.shape(target_prefix)[1]
@@ -56,5 +63,6 @@ def alternatives(
         target_prefix=tf.reshape(longer, [batch * n, -1]),
         suppress_ids=suppress_ids,
         lexical_shortlist=lexical_shortlist,
+        modifiers=modifiers,
     )
     return DecodeResult(tf.reshape(found.ids[:, 0], [batch, n, -1]), tf.reshape(found.scores[:, 0], [batch, n]))

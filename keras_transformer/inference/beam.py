@@ -24,8 +24,8 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.inference.log_probs import NEG_INF, LogProbs, best_tokens, gather_beams
-from keras_transformer.inference.search import SearchState, Step, length_penalty
-from keras_transformer.special_tokens import EOS_ID, START_ID
+from keras_transformer.inference.search import Modifier, SearchState, Step, length_penalty
+from keras_transformer.special_tokens import EOS_ID
 
 
 def first_k(keep, k):
@@ -53,21 +53,15 @@ class BeamSearch:
         return self.beam_size
 
     def start(self, batch, length, cache, modifiers: tuple, states: tuple) -> SearchState:
-        k = self.beam_size
-        first_beam = tf.one_hot(0, k, on_value=0.0, off_value=NEG_INF)  # [K]: one hypothesis, the empty one
+        ranking = [type(modifier).__name__ for modifier in modifiers if type(modifier).rank is not Modifier.rank]
+        if len(ranking) > 1:  # two orders of the candidates cannot both hold
+            raise ValueError(
+                f"modifiers {', '.join(ranking)} each rank the candidates (Modifier.rank): a beam search keeps one "
+                "order; compose them into one modifier"
+            )
+        first_beam = tf.one_hot(0, self.beam_size, on_value=0.0, off_value=NEG_INF)  # [K]: one, the empty one
         complete = any(modifier.completes for modifier in modifiers)
-        return SearchState(
-            position=tf.constant(0),
-            alive_ids=tf.zeros([batch, k, length], tf.int32),
-            alive_log_probs=tf.tile(first_beam[None], [batch, 1]),
-            alive_token=tf.fill([batch, k], START_ID),
-            finished_ids=tf.zeros([batch, k, length], tf.int32),
-            finished_scores=tf.fill([batch, k], NEG_INF),
-            finished_count=tf.zeros([batch], tf.int32),
-            finished_complete=tf.zeros([batch, k], tf.bool) if complete else (),
-            cache=cache,
-            modifiers=states,
-        )
+        return SearchState.initial(tf.tile(first_beam[None], [batch, 1]), length, cache, states, complete)
 
     def select(self, state: SearchState, log_probs: LogProbs, step: Step, modifiers: tuple) -> SearchState:
         """Extend every alive hypothesis by one token; refill the alive and the finished sets."""
@@ -97,7 +91,7 @@ class BeamSearch:
             for index in (modifier.rank(slot, scores, beams, tokens, 2 * k, step) for modifier, slot in slots)
             if index is not None
         ]
-        if ranked:  # the modifier's order (at most one modifier ranks)
+        if ranked:  # the modifier's order (one at most: `start`)
             top_index = ranked[0]  # [B, 2K]
             top_log_probs = tf.gather(scores, top_index, batch_dims=1)
         else:

@@ -13,11 +13,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.data.shortlist import Shortlist
 from keras_transformer.inference.beam import BeamSearch
-from keras_transformer.inference.constraints import CONSTRAINTS_SPEC, Constraints, check_constraints
-from keras_transformer.inference.controls import controls
-from keras_transformer.inference.prefix import PREFIX_SPEC, Prefix, check_prefix
+from keras_transformer.inference.inputs import SearchInputs, limits, user_modifiers
 from keras_transformer.inference.search import (
     SOURCE_SPEC,
     DecodeResult,
@@ -28,7 +25,7 @@ from keras_transformer.inference.search import (
     search,
     traced_settings,
 )
-from keras_transformer.inference.shortlist import FREQUENT_SPEC, TABLE_SPEC, check_shortlist
+from keras_transformer.inference.shortlist import check_shortlist
 from keras_transformer.special_tokens import PAD_ID, never_generated
 
 
@@ -45,37 +42,28 @@ def search_beams(
     model,
     source_ids,
     decoding: DecodingConfig,
+    inputs: SearchInputs = SearchInputs(),
     *,
     static_shapes: bool = False,
-    target_prefix=None,
-    constraints=None,
     suppress_ids=(),
-    lexical_shortlist=None,
+    modifiers: tuple = (),
 ):
     """The traceable beam search: source_ids [B, S] int32 -> (ids [B, n, L] int32, scores [B, n]
-    float32), the n = `nbest` (default K) best hypotheses, by the stopping rule `patience`; with
-    `target_prefix` [B, P] int32 (pad-padded), every hypothesis starts with its sentence's prefix;
-    with `constraints` [B, C, T] int32, every phrase is in the output; `suppress_ids`: the
-    `suppress_sequences` as token ids; `lexical_shortlist`: the search's vocabulary is the union
-    of the batch's shortlists (`shortlist.py`). Wrap it in `tf.function` or a `tf.Module`
-    signature; `beam_search` is the checked, compiled entry point; `search.search` says what L is."""
-    modifiers = []
-    if target_prefix is not None:
-        modifiers.append(Prefix(target_prefix))
-    if constraints is not None:
-        modifiers.append(Constraints(constraints))
-    settings = decoding.search
+    float32), the n = `nbest` (default K) best hypotheses, by the stopping rule `patience`;
+    `inputs` (`inputs.SearchInputs`): with a target prefix [B, P] int32 (pad-padded), every
+    hypothesis starts with its sentence's prefix; with constraints [B, C, T] int32, every phrase is
+    in the output; with a shortlist, the search's vocabulary is the union of the batch's shortlists
+    (`shortlist.py`). `suppress_ids`: the `suppress_sequences` as token ids; `modifiers`: the
+    user's, after the settings' controls. Wrap it in `tf.function` or a `tf.Module` signature;
+    `beam_search` is the checked, compiled entry point; `search.search` says what L is."""
     return search(
         model,
         source_ids,
         beam_strategy(decoding),
-        (*modifiers, *controls(settings, suppress_ids)),
-        length_a=settings.length_a,
-        length_b=settings.length_b,
-        max_decoding_length=settings.max_decoding_length,
-        max_decode_length=decoding.runtime.max_decode_length,
+        inputs.modifiers(decoding, suppress_ids, modifiers),
+        **limits(decoding),
         static_shapes=static_shapes,
-        lexical_shortlist=lexical_shortlist,
+        lexical_shortlist=inputs.shortlist,
     )
 
 
@@ -93,7 +81,7 @@ def bucket_shape(batch, width, max_length: int):
     return batch, tf.minimum(-(-width // LENGTH_BUCKET) * LENGTH_BUCKET, max_length)
 
 
-def _xla_search(model, source_ids, decoding: DecodingConfig, suppress_ids=()):
+def _xla_search(model, source_ids, decoding: DecodingConfig, suppress_ids=(), modifiers=()):
     """`search_beams` compiled by XLA on the input padded to a bucket shape (padding rows and
     columns change no result: `decode_limits` ends an empty source at once, and pad tokens are
     masked), so that a few compilations serve every batch; the result is cut back to the input's
@@ -102,9 +90,8 @@ def _xla_search(model, source_ids, decoding: DecodingConfig, suppress_ids=()):
     batch, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
     padded_batch, padded_width = bucket_shape(batch, width, config.max_length)
     padding = [[0, padded_batch - batch], [0, padded_width - width]]
-    search_function = compiled(
-        model, "beam", search_beams, jit_compile=True, static_shapes=True, decoding=decoding, suppress_ids=suppress_ids
-    )
+    static = dict(decoding=decoding, suppress_ids=suppress_ids, modifiers=modifiers)
+    search_function = compiled(model, "beam", search_beams, jit_compile=True, static_shapes=True, **static)
     ids, scores = search_function(tf.pad(source_ids, padding, constant_values=PAD_ID))
     settings, cap = decoding.search, decoding.runtime.max_decode_length
     cap = config.max_length if cap is None else min(cap, config.max_length)
@@ -114,31 +101,21 @@ def _xla_search(model, source_ids, decoding: DecodingConfig, suppress_ids=()):
     return ids[:batch, :, :length], scores[:batch]
 
 
-def _search_with(model, source_ids, *values, names: tuple[str, ...], decoding: DecodingConfig, suppress_ids=()):
-    """`search_beams` with the inputs `names` (target_prefix, constraints, a shortlist's arrays)
-    given as `values`."""
-    given = dict(zip(names, values))
-    table, frequent = given.pop("shortlist_table", None), given.pop("shortlist_frequent", None)
-    shortlist = None if table is None else Shortlist(table, frequent)
-    return search_beams(model, source_ids, decoding, suppress_ids=suppress_ids, lexical_shortlist=shortlist, **given)
-
-
-INPUT_SPECS = {
-    "target_prefix": PREFIX_SPEC,
-    "constraints": CONSTRAINTS_SPEC,
-    "shortlist_table": TABLE_SPEC,
-    "shortlist_frequent": FREQUENT_SPEC,
-}
-
-
-def traced_beam_search(model, decoding: DecodingConfig, names: tuple[str, ...] = (), suppress_ids=()):
-    """The `tf.function` that `beam_search` calls: source_ids and the inputs `names` -> (ids,
-    scores), traced once per model and graph-shaping settings (`search.traced_settings`)."""
-    inputs = (SOURCE_SPEC, *(INPUT_SPECS[name] for name in names))
-    settings = traced_settings(decoding)
-    return compiled(
-        model, "beam", _search_with, inputs=inputs, names=names, decoding=settings, suppress_ids=suppress_ids
+def _search_with(model, source_ids, structure: SearchInputs, decoding: DecodingConfig, suppress_ids=(), modifiers=()):
+    """`search_beams` with the inputs of a traced `structure` (`SearchInputs.structure`)."""
+    return search_beams(
+        model, source_ids, decoding, SearchInputs.of(structure), suppress_ids=suppress_ids, modifiers=modifiers
     )
+
+
+def traced_beam_search(
+    model, decoding: DecodingConfig, inputs: SearchInputs = SearchInputs(), suppress_ids=(), modifiers=()
+):
+    """The `tf.function` that `beam_search` calls: (source_ids, `inputs.structure()`) -> (ids,
+    scores), traced once per model, inputs given and graph-shaping settings (`search.traced_settings`)."""
+    spec = inputs.spec()
+    static = dict(decoding=traced_settings(decoding), suppress_ids=suppress_ids, modifiers=modifiers)
+    return compiled(model, f"beam{tuple(map(bool, spec))}", _search_with, inputs=(SOURCE_SPEC, spec), **static)
 
 
 def beam_search(
@@ -150,6 +127,7 @@ def beam_search(
     constraints=None,
     suppress_ids=(),
     lexical_shortlist=None,
+    modifiers=(),
     **overrides,
 ) -> DecodeResult:
     """Beam search with the GNMT length penalty (§6.1; Wu et al., 2016): the `nbest` (default
@@ -177,29 +155,23 @@ def beam_search(
     of the batch's vocabulary shortlists (`shortlist.py`: the ids of a prefix, constraints and
     suppressed sequences are kept too), never with XLA or `max_decode_length`; the `shortlist`
     setting, which tells `Translator` and `export` to read the model dir's, needs one.
+    `modifiers`: the user's own `kt.Modifier` instances (`search.Modifier`), applied after the
+    settings' controls in every step; traced into the search (one trace per tuple of them).
     Returns ids [B, nbest, L] and scores [B, nbest].
     """
     decoding = (decoding or DecodingConfig()).replace(**overrides)
     check_shortlist(decoding, lexical_shortlist)
     source_ids = check_source_ids(source_ids, model.config.max_length)
-    batch = source_ids.shape[0]
-    given = {}
-    if target_prefix is not None:
-        given["target_prefix"] = check_prefix(target_prefix, batch) if tf.executing_eagerly() else target_prefix
-    if constraints is not None:
-        given["constraints"] = check_constraints(constraints, batch) if tf.executing_eagerly() else constraints
-    if lexical_shortlist is not None:  # inputs of the traced search, which every shortlist shares
-        given["shortlist_table"] = lexical_shortlist.table
-        given["shortlist_frequent"] = lexical_shortlist.frequent
-    suppress_ids = tuple(map(tuple, suppress_ids))
-    if decoding.runtime.jit_compile and not given:
+    inputs = SearchInputs(target_prefix, constraints, lexical_shortlist).checked(source_ids.shape[0])
+    suppress_ids, modifiers = tuple(map(tuple, suppress_ids)), user_modifiers(modifiers)
+    if decoding.runtime.jit_compile and not inputs.given():
         if not model.built:  # XLA cannot create the variables
             model.build()
-        settings = traced_settings(decoding)
-        search_function = compiled(model, "bucketed_xla", _xla_search, decoding=settings, suppress_ids=suppress_ids)
-        ids, scores = search_function(source_ids)
+        static = dict(decoding=traced_settings(decoding), suppress_ids=suppress_ids, modifiers=modifiers)
+        ids, scores = compiled(model, "bucketed_xla", _xla_search, **static)(source_ids)
     else:
-        ids, scores = traced_beam_search(model, decoding, tuple(given), suppress_ids)(source_ids, *given.values())
+        search_function = traced_beam_search(model, decoding, inputs, suppress_ids, modifiers)
+        ids, scores = search_function(source_ids, inputs.structure())
     return DecodeResult(ids=ids, scores=scores)
 
 

@@ -25,16 +25,15 @@ Every span of the source is in the output exactly once per occurrence, byte for 
 copied, never generated; a span the model writes itself (a `{}` or `%s` learned from the
 training data's strings) is taken out of the translation's words first: only the source's come
 out. A text without spans keeps its translation unchanged. In `tf.strings`
-and tensor ops only, so that `Translator.translate(..., markup=True)` (`translate_markup`,
-eagerly) and the SavedModel's `translate_markup` signature run one rule.
+and tensor ops only, so that `Translator.translate(..., markup=True)` (eagerly) and the
+SavedModel's `translate_markup` signature run one rule: `pipeline.Pipeline.translate`'s.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.inference.alignment import format_pharaoh
-from keras_transformer.inference.markup import SPAN, has_spans, per_rule, plain_text, spans
+from keras_transformer.inference.markup import SPAN, has_spans, per_rule, spans
 
 _FAR = tf.int64.max
 
@@ -117,22 +116,3 @@ def restore(text, translation, pharaoh, span=SPAN):
     joined = tf.strings.strip(joined)  # a translation's first word, emptied, left the next one's space
     has_spans = tf.math.unsorted_segment_max(tf.ones_like(found.rows), found.rows, batch) > 0  # [B]
     return tf.where(has_spans, joined, translation)
-
-
-def translate_markup(translator, texts: list[str], span: str = SPAN) -> list[str]:
-    """The best translation of each text, its spans (of the rule `span`) protected: a text that
-    holds one goes through `plain_text`, the translator's best translation with its word alignment
-    (`Translator.translate_with_alignments`, without a glossary) and `restore`; the others through
-    `translator.translate` as they are."""
-    protected = has_spans(tf.constant(texts, tf.string), span).numpy().tolist() if texts else []
-    marked = [text for text, spanned in zip(texts, protected) if spanned]
-    restored = iter(())
-    if marked:
-        plain = [text.decode("utf-8") for text in plain_text(tf.constant(marked), span=span).numpy()]
-        aligned = translator.translate_with_alignments(plain)
-        translations = [translation for translation, _ in aligned]
-        pharaoh = [format_pharaoh(pairs) for _, pairs in aligned]
-        strings = (tf.constant(values) for values in (marked, translations, pharaoh))
-        restored = iter(restore(*strings, span=span).numpy())
-    rest = iter(translator.translate([text for text, spanned in zip(texts, protected) if not spanned]))
-    return [next(restored).decode("utf-8") if spanned else next(rest) for spanned in protected]

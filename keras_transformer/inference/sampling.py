@@ -8,7 +8,8 @@ nucleus, the fewest most likely tokens whose renormalised probability reaches P 
 Holtzman et al., 2020), and one token is drawn from the renormalised rest (the order of
 CTranslate2 and Hugging Face). A sample ends at EOS or at its sentence's length limit, as a
 hypothesis does; a sentence stops once all of its samples have ended. The controls
-(`controls.py`) change the logits first, as in the beam search.
+(`controls.py`), a target prefix and the user's modifiers change the logits first, as in the
+beam search.
 
 Stateless random ops: a step draws with `stateless_categorical(seed = fold_in(seed, step))`, so
 the same seed, model and batch give the same samples. A sample's score is a hypothesis's: the
@@ -26,8 +27,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig, SamplingSettings
-from keras_transformer.data.shortlist import Shortlist
-from keras_transformer.inference.controls import controls
+from keras_transformer.inference.inputs import SearchInputs, limits, user_modifiers
 from keras_transformer.inference.log_probs import NEG_INF, LogProbs, gather_beams, vocabulary_size
 from keras_transformer.inference.search import (
     SOURCE_SPEC,
@@ -40,8 +40,8 @@ from keras_transformer.inference.search import (
     search,
     traced_settings,
 )
-from keras_transformer.inference.shortlist import FREQUENT_SPEC, TABLE_SPEC, check_shortlist
-from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, never_generated
+from keras_transformer.inference.shortlist import check_shortlist
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, never_generated
 
 SEED_SPEC = tf.TensorSpec([2], tf.int64, name="seed")
 
@@ -80,19 +80,8 @@ class Sampling:
         return self.settings.num_samples
 
     def start(self, batch, length, cache, modifiers: tuple, states: tuple) -> SearchState:
-        n = self.hypotheses
-        return SearchState(
-            position=tf.constant(0),
-            alive_ids=tf.zeros([batch, n, length], tf.int32),
-            alive_log_probs=tf.zeros([batch, n]),  # every sample alive
-            alive_token=tf.fill([batch, n], START_ID),
-            finished_ids=tf.zeros([batch, n, length], tf.int32),
-            finished_scores=tf.fill([batch, n], NEG_INF),
-            finished_count=tf.zeros([batch], tf.int32),
-            finished_complete=(),
-            cache=cache,
-            modifiers=states,
-        )
+        every = tf.zeros([batch, self.hypotheses])  # [B, n]: every sample alive
+        return SearchState.initial(every, length, cache, states)
 
     def select(self, state: SearchState, log_probs: LogProbs, step: Step, modifiers: tuple) -> SearchState:
         """Draw the next token of every sample; a sample that ends enters the finished set in its slot."""
@@ -133,10 +122,16 @@ class Sampling:
         return gather_beams(ids, order), scores
 
 
-def sample_search(model, source_ids, seed, *, decoding: DecodingConfig, suppress_ids=(), lexical_shortlist=None):
+def sample_search(
+    model, source_ids, seed, inputs: SearchInputs = SearchInputs(), *, decoding: DecodingConfig, suppress_ids=(),
+    modifiers=(),
+):  # fmt: skip
     """The traceable sampling: source_ids [B, S] int32, seed [2] int64 -> (ids [B, n, L] int32,
-    scores [B, n] float32), n = `num_samples` samples per sentence, best first; drawn from the
-    union of the batch's shortlists with a `lexical_shortlist` (`shortlist.py`)."""
+    scores [B, n] float32), n = `num_samples` samples per sentence, best first; `inputs`
+    (`inputs.SearchInputs`): a target prefix that every sample continues, constraint phrases
+    (EOS is banned until a sample holds them, so a sample ends only once it has drawn them or at
+    its length limit: sampling draws no phrase itself), a shortlist whose union the samples are
+    drawn from (`shortlist.py`); `modifiers`: the user's, after the settings' controls."""
     settings = decoding.search
     drawn = decoding.sampling or SamplingSettings()  # sampling off: top-1 draws, greedy decoding
     strategy = Sampling(drawn, seed, settings.alpha, never_generated(settings.disable_unk))
@@ -144,47 +139,86 @@ def sample_search(model, source_ids, seed, *, decoding: DecodingConfig, suppress
         model,
         source_ids,
         strategy,
-        controls(settings, suppress_ids),
-        length_a=settings.length_a,
-        length_b=settings.length_b,
-        max_decoding_length=settings.max_decoding_length,
-        max_decode_length=decoding.runtime.max_decode_length,
-        lexical_shortlist=lexical_shortlist,
+        inputs.modifiers(decoding, suppress_ids, modifiers),
+        **limits(decoding),
+        lexical_shortlist=inputs.shortlist,
     )
 
 
 def sample(
-    model, source_ids, decoding: DecodingConfig | None = None, *, suppress_ids=(), lexical_shortlist=None, **overrides
+    model,
+    source_ids,
+    decoding: DecodingConfig | None = None,
+    *,
+    target_prefix=None,
+    constraints=None,
+    suppress_ids=(),
+    lexical_shortlist=None,
+    modifiers=(),
+    **overrides,
 ):
     """`num_samples` translations per sentence drawn by `decoding`'s sampling settings (with
     `overrides` of its fields; sampling must be on: `sampling_topk` 0 or K > 1), best first: ids
     [B, n, L], scores [B, n]. `seed` (default: a new one per call) gives the same samples for the
-    same batch; source_ids and `lexical_shortlist` as `beam_search` takes them."""
+    same batch; source_ids, `target_prefix`, `constraints`, `lexical_shortlist` and `modifiers` as
+    `beam_search` takes them (`sample_search` says what constraints do here)."""
     decoding = (decoding or DecodingConfig()).replace(**overrides)
     if not decoding.sampling:
         raise ValueError("sampling needs sampling_topk 0 (the whole vocabulary) or K > 1")
     check_shortlist(decoding, lexical_shortlist)
     source_ids = check_source_ids(source_ids, model.config.max_length)
-    seed = random.getrandbits(62) if decoding.sampling.seed is None else decoding.sampling.seed
-    seed = tf.constant([seed, 0], tf.int64)
-    ids, scores = sample_with_seed(model, source_ids, seed, decoding, suppress_ids, lexical_shortlist)
+    seed = sampling_seed(decoding)
+    options = dict(target_prefix=target_prefix, constraints=constraints, modifiers=modifiers)
+    ids, scores = sample_with_seed(model, source_ids, seed, decoding, suppress_ids, lexical_shortlist, **options)
     return DecodeResult(ids, scores)
 
 
-def _sample_with(model, source_ids, seed, *shortlist, decoding: DecodingConfig, suppress_ids=()):
-    """`sample_search`, over the shortlist of the arrays `shortlist` (table, frequent) if given."""
-    lexical_shortlist = Shortlist(*shortlist) if shortlist else None
-    options = dict(decoding=decoding, suppress_ids=suppress_ids, lexical_shortlist=lexical_shortlist)
-    return sample_search(model, source_ids, seed, **options)
+def _sample_with(model, source_ids, seed, structure, decoding: DecodingConfig, suppress_ids=(), modifiers=()):
+    """`sample_search` with the inputs of a traced `structure` (`SearchInputs.structure`)."""
+    inputs = SearchInputs.of(structure)
+    return sample_search(
+        model, source_ids, seed, inputs, decoding=decoding, suppress_ids=suppress_ids, modifiers=modifiers
+    )
 
 
-def sample_with_seed(model, source_ids, seed, decoding: DecodingConfig, suppress_ids=(), lexical_shortlist=None):
-    """`sample_search` traced once per model and settings (and whether it reads a shortlist), with
-    the seed [2] int64 and the shortlist's arrays inputs."""
-    settings = traced_settings(decoding.replace(seed=None))
-    arrays = () if lexical_shortlist is None else (lexical_shortlist.table, lexical_shortlist.frequent)
-    inputs = (SOURCE_SPEC, SEED_SPEC, *((TABLE_SPEC, FREQUENT_SPEC) if arrays else ()))
-    options = dict(decoding=settings, suppress_ids=tuple(suppress_ids))
-    name = "sample_shortlisted" if arrays else "sample"  # another input signature
-    search_function = compiled(model, name, _sample_with, inputs=inputs, **options)
-    return search_function(source_ids, seed, *arrays)
+def sample_with_seed(
+    model,
+    source_ids,
+    seed,
+    decoding: DecodingConfig,
+    suppress_ids=(),
+    lexical_shortlist=None,
+    *,
+    target_prefix=None,
+    constraints=None,
+    modifiers=(),
+):
+    """`sample_search` traced once per model, settings, inputs given and user `modifiers`, with
+    the seed [2] int64 and the inputs' tensors inputs."""
+    inputs = SearchInputs(target_prefix, constraints, lexical_shortlist)
+    if source_ids.shape[0] is not None:
+        inputs = inputs.checked(source_ids.shape[0])
+    spec = inputs.spec()
+    static = dict(
+        decoding=traced_settings(decoding.replace(seed=None)),
+        suppress_ids=tuple(map(tuple, suppress_ids)),
+        modifiers=user_modifiers(modifiers),
+    )
+    name = f"sample{tuple(map(bool, spec))}"  # another input signature per set of inputs given
+    search_function = compiled(model, name, _sample_with, inputs=(SOURCE_SPEC, SEED_SPEC, spec), **static)
+    return search_function(source_ids, seed, inputs.structure())
+
+
+def sampling_seed(decoding: DecodingConfig, seed=None):
+    """The [2] int64 seed of a sampling search: `seed` (an int or a [2] tensor), else the
+    settings' `seed`, else a new one (in a graph: per call; eagerly: from Python's generator)."""
+    if seed is None:
+        seed = (decoding.sampling or SamplingSettings()).seed
+    if seed is None:
+        if tf.executing_eagerly():
+            seed = random.getrandbits(62)
+        else:
+            return tf.random.uniform([2], maxval=tf.int64.max, dtype=tf.int64)
+    if isinstance(seed, int):
+        return tf.constant([seed, 0], tf.int64)
+    return tf.convert_to_tensor(seed, tf.int64)

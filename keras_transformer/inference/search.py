@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig, RuntimeSettings
-from keras_transformer.inference.log_probs import LogProbs, gather_beams
+from keras_transformer.inference.log_probs import NEG_INF, LogProbs, gather_beams
 from keras_transformer.inference.shortlist import STATIC_SHAPES, restrict
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
@@ -144,7 +144,7 @@ class Modifier:
       satisfied (finished ones rank above those that are not).
     - `token_ids()`: the tensors of token ids that its inputs hold (a target prefix, phrases),
       which a vocabulary shortlist keeps; `over(vocabulary)`: the same modifier with those ids
-      mapped to the shortlist's columns (`shortlist.Vocabulary.to_columns`). A modifier whose
+      mapped to the shortlist's columns (`shortlist.ShortlistColumns.to_columns`). A modifier whose
       inputs hold no token id needs neither: the search's own ids are columns already.
     """
 
@@ -191,6 +191,25 @@ class SearchState(NamedTuple):
     finished_complete: Any  # [B, K] bool, every modifier satisfied (`Modifier.complete`), or () if none asks
     cache: Any  # the model's decoding cache, every leaf [B * K, ...]
     modifiers: tuple  # each modifier's `ModifierState`
+
+    @classmethod
+    def initial(cls, alive_log_probs, length, cache, states: tuple, complete: bool = False) -> SearchState:
+        """The state before the first step: the hypotheses of `alive_log_probs` [B, K] (-inf: an
+        empty slot), each at START_ID with no token yet, L = `length`; `complete`: the finished
+        set keeps `finished_complete` (a modifier ranks finished hypotheses)."""
+        batch, k = tf.shape(alive_log_probs)[0], alive_log_probs.shape[1] or tf.shape(alive_log_probs)[1]  # K static
+        return cls(
+            position=tf.constant(0),
+            alive_ids=tf.zeros([batch, k, length], tf.int32),
+            alive_log_probs=alive_log_probs,
+            alive_token=tf.fill([batch, k], START_ID),
+            finished_ids=tf.zeros([batch, k, length], tf.int32),
+            finished_scores=tf.fill([batch, k], NEG_INF),
+            finished_count=tf.zeros([batch], tf.int32),
+            finished_complete=tf.zeros([batch, k], tf.bool) if complete else (),
+            cache=cache,
+            modifiers=states,
+        )
 
 
 class Strategy(Protocol):
@@ -243,9 +262,10 @@ def search(
     `data.shortlist.Shortlist`): the search's vocabulary is the union of the batch's shortlists
     (`shortlist.py`; not with static shapes)."""
     source_ids = tf.cast(source_ids, tf.int32)  # [B, S]
+    static_shapes = static_shapes or max_decode_length is not None  # the one rule: a fixed length is static
     vocabulary = None
     if lexical_shortlist is not None:
-        if max_decode_length is not None or static_shapes:
+        if static_shapes:
             raise ValueError(STATIC_SHAPES)
         model, modifiers, vocabulary = restrict(model, tuple(modifiers), lexical_shortlist, source_ids)
     batch = tf.shape(source_ids)[0]
@@ -260,7 +280,7 @@ def search(
         length = longest(limits)
     # A fixed-size cache keeps every shape static (XLA). Otherwise the cache grows with the search:
     # most searches end long before `length`, and every step reads and copies the whole cache.
-    fixed = length if max_decode_length is not None or static_shapes else None
+    fixed = length if static_shapes else None
     context, cache = model.start_decoding(source_ids, strategy.hypotheses, fixed)  # cache leaves [B*K, ...]
     states = tuple(modifier.start(batch, strategy.hypotheses, length) for modifier in modifiers)
     state = strategy.start(batch, length, cache, modifiers, states)

@@ -50,11 +50,11 @@ def check_shortlist(decoding, lexical_shortlist) -> None:
             "the shortlist setting needs a vocabulary shortlist: Translator.from_model_dir reads the model dir's "
             "shortlist.npz (keras-transformer shortlist --model-dir DIR builds it), or pass lexical_shortlist"
         )
-    if lexical_shortlist is not None and (decoding.runtime.jit_compile or decoding.runtime.max_decode_length):
+    if lexical_shortlist is not None and decoding.runtime.static_shapes:
         raise ValueError(STATIC_SHAPES)
 
 
-class Vocabulary(NamedTuple):
+class ShortlistColumns(NamedTuple):
     """The tokens of a restricted search: `ids` [V'] int32, ascending, the token id of each column;
     `columns` [V] int32, the column of each id (meaningless for an id not among `ids`)."""
 
@@ -75,7 +75,7 @@ class Vocabulary(NamedTuple):
         return self.to_ids(self.to_columns(ids)) == ids  # an id outside maps to another (0 always is in)
 
 
-def vocabulary(shortlist, source_ids, extra=()) -> Vocabulary:
+def vocabulary(shortlist, source_ids, extra=()) -> ShortlistColumns:
     """The union of the shortlists of the tokens of `source_ids` [B, S], the frequent targets, the
     reserved ids and the ids of every tensor of `extra` (any shapes); `shortlist` a
     `data.shortlist.Shortlist` (of arrays or tensors)."""
@@ -85,14 +85,14 @@ def vocabulary(shortlist, source_ids, extra=()) -> Vocabulary:
     wanted += [tf.reshape(tf.cast(ids, tf.int32), [-1]) for ids in extra]
     ids = tf.concat(wanted, axis=0)  # [n]
     kept = tf.scatter_nd(ids[:, None], tf.ones_like(ids), tf.shape(table)[:1]) > 0  # [V]
-    return Vocabulary(tf.cast(tf.where(kept)[:, 0], tf.int32), tf.cumsum(tf.cast(kept, tf.int32)) - 1)
+    return ShortlistColumns(tf.cast(tf.where(kept)[:, 0], tf.int32), tf.cumsum(tf.cast(kept, tf.int32)) - 1)
 
 
 class Restricted:
     """A decoding model (`search.DecodingModel`) whose output vocabulary is `vocabulary`'s: its
     logits are over the columns [B', V'], and the tokens it is fed are columns."""
 
-    def __init__(self, model, vocabulary: Vocabulary):
+    def __init__(self, model, vocabulary: ShortlistColumns):
         self.model = model
         self.vocabulary = vocabulary
         self.config = model.config
@@ -105,7 +105,7 @@ class Restricted:
 
 
 def restrict(model, modifiers: tuple, shortlist, source_ids):
-    """(the restricted model, the modifiers over its columns, the `Vocabulary`) of a search of
+    """(the restricted model, the modifiers over its columns, the `ShortlistColumns`) of a search of
     `source_ids` [B, S] with `modifiers` over the union of the batch's shortlists."""
     restricted = vocabulary(shortlist, source_ids, [ids for modifier in modifiers for ids in modifier.token_ids()])
     return Restricted(model, restricted), tuple(modifier.over(restricted) for modifier in modifiers), restricted

@@ -16,15 +16,14 @@ translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, t
 translator.translate("Click <b>here</b>, {name}.", markup=True)  # tags and placeholders kept (markup_restore.py)
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
 kt.Translator.from_model_dir("runs/small", shortlist=False)  # the whole vocabulary, not the dir's shortlist
+kt.Translator.from_model_dir("runs/small", modifiers=[BanToken(7)])  # a control of your own (kt.Modifier)
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import os
-import random
 import sys
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple, overload
@@ -34,23 +33,16 @@ import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import lang_token
-from keras_transformer.inference import alignment, sentences
+from keras_transformer.inference import alignment
 from keras_transformer.inference import constraints as lexical
-from keras_transformer.inference.alternatives import alternatives as expand
-from keras_transformer.inference.controls import suppressed_ids
-from keras_transformer.inference.decoding import beam_search
 from keras_transformer.inference.ensemble import Ensemble
 from keras_transformer.inference.glossary import Glossary
-from keras_transformer.inference.markup import span_rule
-from keras_transformer.inference.markup_restore import translate_markup
-from keras_transformer.inference.sampling import sample_with_seed
+from keras_transformer.inference.inputs import user_modifiers
+from keras_transformer.inference.pipeline import Pipeline, Request
 from keras_transformer.inference.scoring import score as score_pairs
-from keras_transformer.inference.search import graph_function
 from keras_transformer.inference.shortlist import check_shortlist
 from keras_transformer.model_dir.shortlist import model_dir_shortlist
 from keras_transformer.special_tokens import PAD_ID
-
-_ALIGNING = threading.Lock()  # threads' first alignments (a service's pool) build one function
 
 
 class Score(NamedTuple):
@@ -68,7 +60,7 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _padded(rows, width: int | None = None) -> np.ndarray:
+def padded(rows, width: int | None = None) -> np.ndarray:
     """[B, width (default: the longest row)] int32 from rows of ids, padded with PAD_ID."""
     batch = np.full((len(rows), max([width or 0, *map(len, rows)])), PAD_ID, np.int32)
     for i, row in enumerate(rows):
@@ -102,10 +94,19 @@ class Translator:
     vocabulary shortlists (`inference/shortlist.py`), those of `lexical_shortlist` (a
     `data.shortlist.Shortlist`; `from_model_dir` reads the model dir's `shortlist.npz`).
 
-    `glossary` (a `Glossary`): where a text holds one of its terms, `translate` and
-    `translate_nbest` constrain the search to the term's target (`glossary.py`), beside any
-    `constraints` given; a ValueError at once for a target term the constraint search cannot
-    hold (characters the vocabulary lacks, more than max_length - 1 tokens) and for sampling.
+    `glossary` (a `Glossary`): where a text holds one of its terms, every translation (`translate`,
+    `translate_nbest`, markup, documents, alignments) is constrained to the term's target
+    (`glossary.py`), beside any `constraints` given, as in every text signature of an export; a
+    ValueError at once for a target term the constraint search cannot hold (characters the
+    vocabulary lacks, more than max_length - 1 tokens) and for sampling.
+
+    `modifiers`: the user's own controls (`kt.Modifier` instances: `search.Modifier`), in every
+    search after the settings' controls; `export_tensorflow(..., modifiers=)` traces the same ones
+    into a SavedModel.
+
+    Text goes through `pipeline.Pipeline` (`self.pipeline`), the stages that every SavedModel
+    signature runs too; this class adds the batching (length-sorted batches, searched side by
+    side on threads) and the Python types. `decode` is the search of every translation.
 
     `target_lang` (of `translate`, `translate_nbest`, `score`): a multilingual model's target language for
     every text (a str), or one per text (a list); it puts that language's piece before each text
@@ -121,6 +122,7 @@ class Translator:
         glossary: Glossary | None = None,
         *,
         lexical_shortlist=None,
+        modifiers: Sequence = (),
         **overrides,
     ):
         self.decoding = (decoding or DecodingConfig()).replace(**overrides)
@@ -135,15 +137,22 @@ class Translator:
         self.model = model.with_int8() if self.decoding.runtime.int8 else model
         self.tokenizer = tokenizer
         self.lexical_shortlist = lexical_shortlist if self.decoding.search.shortlist else None
-        self._alignment_function = None
-        self.suppress_ids = suppressed_ids(tokenizer, self.decoding.search.suppress_sequences)
+        self.pipeline = Pipeline(
+            self.model, tokenizer, self.decoding, glossary, self.lexical_shortlist, user_modifiers(modifiers)
+        )
+        self.suppress_ids = self.pipeline.suppress_ids
 
-    @functools.cached_property
+    @property
+    def modifiers(self) -> tuple:
+        """The user's modifiers (`kt.Modifier`), in every search after the settings' controls."""
+        return self.pipeline.modifiers
+
+    @property
     def span_rule(self) -> str:
         """What `translate(..., markup=True)` protects: `markup.span_rule` of the tokenizer (markup,
         placeholders, and the characters the vocabulary cannot write), as the SavedModel's
         `translate_markup` does."""
-        return span_rule(self.tokenizer)
+        return self.pipeline.span_rule
 
     @classmethod
     def from_model_dir(
@@ -152,14 +161,16 @@ class Translator:
         checkpoint: str = "latest",
         decoding: DecodingConfig | None = None,
         glossary: Glossary | None = None,
+        modifiers: Sequence = (),
         **overrides,
     ) -> Translator:
         """The translator of a model directory (`keras-transformer train --model-dir PATH`), with the
         weights of `checkpoint`: "latest" (the default), "averaged", "best" or a checkpoint path,
         decoding with `decoding` and `overrides` of its fields (`DecodingConfig`), constrained by
-        `glossary`. A list of several directories gives their `Ensemble` (which must share one
-        tokenizer). The (first) directory's vocabulary shortlist is read as the `shortlist` setting says
-        (by default wherever it has one: `data.shortlist.model_dir_shortlist`)."""
+        `glossary`, with the user's `modifiers` (`kt.Modifier`s). A list of several directories
+        gives their `Ensemble` (which must share one tokenizer). The (first) directory's vocabulary
+        shortlist is read as the `shortlist` setting says (by default wherever it has one:
+        `model_dir.shortlist.model_dir_shortlist`)."""
         from keras_transformer.model_dir import load_model
 
         paths = [path] if isinstance(path, str) else list(path)
@@ -169,12 +180,13 @@ class Translator:
             model, tokenizer, _ = load_model(paths[0], checkpoint)
         settings = (decoding or DecodingConfig()).replace(**overrides)
         settings, shortlist = model_dir_shortlist(paths[0], settings, model.config.vocab_size)
-        return cls(model, tokenizer, settings, glossary, lexical_shortlist=shortlist)
+        return cls(model, tokenizer, settings, glossary, lexical_shortlist=shortlist, modifiers=modifiers)
 
     def source_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Token ids of each text, truncated to max_length - 1, then EOS (`SubwordTokenizer.source_ids`)."""
+        """Token ids of each text, truncated to max_length - 1, then EOS (`Pipeline.source_ids`),
+        with a warning on stderr for a text truncated."""
         keep = self.model.config.max_length - 1
-        ids, counts = self.tokenizer.source_ids(list(texts), keep + 1)  # [B, S], [B]
+        ids, counts = self.pipeline.source_ids(tf.constant(list(texts), tf.string))  # [B, S], [B]
         rows = []
         for text, row, count in zip(texts, ids.numpy(), counts.numpy()):
             if count > keep:
@@ -204,41 +216,11 @@ class Translator:
     ):
         """[B, S] ids -> (hypothesis ids [B, n, L], scores [B, n]), the `n` best (default: the beam
         size), best first; every hypothesis starting with its row of `target_prefix` [B, P] if
-        given, and holding its row of `constraints` [B, C, T] if given. With sampling on:
-        `num_samples` samples drawn with `seed` (default: the decoding's). With `alternatives`:
-        the n alternatives after each prefix (`alternatives.py`), in their order."""
-        if alternatives:
-            if self.decoding.sampling or constraints is not None:
-                raise ValueError("alternatives are searched by beam search, without constraints: set sampling_topk 1")
-            if target_prefix is None:
-                target_prefix = np.zeros([len(source_ids), 0], np.int32)
-            result = expand(
-                self.model, source_ids, target_prefix, n, self.decoding, self.suppress_ids, self.lexical_shortlist
-            )
-            return result.ids, result.scores
-        if self.decoding.sampling:
-            if target_prefix is not None:
-                raise ValueError("a target prefix is decoded by beam search, not sampled: set sampling_topk 1")
-            if constraints is not None:
-                raise ValueError("constraints are decoded by beam search, not sampled: set sampling_topk 1")
-            seed = self.decoding.sampling.seed if seed is None else seed
-            seed = random.getrandbits(62) if seed is None else seed
-            seed = tf.constant([seed, 0], tf.int64)
-            ids, scores = sample_with_seed(
-                self.model, source_ids, seed, self.decoding, self.suppress_ids, self.lexical_shortlist
-            )
-            return ids[:, :n], scores[:, :n]
-        result = beam_search(
-            self.model,
-            source_ids,
-            self.decoding,
-            nbest=n,
-            target_prefix=target_prefix,
-            constraints=constraints,
-            suppress_ids=self.suppress_ids,
-            lexical_shortlist=self.lexical_shortlist,
-        )
-        return result.ids, result.scores
+        given, and holding its row of `constraints` [B, C, T] if given (sampling too: `sampling.py`).
+        With sampling on: `num_samples` samples drawn with `seed` (default: the decoding's). With
+        `alternatives`: the n alternatives after each prefix (`alternatives.py`), in their order.
+        The search of every translation: a subclass may replace it."""
+        return self.pipeline.search(source_ids, n, target_prefix, constraints, seed, alternatives)
 
     def score(self, sources: Sequence[str], targets: Sequence[str], target_lang=None) -> list[Score]:
         """The score of each (source, target) pair under the model (`scoring.py`): the sum of the
@@ -256,8 +238,8 @@ class Translator:
             chunk = order[start : start + batch_size]
             result = score_pairs(
                 self.model,
-                _padded([source_rows[i] for i in chunk]),
-                _padded([target_rows[i] for i in chunk]),
+                padded([source_rows[i] for i in chunk]),
+                padded([target_rows[i] for i in chunk]),
                 self.decoding,
             )
             arrays = (result.score, result.log_prob, result.tokens, result.token_log_probs)
@@ -276,39 +258,40 @@ class Translator:
         """The best translation of a text (a str), or of each text of a list (a list of str). With
         `markup`, the tags, entities, placeholders, URLs and e-mail addresses of a text, and the
         characters the vocabulary cannot write (an emoji, a CJK name: `span_rule`), are kept
-        exactly, placed by the word alignments, without the glossary (`markup_restore.py`; a text
-        without them translates as usual; not with prefixes, constraints or target_lang). With
-        `split`, each text is a document: its sentences (`sentences.py`; one too long for the model
-        cut further at its best boundary) are translated (with `markup` too), all of them in one go,
-        and their translations joined in order with the whitespace that was between them; a
-        document takes no prefix and no constraints (a glossary applies to each sentence)."""
+        exactly, placed by the word alignments (`markup_restore.py`; a text without them
+        translates as usual). With `split`, each text is a document: its sentences
+        (`sentences.py`; one too long for the model cut further at its best boundary) are
+        translated (with `markup` too), all of them in one go, and their translations joined in
+        order with the whitespace that was between them; a document takes no prefix and no
+        constraints (a glossary applies to each sentence). `pipeline.Request.check` says which
+        combinations are refused."""
         if isinstance(texts, str):
             constraints = None if constraints is None else [constraints]
             return self.translate([texts], prefixes, constraints, target_lang, markup, split)[0]
+        request = Request(1, prefixes, constraints, target_lang, markup, split)
+        request.check(self.decoding)
         if split:
-            return self._translate_documents(list(texts), prefixes, constraints, target_lang, markup)
-        if markup:
-            if prefixes is not None or constraints is not None or target_lang is not None:
-                raise ValueError("markup=True translates with alignments: drop prefixes, constraints, target_lang")
-            return translate_markup(self, list(texts), self.span_rule)
-        return [hypotheses[0][0] for hypotheses in self._nbest(list(texts), 1, prefixes, constraints, target_lang)]
+            return self._translate_documents(list(texts), request)
+        return [hypotheses[0][0] for hypotheses, _ in self._translations(list(texts), request, 1)]
 
-    def _translate_documents(self, texts: list[str], prefixes, constraints, target_lang, markup) -> list[str]:
-        if prefixes is not None or constraints is not None:
-            raise ValueError("a document (split=True) takes no prefixes or constraints: they are a sentence's")
+    def _translate_documents(self, texts: list[str], request: Request) -> list[str]:
+        """Each text a document: `Pipeline.split`, its sentences translated as a list, `Pipeline.join`."""
         if not texts:
             return []
-        if target_lang is None and self.tokenizer.lang_ids:  # each text's own language piece: its sentences'
-            tags = [[lang for lang in self.tokenizer.lang_ids if text.startswith(lang_token(lang))] for text in texts]
-            if all(tags):
-                target_lang = [found[0] for found in tags]
-                texts = [text[len(lang_token(lang)) :].lstrip(" ") for text, lang in zip(texts, target_lang)]
-        found, separators = sentences.split(texts, self.tokenizer, self.model.config.max_length)  # [D, (k)] each
-        if target_lang is not None and not isinstance(target_lang, str):  # one per text: one per sentence
-            target_lang = np.repeat(list(target_lang), found.row_lengths().numpy()).tolist()
-        flat = [sentence.decode("utf-8") for sentence in found.flat_values.numpy()]
-        translations = self.translate(flat, target_lang=target_lang, markup=markup)
-        return [text.decode("utf-8") for text in sentences.join(translations, separators).numpy()]
+        _, _, langs = request.per_text(len(texts))
+        if langs is not None:
+            self.tokenizer.tagged(texts, langs)  # its checks: a multilingual model, languages it knows
+            langs = tf.constant(langs, tf.string)
+        found, separators, langs = self.pipeline.split(tf.constant(texts, tf.string), langs)  # [N], [D, (k)], [N]
+        flat = [sentence.decode("utf-8") for sentence in found.numpy()]
+        if langs is not None:
+            langs = [lang.decode("utf-8") for lang in langs.numpy()]
+            if not all(langs[i] or not flat[i].strip() for i in range(len(flat))):
+                self._check_tagged(flat)  # a document without a language: the error of `_check_tagged`
+        sentence_request = dataclasses.replace(request, split=False, target_lang=langs)
+        translations = [rows[0][0] for rows, _ in self._translations(flat, sentence_request, 1)]
+        documents = self.pipeline.join(tf.constant(translations, tf.string), separators)  # [D]
+        return [text.decode("utf-8") for text in documents.numpy()]
 
     @overload
     def translate_nbest(self, texts: str, n: int | None = None) -> list[tuple[str, float]]: ...
@@ -316,22 +299,16 @@ class Translator:
     @overload
     def translate_nbest(self, texts: Sequence[str], n: int | None = None) -> list[list[tuple[str, float]]]: ...
 
-    def translate_nbest(self, texts, n=None, prefixes=None, constraints=None, target_lang=None):
+    def translate_nbest(self, texts, n=None, prefixes=None, constraints=None, target_lang=None, markup=False):
         """The `n` best (translation, score) pairs of a text, best first (for a list: one such list
         per text); `n` defaults to the decoding's `nbest`, else the beam size (sampling: the
         `num_samples` samples)."""
-        sampling, search = self.decoding.sampling, self.decoding.search
-        if sampling:
-            n = n or sampling.num_samples
-            if not 1 <= n <= sampling.num_samples:
-                raise ValueError(f"n must be between 1 and num_samples {sampling.num_samples}, got {n}")
-        elif n is None:
-            n = search.nbest or search.beam_size
-        else:
-            self.decoding.replace(nbest=n)  # a DecodingConfig checks n against the beam size
         if isinstance(texts, str):
-            return self._nbest([texts], n, prefixes, None if constraints is None else [constraints], target_lang)[0]
-        return self._nbest(list(texts), n, prefixes, constraints, target_lang)
+            constraints = None if constraints is None else [constraints]
+            return self.translate_nbest([texts], n, prefixes, constraints, target_lang, markup)[0]
+        request = Request(n, prefixes, constraints, target_lang, markup)
+        n = request.check(self.decoding)
+        return [hypotheses for hypotheses, _ in self._translations(list(texts), request, n)]
 
     @overload
     def translate_alternatives(self, texts: str, n: int, prefixes=None) -> list[tuple[str, float]]: ...
@@ -344,16 +321,14 @@ class Translator:
         `translate` takes them; none: at the first word), each continued to a whole translation:
         [(translation, score)] in the order of the alternative token's probability
         (`inference/alternatives.py`, CTranslate2's `return_alternatives`); for a list: one such
-        list per text. Not with constraints, nor with a decoding of several outputs per text."""
-        sampling, nbest = self.decoding.sampling, self.decoding.search.nbest
-        if (sampling.num_samples if sampling else nbest or 1) > 1:
-            raise ValueError("alternatives give n translations per text: set no nbest, no num_samples")
+        list per text; `constraints` are refused (`pipeline.Request`)."""
         if not 1 <= n <= self.model.config.vocab_size:
             raise ValueError(f"n must be between 1 and the vocabulary size {self.model.config.vocab_size}, got {n}")
         if isinstance(texts, str):
-            constraints = None if constraints is None else [constraints]
-            return self._nbest([texts], n, prefixes, constraints, target_lang, alternatives=True)[0]
-        return self._nbest(list(texts), n, prefixes, constraints, target_lang, alternatives=True)
+            return self.translate_alternatives([texts], n, prefixes, target_lang, constraints)[0]
+        request = Request(n, prefixes, constraints, target_lang, alternatives=True)
+        n = request.check(self.decoding)
+        return [hypotheses for hypotheses, _ in self._translations(list(texts), request, n)]
 
     @overload
     def translate_with_alignments(self, texts: str) -> tuple[str, list[tuple[int, int]]]: ...
@@ -361,55 +336,30 @@ class Translator:
     @overload
     def translate_with_alignments(self, texts: Sequence[str]) -> list[tuple[str, list[tuple[int, int]]]]: ...
 
-    def translate_with_alignments(self, texts, prefixes=None, constraints=None, target_lang=None, n=1):
+    def translate_with_alignments(self, texts, prefixes=None, constraints=None, target_lang=None):
         """The best translation of a text and its word alignment: (translation, [(i, j), ...]), one
         pair per word j of `translation.split()`, with i the word of `text.split()` it aligns to
         (`inference/alignment.py`: the cross-attention of decoder layer `decoding.alignment_layer`,
-        averaged over heads); for a list: one such pair per text. Of the one best translation (`n`
-        1): no prefixes, constraints or target_lang (a multilingual model's texts start with their token)."""
-        if n != 1 or any(value is not None for value in (prefixes, constraints, target_lang)):
-            raise ValueError(
-                "alignments are of each text's one best translation: no nbest, num_samples, prefixes, constraints "
-                "or target_lang (start each text with its language's token, <2fr>, instead)"
-            )
+        averaged over heads); for a list: one such pair per text."""
         if isinstance(texts, str):
-            return self.translate_with_alignments([texts])[0]
-        texts = self._with_language(list(texts), None)  # a multilingual model: the token in each text
-
-        def search(indices, start, batch):
-            ids, _ = self.decode(batch, 1)  # [B, 1, L]
-            pharaoh = self._alignments(batch, ids[:, 0]).numpy()  # [B]
-            translations = self.tokenizer.detokenize(ids[:, 0]).numpy()  # [B]
-            return [
-                (t.decode("utf-8"), alignment.parse_pharaoh(p.decode("utf-8"))) for t, p in zip(translations, pharaoh)
-            ]
-
-        return self._map_batches(search, texts, empty=lambda: ("", []))
-
-    def _alignments(self, source_ids, target_ids):
-        """`alignment.alignments` (source_ids [B, S], target_ids [B, T]) -> [B] strings, through one
-        tf.function per translator, built under a lock: threads' first calls trace it once."""
-        with _ALIGNING:
-            if self._alignment_function is None:
-                table, layer = alignment.pieces(self.tokenizer), self.decoding.alignment_layer
-                spec = tf.TensorSpec([None, None], tf.int32)
-                self._alignment_function = graph_function(
-                    lambda source, target: alignment.alignments(self.model, source, target, table, layer),
-                    input_signature=[spec, spec],
-                )
-        return self._alignment_function(source_ids, target_ids)
+            constraints = None if constraints is None else [constraints]
+            return self.translate_with_alignments([texts], prefixes, constraints, target_lang)[0]
+        request = Request(1, prefixes, constraints, target_lang, alignments=True)
+        request.check(self.decoding)
+        return [
+            (hypotheses[0][0], alignment.parse_pharaoh(pharaoh))
+            for hypotheses, pharaoh in self._translations(list(texts), request, 1)
+        ]
 
     def _batches(self, texts: list[str]):
-        """(indices into `texts`, the batch's start in the sorted order, source ids [B, S] int32)
-        per search: the non-empty texts sorted by length (similar lengths share a batch),
-        `batch_size` at a time."""
+        """(indices into `texts`, the batch's start in the sorted order) per search: the non-empty
+        texts sorted by their token count (similar lengths share a batch), `batch_size` at a time."""
         todo = [i for i, text in enumerate(texts) if text.strip()]
         rows = self.source_ids([texts[i] for i in todo]) if todo else []
         order = sorted(range(len(todo)), key=lambda k: len(rows[k]))
         batch_size = self.decoding.runtime.batch_size
         for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            yield [todo[k] for k in chunk], start, _padded([rows[k] for k in chunk])  # [B, S]
+            yield [todo[k] for k in order[start : start + batch_size]], start
 
     def concurrent_batches(self) -> int:
         """How many batches `translate` searches at once: `concurrent_batches`, or one per
@@ -421,8 +371,8 @@ class Translator:
         )
 
     def _map_batches(self, work, texts: list[str], empty) -> list:
-        """One result per text: `empty()` for an empty text, else its row of `work(indices, start,
-        source_ids)` (a list with a result per row), which runs once per batch of `_batches`,
+        """One result per text: `empty()` for an empty text, else its row of `work(indices, start)`
+        (a list with a result per row), which runs once per batch of `_batches`,
         `concurrent_batches()` batches at once, each on a thread of its own, the longest first.
 
         A search's ops are too small to spread over cores (TensorFlow's intra-op pool): one search
@@ -437,55 +387,70 @@ class Translator:
         else:
             rows = [work(*batch) for batch in batches]
         results = [empty() for _ in texts]
-        for (indices, _, _), batch_rows in zip(batches, rows):
+        for (indices, _), batch_rows in zip(batches, rows):
             for i, row in zip(indices, batch_rows):
                 results[i] = row
         return results
 
-    def _prefix_rows(self, prefixes, count: int) -> list[np.ndarray] | None:
-        """The target prefix ids of `count` texts from `prefixes` (None, one str, or one per text)."""
-        if prefixes is None:
-            return None
-        prefixes = [prefixes] * count if isinstance(prefixes, str) else list(prefixes)
-        if len(prefixes) != count:
-            raise ValueError(f"{count} texts but {len(prefixes)} prefixes")
-        return self.target_ids(prefixes)
-
-    def _with_language(self, texts: list[str], target_lang) -> list[str]:
-        """`texts` with `target_lang`'s piece in front (see the class docstring); checked."""
-        if target_lang is not None:
-            return self.tokenizer.tagged(texts, target_lang)
+    def _check_tagged(self, texts: list[str]) -> None:
+        """A ValueError where a multilingual model gets a text without its language's piece."""
         langs = self.tokenizer.target_langs
         if langs and not all(self.tokenizer.has_tag(text) or not text.strip() for text in texts):
             raise ValueError(
                 f"this multilingual model translates into {', '.join(langs)}: pass a target language "
                 f"(target_lang, --target-lang), or start each text with its token ({lang_token(langs[0])} ...)"
             )
+
+    def _with_language(self, texts: list[str], target_lang) -> list[str]:
+        """`texts` with `target_lang`'s piece in front (see the class docstring); checked."""
+        if target_lang is not None:
+            return self.tokenizer.tagged(texts, target_lang)
+        self._check_tagged(texts)
         return texts
 
-    def _nbest(
-        self, texts: list[str], n: int, prefixes=None, constraints=None, target_lang=None, alternatives=False
-    ) -> list[list[tuple[str, float]]]:
-        texts = self._with_language(texts, target_lang)
-        prefix_rows = self._prefix_rows(prefixes, len(texts))
-        if self.glossary is not None and not alternatives:
-            constraints = self.glossary.with_terms(texts, lexical.per_text(constraints, len(texts)))
-        phrase_rows = lexical.phrase_rows(self.tokenizer, constraints, len(texts), self.model.config.max_length)
+    def _translations(self, texts: list[str], request: Request, n: int) -> list[tuple[list[tuple[str, float]], str]]:
+        """Each text's ([(translation, score)] x n, Pharaoh alignment of the best): the request's
+        per-text inputs checked, then `Pipeline.translate` on every batch of `_map_batches`, with
+        `decode` as its search."""
+        prefixes, constraints, langs = request.per_text(len(texts))
+        if langs is not None:
+            self.tokenizer.tagged(texts, langs)  # its checks: a multilingual model, languages it knows
+        else:
+            self._check_tagged(texts)
+        if constraints is not None:  # the phrases' checks (empty, unknown characters, too long)
+            lexical.phrase_rows(self.tokenizer, constraints, len(texts), self.model.config.max_length)
+            if not any(constraints):
+                constraints = None
+        sampling_seed = self.decoding.sampling.seed if self.decoding.sampling else None
 
-        def search(indices, start, batch):
-            extra = {"alternatives": True} if alternatives else {}  # only what is given: a subclass's
-            # `decode(source_ids, n)` still serves the rest
-            if prefix_rows is not None:
-                extra["target_prefix"] = _padded([prefix_rows[i] for i in indices])  # [B, P]
-            if phrase_rows is not None:
-                extra["constraints"] = lexical.padded_phrases([phrase_rows[i] for i in indices])  # [B, C, T]
-            if self.decoding.sampling and self.decoding.sampling.seed is not None:
-                extra["seed"] = self.decoding.sampling.seed + start  # one stream per batch
-            ids, scores = self.decode(batch, n, **extra)  # [B, n, L], [B, n]
-            outputs = self.tokenizer.detokenize(tf.reshape(ids, [-1, ids.shape[-1]])).numpy().reshape(ids.shape[:2])
+        def work(indices, start):
+            pick = lambda values: None if values is None else tf.constant([values[i] for i in indices], tf.string)
+            phrases = None
+            if constraints is not None:
+                width = max(1, *(len(constraints[i]) for i in indices))
+                phrases = tf.constant([constraints[i] + [""] * (width - len(constraints[i])) for i in indices])
+
+            def search(source_ids, count, **inputs):  # only what is given: a subclass's `decode(source_ids, n)`
+                if request.alternatives:  # serves the rest
+                    inputs["alternatives"] = True
+                if sampling_seed is not None:
+                    inputs["seed"] = sampling_seed + start  # one stream per batch
+                return self.decode(source_ids, count, **inputs)
+
+            found = self.pipeline.translate(
+                pick(texts),
+                n,
+                prefix=pick(prefixes),
+                constraints=phrases,
+                target_lang=pick(langs),
+                markup=request.markup,
+                alignments=request.alignments,
+                search=search,
+            )
+            outputs, scores = found.translations.numpy(), found.scores.numpy()  # [B, n] each
             return [
-                [(output.decode("utf-8"), float(score)) for output, score in zip(row, row_scores)]
-                for row, row_scores in zip(outputs, scores.numpy())
+                ([(output.decode("utf-8"), float(score)) for output, score in zip(row, row_scores)], pharaoh.decode())
+                for row, row_scores, pharaoh in zip(outputs, scores, found.alignment.numpy())
             ]
 
-        return self._map_batches(search, texts, empty=lambda: [("", 0.0)] * n)
+        return self._map_batches(work, texts, empty=lambda: ([("", 0.0)] * n, ""))
