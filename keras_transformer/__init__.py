@@ -26,6 +26,7 @@ _EXPORTS = {
     "DecodeResult": "keras_transformer.inference.decoding",
     "beam_search": "keras_transformer.inference.decoding",
     "greedy_search": "keras_transformer.inference.decoding",
+    "translate_file": "keras_transformer.files",
     "Ensemble": "keras_transformer.inference.ensemble",
     "Glossary": "keras_transformer.inference.glossary",
     "evaluate": "keras_transformer.inference.evaluation",
@@ -66,12 +67,14 @@ __all__ = [
     "use_cpu_devices",
     "visualize",
     "train",
+    "translate_file",
 ]
 
 if typing.TYPE_CHECKING:
     from keras_transformer.config import PRESETS, DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
     from keras_transformer.data.held_out import held_out
     from keras_transformer.data.sources import read_pairs
+    from keras_transformer.files import translate_file
     from keras_transformer.importers.huggingface import import_huggingface
     from keras_transformer.importers.marian import import_marian
     from keras_transformer.inference import visualize

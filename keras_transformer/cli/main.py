@@ -24,6 +24,7 @@ import os
 import sys
 
 from keras_transformer import __version__
+from keras_transformer.cli import translate_file
 from keras_transformer.cli.flags import (
     add_config_flags,
     add_decoding_flags,
@@ -366,6 +367,7 @@ def parser() -> argparse.ArgumentParser:
     _add_average(subparsers)
     _add_import(subparsers)
     _add_shortlist(subparsers)
+    translate_file.add_parser(subparsers)
     for command in subparsers.choices.values():  # --verbose before or after the command
         _add_verbose(command, argparse.SUPPRESS)
     return p
@@ -754,7 +756,13 @@ def main(argv=None) -> int:
     from keras_transformer.training.callbacks.budget import Interrupted
 
     commands = {"train": _train, "translate": _translate, "score": _score, "evaluate": _evaluate}
-    others = {"average": _average, "export": _export, "import": _import, "shortlist": _shortlist}
+    others = {
+        "average": _average,
+        "export": _export,
+        "import": _import,
+        "shortlist": _shortlist,
+        "translate-file": translate_file.run,
+    }
     command = {**commands, **others}[args.command]
     try:
         status = command(args)

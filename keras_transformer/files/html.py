@@ -1,0 +1,83 @@
+"""HTML pages, read and written by lxml.html.
+
+The element tree stays as it is (tags, attributes, order); what is translated: each block's text,
+its inline elements (`b`, `i`, `a`, `span`, `em`, ...) carried around the right words through the
+markup path (`inline.py`), and the `alt`, `title` and `placeholder` attributes. Left untouched:
+`script`, `style`, `pre`, `code`, `textarea` and any element with `translate="no"` (HTML's attribute
+for it), with their content.
+"""
+
+from __future__ import annotations
+
+from lxml import etree
+from lxml import html as lxml_html
+
+from keras_transformer.files import FileFormatError, inline, read_text
+
+UNTOUCHED = {"script", "style", "pre", "code", "textarea", "kbd", "samp", "var", "svg", "math", "template"}
+INLINE = {
+    "a", "abbr", "b", "bdi", "bdo", "cite", "data", "dfn", "em", "font", "i", "label", "mark", "q", "s", "small",
+    "span", "strong", "sub", "sup", "time", "u", "del", "ins",
+}  # fmt: skip
+ATTRIBUTES = ("alt", "title", "placeholder")
+
+
+def _untouched(element) -> bool:
+    return not isinstance(element.tag, str) or element.tag in UNTOUCHED or element.get("translate") == "no"
+
+
+def _segments(root):
+    """The elements whose content is one text to translate: a block whose children are inline (or
+    untouched, carried whole); a block holding blocks is walked into instead."""
+    found = []
+
+    def walk(element):
+        if _untouched(element):
+            return
+        children = [child for child in element if isinstance(child.tag, str)]
+        if all(child.tag in INLINE or _untouched(child) or child.tag in ("br", "img", "wbr") for child in children):
+            found.append(element)
+            return
+        for child in children:
+            walk(child)
+        # text between blocks (a <div>'s loose text) is a unit of its own: kept, rare in real pages
+
+    walk(root)
+    return found
+
+
+def translate(path: str, out: str, translate, options) -> None:
+    from keras_transformer.files.units import translate_texts
+
+    text = read_text(path)
+    if not text.strip():
+        raise FileFormatError(f"{path}:1: an empty HTML file")
+    try:
+        document = lxml_html.document_fromstring(text)
+    except (etree.ParserError, ValueError) as error:
+        raise FileFormatError(f"{path}: not HTML ({error})") from None
+    holders = [
+        (element, name)
+        for element in document.iter()
+        if isinstance(element.tag, str) and not any(_untouched(e) for e in (element, *element.iterancestors()))
+        for name in ATTRIBUTES
+        if element.get(name, "").strip()
+    ]
+    values = translate_texts(translate, [element.get(name) for element, name in holders], options.name, by_line=False)
+    for (element, name), value in zip(holders, values):
+        element.set(name, value)
+    body = document.find("body") if document.find("body") is not None else document
+    segments = [element for element in _segments(body) if (element.text_content() or "").strip()]
+    title = document.find("head/title")
+    if title is not None:
+        segments.append(title)
+    paired = lambda child: child.tag in INLINE and not _untouched(child)
+    encoded = [inline.encode(element, paired, lambda child: not paired(child)) for element in segments]
+    for element, (_, codes), translation in zip(
+        segments, encoded, translate_texts(translate, [text for text, _ in encoded], options.name, by_line=False)
+    ):
+        inline.decode(translation, codes, element)
+    doctype = document.getroottree().docinfo.doctype
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(lxml_html.tostring(document, encoding="unicode", doctype=doctype or None))
+        f.write("\n")
