@@ -62,7 +62,7 @@ msgstr ""
 
 #: src/app.py:12
 #, c-format
-msgid "One file was saved in %s"
+msgid "%d file was saved in %s"
 msgid_plural "%d files were saved in %s"
 msgstr[0] ""
 msgstr[1] ""

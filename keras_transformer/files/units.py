@@ -23,12 +23,16 @@ _LETTER = re.compile(r"[^\W\d_]")
 
 
 def translator_function(translator, target_lang: str | None = None) -> Callable[[list[str]], list[str]]:
-    """texts -> translations through the translator's markup path, each text a document (split into
-    sentences); `target_lang` told to a multilingual model only (one whose tokenizer has language
-    pieces): a bilingual model has one target language, which a file's `target_lang` merely names."""
-    multilingual = bool(getattr(getattr(translator, "tokenizer", None), "lang_ids", None))
-    language = {"target_lang": target_lang} if target_lang and multilingual else {}
-    return lambda texts: list(translator.translate(list(texts), markup=True, split=True, **language))
+    """texts -> translations through the translator's markup path. A `Translator` (it has a tokenizer)
+    takes each text as a document, sentence by sentence; an exported model's `SavedModelTranslator`
+    (one of markup and documents at a time) as one sentence, with markup. `target_lang` is told to a
+    multilingual model only (one whose tokenizer has language pieces): a bilingual model has one
+    target language, which a file's `target_lang` merely names."""
+    tokenizer = getattr(translator, "tokenizer", None)
+    options = {"split": True} if tokenizer is not None else {}
+    if target_lang and getattr(tokenizer, "lang_ids", None):
+        options["target_lang"] = target_lang
+    return lambda texts: list(translator.translate(list(texts), markup=True, **options))
 
 
 def _progress(total: int, name: str):
