@@ -548,3 +548,45 @@ def test_translate_file_command(tmp_path, trained):  # noqa: F811
     assert not (tmp_path / "o.srt").exists()
     result = run_cli("translate-file", "a.odt", "--model-dir", trained.model_dir)
     assert result.returncode == 2 and "the formats: po" in result.stderr
+
+
+def test_the_translator_is_called_once_per_chunk_with_markup():
+    """Batching across units: one call for all the file's distinct lines (up to `units.CHUNK`); a
+    `Translator` (it has a tokenizer) takes documents, an export's translator one sentence with
+    markup; a bilingual model is not told the file's target language, a multilingual one is."""
+    from keras_transformer.files import units
+
+    class Recording:
+        def __init__(self, tokenizer=None):
+            self.tokenizer, self.calls = tokenizer, []
+
+        def translate(self, texts, **options):
+            self.calls.append((list(texts), options))
+            return list(texts)
+
+    export = Recording()
+    texts = [f"Line {i} of text" for i in range(units.CHUNK + 5)] + ["Line 0 of text", "42", ""]
+    assert units.translate_texts(units.translator_function(export, "de"), texts) == texts
+    assert [len(call) for call, _ in export.calls] == [units.CHUNK, 5]  # distinct lines, numbers skipped
+    assert export.calls[0][1] == {"markup": True}
+    bilingual = Recording(tokenizer=type("Tokenizer", (), {"lang_ids": {}})())
+    units.translator_function(bilingual, "de")(["Jesus wept."])
+    assert bilingual.calls[0][1] == {"markup": True, "split": True}
+    multilingual = Recording(tokenizer=type("Tokenizer", (), {"lang_ids": {"de": 7}})())
+    units.translator_function(multilingual, "de")(["Jesus wept."])
+    assert multilingual.calls[0][1] == {"markup": True, "split": True, "target_lang": "de"}
+
+
+@pytest.mark.slow
+def test_translate_file_with_an_export(tmp_path, trained):  # noqa: F811
+    from keras_transformer.exporters.tensorflow import export_tensorflow
+    from keras_transformer.model_dir import load_model
+
+    model, tokenizer, _ = load_model(trained.model_dir)
+    export_tensorflow(model, tokenizer, str(tmp_path / "export"), log=lambda message: None, tflite=False)
+    path, out = tmp_path / "in.xlf", tmp_path / "out.xlf"
+    path.write_text(XLIFF12, encoding="utf-8")
+    result = run_cli("translate-file", str(path), "--export", str(tmp_path / "export"), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    for target in etree.parse(str(out)).iter("{*}target"):
+        assert _codes(target) == _codes(target.getprevious())

@@ -23,8 +23,6 @@ import importlib
 import os
 import tempfile
 
-from keras_transformer.data.errors import DataError
-
 # format -> (module, extensions)
 FORMATS = {
     "po": ("po", (".po", ".pot")),
@@ -39,8 +37,9 @@ FORMATS = {
 }
 
 
-class FileFormatError(DataError):
-    """A file that its format's reader cannot read: the message names the file and where."""
+class FileFormatError(ValueError):
+    """A file that its format's reader cannot read: the message names the file and where (a
+    ValueError, as the command line's bad input is: one line, exit status 2)."""
 
 
 @dataclasses.dataclass(frozen=True)
