@@ -16,7 +16,7 @@ import pytest
 from lxml import etree
 
 from keras_transformer.files import FileFormatError, file_format, translate_file
-from tests.conftest import FIXTURE, run_cli, trained  # noqa: F401
+from tests.conftest import FIXTURE, TINY_TRAINING, run_cli, trained  # noqa: F401
 
 
 class Identity:
@@ -501,7 +501,7 @@ def test_txt_keeps_paragraphs_and_line_counts(tmp_path):
 MALFORMED = {
     "po": ('msgid "a"\nmsgstr "b"\nbroken\n', r"bad.po:3: not a PO file"),
     "xlf": (XLIFF12.replace("</trans-unit>", "", 1), r"bad.xlf:\d+: not well-formed XML"),
-    "tmx": (TMX.replace("</seg>", "", 1), r"bad.tmx:6: not well-formed XML"),
+    "tmx": (TMX.replace("</seg>", "", 1), r"bad.tmx:7: not well-formed XML"),
     "srt": ("1\n00:00:01,000 --> 00:00:02,000\nhi\n\n2\n00:00:03,000 -> 00:00:04\nho\n", r"bad.srt:5: not an SRT cue"),
     "vtt": ("NOT VTT\n\n00:01.000 --> 00:02.000\nhi\n", r"bad.vtt: not WebVTT"),
     "html": (b"<p>caf\xe9</p>\n", r"bad.html:1: not UTF-8 text"),
@@ -590,3 +590,52 @@ def test_translate_file_with_an_export(tmp_path, trained):  # noqa: F811
     assert result.returncode == 0, result.stderr
     for target in etree.parse(str(out)).iter("{*}target"):
         assert _codes(target) == _codes(target.getprevious())
+
+
+def test_tmx_training_languages_given_or_found(tmp_path):
+    """`--source-lang`/`--target-lang` (DataConfig.source_lang, target_lang) choose the pair; without
+    them a TMX of three languages is refused in one line."""
+    from keras_transformer.config import DataConfig
+    from keras_transformer.data.errors import DataError
+    from keras_transformer.data.sources import read_pairs
+
+    path = tmp_path / "memory.tmx"
+    path.write_text(TMX.replace('<tuv xml:lang="en"><seg>Open the window', '<tuv xml:lang="fr"><seg>Ouvre'), "utf-8")
+    assert read_pairs(str(path), "all", tmx_langs=("de", "en")) == (
+        ["Die Datei speichern", "Schließ es"],
+        ["Save the file", "Close it"],
+    )
+    with pytest.raises(DataError, match=r"memory.tmx: cannot tell its language pair .* pass --source-lang"):
+        read_pairs(str(path), "all")
+    with pytest.raises(ValueError, match="target_lang must be a language code"):
+        DataConfig(data=str(path), target_lang="d e")
+
+
+@pytest.mark.slow
+def test_train_on_a_tmx_learns_what_the_tsv_of_its_pairs_teaches(tmp_path):
+    """`train --data memory.tmx` and `train --data pairs.tsv` of the same pairs: the same vocabulary
+    and the same weights after the same steps (one data path, TMX read into it)."""
+    from xml.sax.saxutils import escape
+
+    pairs = [line.split("\t") for line in FIXTURE.read_text(encoding="utf-8").splitlines()[:200]]
+    units = "".join(
+        f'<tu><tuv xml:lang="en"><seg>{escape(a)}</seg></tuv><tuv xml:lang="de"><seg>{escape(b)}</seg></tuv></tu>\n'
+        for a, b in pairs
+    )
+    (tmp_path / "memory.tmx").write_text(
+        f'<?xml version="1.0"?>\n<tmx version="1.4"><header srclang="en"/><body>\n{units}</body></tmx>\n', "utf-8"
+    )
+    (tmp_path / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in pairs), encoding="utf-8")
+    models = {}
+    for name in ("memory.tmx", "pairs.tsv"):
+        model_dir = tmp_path / f"model-{name}"
+        flags = ["--max-steps", "2", "--steps-per-epoch", "2", "--bleu-every-epochs", "0", *TINY_TRAINING]
+        result = run_cli("train", "--data", str(tmp_path / name), "--model-dir", str(model_dir), *flags)
+        assert result.returncode == 0, result.stderr
+        models[name] = model_dir
+    tokenizers = [(models[name] / "tokenizer.model").read_bytes() for name in models]
+    assert tokenizers[0] == tokenizers[1]
+    import keras_transformer as kt
+
+    translations = [kt.Translator.from_model_dir(str(models[name])).translate(["Jesus wept."]) for name in models]
+    assert translations[0] == translations[1]

@@ -192,7 +192,11 @@ def tokenized_pairs(tokenizer, pairs) -> Iterable[tuple[list[np.ndarray], list[n
 
 
 def _reading(data) -> dict:
-    return dict(tfds_data_dir=data.tfds_data_dir, tfds_download=data.tfds_download)
+    return dict(
+        tfds_data_dir=data.tfds_data_dir,
+        tfds_download=data.tfds_download,
+        tmx_langs=(data.source_lang, data.target_lang),
+    )
 
 
 def _rows(ragged) -> list[np.ndarray]:

@@ -2,10 +2,11 @@
 
 A `<tu>` gives a pair when it has a `<tuv>` in the source language and one in the target language;
 its `<seg>`'s text, inline codes (`<bpt>`, `<ept>`, `<ph>`, `<it>`, `<ut>`: native codes) dropped and
-the text of `<hi>` kept, whitespace runs made one space. The languages: those given, else the file
-name's `xx-yy` (`config.language_pair`, as for any data source), else the header's `srclang` and the
-one other language of the file's `<tuv>`s. The file is read once first, to check it (a malformed one
-is a `DataError` with its line), to find its languages and to count its pairs (for `splits.tsv_block`).
+the text of `<hi>` kept, whitespace runs made one space. The languages: those given (`train
+--source-lang en --target-lang de`), else the file name's `xx-yy` (`config.language_pair`, as for
+any data source), else the header's `srclang` and the one other language of the file's `<tuv>`s
+("de" matches "de-DE"). The file is read once first, to check it (a malformed one is a `DataError`
+with its line), to find its languages and to count its pairs (for the blocks of `splits.TSV_BLOCKS`).
 """
 
 from __future__ import annotations
@@ -78,20 +79,24 @@ def _scan(path: str, mtime: float, size: int) -> tuple[tuple[str, str], frozense
     return srclang, frozenset(languages), units
 
 
-def languages(path: str) -> tuple[str, str]:
-    """The (source, target) languages of a TMX file (the module docstring); a DataError if unclear."""
-    pair = language_pair(os.path.basename(path))
-    if pair is not None:
-        return pair
-    srclang, found, _ = _scan(path, os.path.getmtime(path), os.path.getsize(path))
-    base = {code.split("-")[0] for code in found}
-    others = sorted(base - {srclang.split("-")[0]})
-    if srclang in ("", "*all*") or len(others) != 1:
+def languages(path: str, given: tuple[str | None, str | None] = (None, None)) -> tuple[str, str]:
+    """The (source, target) languages of a TMX file: `given` (`--source-lang`, `--target-lang`; one
+    of them, the other found), else its name's, else its srclang and its one other language (the
+    module docstring); a DataError where that leaves it unclear."""
+    srclang, found, _ = _scan(path, os.path.getmtime(path), os.path.getsize(path))  # checks the file
+    named = language_pair(os.path.basename(path))
+    if named is not None and not any(given):
+        return named
+    base = lambda code: code.lower().split("-")[0]
+    source = base(given[0] or srclang)
+    others = sorted({base(code) for code in found} - {source})
+    target = base(given[1]) if given[1] else others[0] if len(others) == 1 else None
+    if source in ("", "*all*") or target is None:
         raise DataError(
             f"{path}: cannot tell its language pair (srclang {srclang or 'missing'}, languages {sorted(found)}): "
-            "name it with the pair, e.g. memory.en-de.tmx"
+            "pass --source-lang and --target-lang, or name the file with the pair, e.g. memory.en-de.tmx"
         )
-    return srclang.split("-")[0], others[0]
+    return source, target
 
 
 def count_units(path: str) -> int:
@@ -99,9 +104,10 @@ def count_units(path: str) -> int:
     return _scan(path, os.path.getmtime(path), os.path.getsize(path))[2]
 
 
-def tmx_pairs(path: str, lines: tuple[int, int] | None = None) -> Iterator[tuple[str, str]]:
-    """The (source, target) pairs of a TMX file, <tu>s (start, end] only if `lines` is given."""
-    source, target = languages(path)
+def tmx_pairs(path: str, lines: tuple[int, int] | None = None, given=(None, None)) -> Iterator[tuple[str, str]]:
+    """The (source, target) pairs of a TMX file (of the languages `languages(path, given)`), <tu>s
+    (start, end] only if `lines` is given."""
+    source, target = languages(path, given)
     index = 0
     for line, variants in _units(path):
         if line == 0:
