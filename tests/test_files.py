@@ -16,7 +16,7 @@ import pytest
 from lxml import etree
 
 from keras_transformer.files import FileFormatError, file_format, translate_file
-from tests.conftest import FIXTURE, TINY_TRAINING, run_cli, trained  # noqa: F401
+from tests.conftest import FIXTURE, TINY_TRAINING, run_cli, trained, translating  # noqa: F401
 
 
 class Identity:
@@ -39,10 +39,12 @@ class Marked(Identity):
 
 
 @pytest.fixture(scope="module")
-def model(trained):  # noqa: F811
+def model(translating):  # noqa: F811
+    """A model that writes words (the 30-step `trained` one stops at once, and an empty translation
+    keeps its source: `units.translate_texts`), greedy."""
     import keras_transformer as kt
 
-    return kt.Translator.from_model_dir(trained.model_dir, beam_size=1)
+    return kt.Translator.from_model_dir(translating.model_dir, beam_size=1)
 
 
 # ---------------------------------------------------------------- PO
@@ -572,6 +574,10 @@ def test_the_translator_is_called_once_per_chunk_with_markup():
     bilingual = Recording(tokenizer=type("Tokenizer", (), {"lang_ids": {}})())
     units.translator_function(bilingual, "de")(["Jesus wept."])
     assert bilingual.calls[0][1] == {"markup": True, "split": True}
+    assert units.translate_texts(lambda texts: [""] * len(texts), ["Jesus wept.", " Amen.\n"]) == [
+        "Jesus wept.",
+        " Amen.\n",
+    ]  # an empty translation keeps the source
     multilingual = Recording(tokenizer=type("Tokenizer", (), {"lang_ids": {"de": 7}})())
     units.translator_function(multilingual, "de")(["Jesus wept."])
     assert multilingual.calls[0][1] == {"markup": True, "split": True, "target_lang": "de"}

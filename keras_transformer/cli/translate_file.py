@@ -38,7 +38,11 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="translate units that have a translation already (PO, XLIFF, TMX; default: keep them)",
     )
-    _add_glossary(p, "each translation holds the target terms of the terms its source holds")
+    _add_glossary(
+        p,
+        "with --model-dir, each translation of a unit without markup holds the target terms of the terms its "
+        "source holds (a unit with tags or placeholders goes through the markup path, which aligns without it)",
+    )
     _add_decoding(p)
     _add_op_threads(p)
 

@@ -5,7 +5,8 @@ A unit's text is cut into lines; each line's leading and trailing whitespace is 
 only its core translated, so a gettext message that starts or ends with "\\n" (which `msgfmt --check`
 requires of its translation) or a paragraph's indentation survives (where line breaks are mere spaces, in
 HTML and XML, a text is translated whole, its ends kept). A core without a letter ("%s:",
-"42", "—") is kept as it is; identical cores are translated once. Translation goes through the
+"42", "—") is kept as it is, and so is one that the model translates to nothing; identical cores
+are translated once. Translation goes through the
 markup path (`Translator.translate(..., markup=True)`, `inference/markup_restore.py`): tags,
 placeholders, inline codes and characters the model cannot write come out exactly, as many times
 as in the source.
@@ -55,7 +56,8 @@ def translate_texts(
     bar = _progress(len(cores), name)
     for start in range(0, len(cores), CHUNK):
         chunk = cores[start : start + CHUNK]
-        translated.update(zip(chunk, translate(chunk)))
+        # an empty translation (a model that stops at once) keeps the source: a file never loses a text
+        translated.update((core, translation or core) for core, translation in zip(chunk, translate(chunk)))
         if bar is not None:
             bar.update(len(chunk))
     if bar is not None:
