@@ -384,6 +384,7 @@ HTML = """<!DOCTYPE html>
 <p translate="no">Do not translate me</p>
 <pre>Jesus wept.</pre>
 <p>Run <code>make demo</code> now. <img src="a.png" alt="A lamp"></p>
+<ul><li>Jesus wept. <ul><li>Amen.</li></ul></li></ul>
 <script>var light = "Let there be light";</script>
 </body></html>
 """
@@ -404,7 +405,9 @@ def test_html_translates_text_and_attributes_only(tmp_path):
     for kept in ("<p translate=\"no\">Do not translate me</p>", "<pre>Jesus wept.</pre>", "<code>make demo</code>",
                  'var light = "Let there be light";', "p { color: red; }", 'href="https://example.org/x"'):  # fmt: skip
         assert kept in page
-    for translated in ("<b>[Let] [there] [be]</b>", 'title="[Genesis]"', 'alt="[A] [lamp]"', "<title>[The] [light]"):
+    expected = ("<b>[Let] [there] [be]</b>", 'title="[Genesis]"', 'alt="[A] [lamp]"', "<title>[The] [light]",
+                  "<li>[Jesus] [wept]. <ul><li>[Amen].</li></ul></li>")  # fmt: skip
+    for translated in expected:
         assert translated in page
     tags = lambda text: re.findall(r"<[^>]+>", re.sub(r'(title|alt)="[^"]*"', "", text))
     assert tags(page) == tags(HTML)

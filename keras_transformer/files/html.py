@@ -4,7 +4,8 @@ The element tree stays as it is (tags, attributes, order); what is translated: e
 its inline elements (`b`, `i`, `a`, `span`, `em`, ...) carried around the right words through the
 markup path (`inline.py`), and the `alt`, `title` and `placeholder` attributes. Left untouched:
 `script`, `style`, `pre`, `code`, `textarea` and any element with `translate="no"` (HTML's attribute
-for it), with their content.
+for it), with their content. A block's own text beside its block children (a list item's text
+before its nested list) is a text of its own, the children carried in it whole.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ INLINE = {
     "a", "abbr", "b", "bdi", "bdo", "cite", "data", "dfn", "em", "font", "i", "label", "mark", "q", "s", "small",
     "span", "strong", "sub", "sup", "time", "u", "del", "ins",
 }  # fmt: skip
+VOID = {"br", "img", "wbr"}  # inline elements without content
 ATTRIBUTES = ("alt", "title", "placeholder")
 
 
@@ -27,20 +29,22 @@ def _untouched(element) -> bool:
 
 
 def _segments(root):
-    """The elements whose content is one text to translate: a block whose children are inline (or
-    untouched, carried whole); a block holding blocks is walked into instead."""
+    """The elements whose content is one text to translate, parents before their children: one with
+    text of its own (beside or inside inline elements); its block children ("Item" of
+    `<li>Item <ul>...</ul></li>`) are carried in it whole, as opaque codes, and walked into."""
     found = []
 
     def walk(element):
         if _untouched(element):
             return
         children = [child for child in element if isinstance(child.tag, str)]
-        if all(child.tag in INLINE or _untouched(child) or child.tag in ("br", "img", "wbr") for child in children):
+        inline = [child for child in children if child.tag in INLINE or _untouched(child) or child.tag in VOID]
+        blocks = [child for child in children if child not in inline]
+        loose = [element.text, *(child.tail for child in children), *(child.text_content() for child in inline)]
+        if any((text or "").strip() for text in loose):
             found.append(element)
-            return
-        for child in children:
+        for child in blocks:
             walk(child)
-        # text between blocks (a <div>'s loose text) is a unit of its own: kept, rare in real pages
 
     walk(root)
     return found
@@ -67,15 +71,15 @@ def translate(path: str, out: str, translate, options) -> None:
     for (element, name), value in zip(holders, values):
         element.set(name, value)
     body = document.find("body") if document.find("body") is not None else document
-    segments = [element for element in _segments(body) if (element.text_content() or "").strip()]
+    segments = _segments(body)
     title = document.find("head/title")
     if title is not None:
-        segments.append(title)
+        segments.insert(0, title)
     paired = lambda child: child.tag in INLINE and not _untouched(child)
     encoded = [inline.encode(element, paired, lambda child: not paired(child)) for element in segments]
-    for element, (_, codes), translation in zip(
-        segments, encoded, translate_texts(translate, [text for text, _ in encoded], options.name, by_line=False)
-    ):
+    translations = translate_texts(translate, [text for text, _ in encoded], options.name, by_line=False)
+    # children first: a parent's decode copies its block children, translated by then
+    for element, (_, codes), translation in reversed(list(zip(segments, encoded, translations))):
         inline.decode(translation, codes, element)
     doctype = document.getroottree().docinfo.doctype
     with open(out, "w", encoding="utf-8") as f:
