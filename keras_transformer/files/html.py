@@ -10,6 +10,8 @@ before its nested list) is a text of its own, the children carried in it whole.
 
 from __future__ import annotations
 
+import re
+
 from lxml import etree
 from lxml import html as lxml_html
 
@@ -81,7 +83,8 @@ def translate(path: str, out: str, translate, options) -> None:
     # children first: a parent's decode copies its block children, translated by then
     for element, (_, codes), translation in reversed(list(zip(segments, encoded, translations))):
         inline.decode(translation, codes, element)
-    doctype = document.getroottree().docinfo.doctype
+    declared = re.match(r"\s*<!doctype", text, re.I)  # else libxml2 reports an implied HTML 4 one
+    doctype = document.getroottree().docinfo.doctype if declared else None
     with open(out, "w", encoding="utf-8") as f:
         f.write(lxml_html.tostring(document, encoding="unicode", doctype=doctype or None))
         f.write("\n")
