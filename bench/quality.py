@@ -49,6 +49,15 @@ Only verses whose source holds a name are translated (the others hold no case). 
 German spells otherwise (Paul/Paulus, Christ/Christus, Mordecai/Mordechai) counts only where
 our output keeps the English spelling.
 
+`files`: translate-file's formats (issue 51) on held-out data: a PO and an XLIFF 1.2 built from the
+software messages of the `test` split that hold placeholders or tags (in the XLIFF as <ph> codes),
+an SRT (a two-line cue per verse) and an HTML page (a <p> per verse, a word of each in <b>) from the
+model's held-out verses: BLEU/chrF of the filled targets (markup stripped) against the references,
+beside the same texts translated as plain lines; the share of units whose placeholders and inline
+codes come out exactly (goal 1.0); seconds per 1,000 units:
+
+    python bench/quality.py files --model-dir runs/demo [--limit N]
+
 `constraints`: lexically constrained decoding (`inference/constraints.py`, dynamic beam
 allocation) on a trained model's held-out verses, as Post & Vilar (2018) evaluate it: each verse
 gets 1-3 phrases (seeded) from its reference, words or two words in a row that the unconstrained
@@ -616,6 +625,145 @@ def markup(args) -> None:
     )
 
 
+def files_arguments(p) -> None:
+    model_dir_arguments(p, limit=None)
+    p.add_argument("--limit", type=int, help="only the first N software messages with spans, and N verses")
+    p.add_argument("--seed", type=int, default=0, help="draws the word of each verse in <b>...</b> (HTML)")
+
+
+def xliff_source(message: str, spans: list[str]) -> str:
+    """A software message as XLIFF 1.2 <source> content: each placeholder or tag an inline <ph> code."""
+    from xml.sax.saxutils import escape
+
+    out, rest = "", message
+    for k, span in enumerate(spans):
+        before, _, rest = rest.partition(span)
+        out += f'{escape(before)}<ph id="{k + 1}">{escape(span)}</ph>'
+    return out + escape(rest)
+
+
+def files(args) -> None:
+    """`files`: the translate-file formats (issue 51) on held-out data: a PO and an XLIFF 1.2 of the
+    software messages that hold placeholders or tags (their `test` split), an SRT (each verse a cue of
+    two lines) and an HTML page (a <p> per verse, one word in <b>) of the model's held-out verses.
+    BLEU/chrF of the filled targets (markup stripped) against the references, beside the same texts
+    translated as plain lines; the share of units whose placeholders and inline codes come out
+    exactly; seconds per 1,000 units."""
+    import polib
+    import srt
+    from lxml import etree
+    from lxml import html as lxml_html
+
+    from keras_transformer.files import translate_file
+    from keras_transformer.inference.markup import span_lists, stripped_texts
+
+    translator = Translator.from_model_dir(args.model_dir, args.checkpoint)
+    sources, references = read_pairs(SOFTWARE, "test")
+    spans = span_lists(sources)
+    with_spans = [i for i, found in enumerate(spans) if found][: args.limit]
+    messages, message_refs = [sources[i] for i in with_spans], [references[i] for i in with_spans]
+    message_spans = [spans[i] for i in with_spans]
+    verses, verse_refs = held_out_pairs(args.model_dir, args.limit)[:2]
+    rng = random.Random(args.seed)
+    tagged = [wrap_a_word(verse, rng) for verse in verses]
+    translator.translate(tagged[:2], markup=True, split=True)  # untimed warm-up: the functions traced
+    translator.translate(verses[:2])
+    results = {}
+
+    def run(name, extension, content, read_targets):
+        with tempfile.TemporaryDirectory() as directory:
+            path, out = os.path.join(directory, f"in.{extension}"), os.path.join(directory, f"out.{extension}")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(content)
+            start = time.perf_counter()
+            translate_file(translator, path, out)
+            seconds = time.perf_counter() - start
+            return read_targets(out), seconds
+
+    def entry(name, targets, seconds, units, references, exact):
+        results[name] = {
+            "units": units,
+            "seconds_per_1000_units": round(1000 * seconds / units, 2),
+            "codes_exact_share": round(float(np.mean(exact)), 4),
+            "file": corpus_scores(stripped_texts(targets), references),
+        }
+
+    po = polib.POFile()
+    po.metadata = {"Content-Type": "text/plain; charset=UTF-8", "Language": "de"}
+    for k, message in enumerate(messages):
+        po.append(polib.POEntry(msgid=message, msgstr="", msgctxt=str(k)))  # msgctxt: repeated messages kept apart
+    targets, seconds = run("po", "po", str(po), lambda out: [entry.msgstr for entry in polib.pofile(out)])
+    exact = [sorted(a) == sorted(b) for a, b in zip(span_lists(targets), message_spans)]
+    entry("po", targets, seconds, len(messages), message_refs, exact)
+
+    units = "".join(
+        f'<trans-unit id="{k}"><source>{xliff_source(message, found)}</source></trans-unit>\n'
+        for k, (message, found) in enumerate(zip(messages, message_spans))
+    )
+    xliff = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">'
+        f'<file source-language="en" target-language="de" datatype="plaintext" original="x"><body>\n{units}'
+        "</body></file></xliff>\n"
+    )
+
+    def xliff_targets(out):
+        tree = etree.parse(out)
+        found = list(tree.iter("{*}target"))
+        codes = [sorted(ph.get("id") for ph in target.iter("{*}ph")) for target in found]
+        return ["".join(target.itertext()) for target in found], codes
+
+    (targets, codes), seconds = run("xliff", "xlf", xliff, xliff_targets)
+    exact = [code == [str(k + 1) for k in range(len(found))] for code, found in zip(codes, message_spans)]
+    entry("xliff", targets, seconds, len(messages), message_refs, exact)
+
+    cues = []
+    for k, verse in enumerate(verses):
+        words = verse.split()
+        half = (len(words) + 1) // 2
+        content = " ".join(words[:half]) + ("\n" + " ".join(words[half:]) if words[half:] else "")
+        cues.append(srt.Subtitle(k + 1, *(timedelta_seconds(2 * k + d) for d in (0, 1.5)), content))
+    targets, seconds = run(
+        "srt", "srt", srt.compose(cues), lambda out: [c.content.replace("\n", " ") for c in srt.parse(open(out).read())]
+    )
+    entry("srt", targets, seconds, len(verses), verse_refs, [True] * len(verses))
+
+    page = "<!DOCTYPE html>\n<html><body>\n" + "".join(f"<p>{verse}</p>\n" for verse in tagged) + "</body></html>\n"
+
+    def html_targets(out):
+        with open(out, encoding="utf-8") as f:
+            document = lxml_html.document_fromstring(f.read())
+        return [lxml_html.tostring(p, encoding="unicode")[3:-4].strip() for p in document.iter("p")]
+
+    targets, seconds = run("html", "html", page, html_targets)
+    exact = [a == b for a, b in zip(span_lists(targets), span_lists(tagged))]
+    entry("html", targets, seconds, len(verses), verse_refs, exact)
+
+    start = time.perf_counter()
+    plain_messages = translator.translate(stripped_texts(messages))
+    plain_verses = translator.translate(verses)
+    plain_seconds = time.perf_counter() - start
+    emit(
+        record(
+            benchmark="files",
+            model_dir=args.model_dir,
+            checkpoint=args.checkpoint,
+            seed=args.seed,
+            formats=results,
+            plain_lines={
+                "software": corpus_scores(plain_messages, message_refs),
+                "verses": corpus_scores(plain_verses, verse_refs),
+                "seconds_per_1000_units": round(1000 * plain_seconds / (len(messages) + len(verses)), 2),
+            },
+        )
+    )
+
+
+def timedelta_seconds(seconds: float):
+    import datetime
+
+    return datetime.timedelta(seconds=seconds)
+
+
 WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")  # letters ("didn't" one word); a glossary term is whole words
 
 
@@ -904,6 +1052,7 @@ COMMANDS = {
     "markup": (markup_arguments, markup, "markup and placeholders: kept exactly? BLEU with and without protection"),
     "glossary": (glossary_arguments, glossary, "a glossary of 20 terms from the data: targets kept, BLEU, time"),
     "unknown": (unknown_arguments, unknown, "emoji, CJK names, symbols absent from training: kept in the output?"),
+    "files": (files_arguments, files, "translate-file's formats: BLEU of the filled targets, codes exact, time"),
     "casing": (casing_arguments, casing, "casing at training time: BLEU on normal, ALL CAPS, Title Case verses"),
 }
 main = command_line(__doc__, COMMANDS)

@@ -26,6 +26,7 @@ _EXPORTS = {
     "DecodeResult": "keras_transformer.inference.decoding",
     "beam_search": "keras_transformer.inference.decoding",
     "greedy_search": "keras_transformer.inference.decoding",
+    "translate_file": "keras_transformer.files",
     "Ensemble": "keras_transformer.inference.ensemble",
     "Modifier": "keras_transformer.inference.search",
     "export_tensorflow": "keras_transformer.exporters.tensorflow",
@@ -70,12 +71,17 @@ __all__ = [
     "use_cpu_devices",
     "visualize",
     "train",
+    "translate_file",
 ]
 
 if typing.TYPE_CHECKING:
     from keras_transformer.config import PRESETS, DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
     from keras_transformer.data.sources import read_pairs
+<<<<<<< HEAD
     from keras_transformer.exporters.tensorflow import export_tensorflow
+=======
+    from keras_transformer.files import translate_file
+>>>>>>> files
     from keras_transformer.importers.huggingface import import_huggingface
     from keras_transformer.importers.marian import import_marian
     from keras_transformer.inference import visualize

@@ -310,6 +310,12 @@ class DataConfig:
     target_langs: str | None = setting(
         None, "target language of each --data source, e.g. de,fr (default: from its name)"
     )
+    source_lang: str | None = setting(
+        None, "a TMX source's language to read as sources, e.g. en (default: its name's xx-yy, else its srclang)"
+    )
+    target_lang: str | None = setting(
+        None, "a TMX source's language to read as targets, e.g. de (default: its name's xx-yy, else its other language)"
+    )
 
     def __post_init__(self):
         _check(bool(self.data), "data must name a data source")
@@ -328,6 +334,12 @@ class DataConfig:
             f"uppercase_share + titlecase_share must be <= 1 (the shares of one draw), got {casing:g}",
         )
         _check(0.0 <= self.source_noise < 1.0, f"source_noise must be in [0, 1), got {self.source_noise}")
+        for name in ("source_lang", "target_lang"):
+            lang = getattr(self, name)
+            _check(
+                lang is None or re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", lang) is not None,
+                f"{name} must be a language code such as de or pt-br, got {lang!r}",
+            )
 
     def sources(self) -> tuple[tuple[DataConfig, float], ...]:
         """One `DataConfig` per source of `data` (`weighted_sources`) with its weight; each reads

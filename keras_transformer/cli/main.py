@@ -21,7 +21,18 @@ import os
 import sys
 
 from keras_transformer import __version__
-from keras_transformer.cli import average, evaluate, export, import_, score, serve, shortlist, train, translate
+from keras_transformer.cli import (
+    average,
+    evaluate,
+    export,
+    import_,
+    score,
+    serve,
+    shortlist,
+    train,
+    translate,
+    translate_file,
+)
 from keras_transformer.cli.common import log
 from keras_transformer.cli.quiet import filter_native_logs, quiet_python_logs
 
@@ -37,6 +48,7 @@ COMMANDS = {
     "import": import_,
     "shortlist": shortlist,
     "serve": serve,
+    "translate-file": translate_file,
 }
 
 

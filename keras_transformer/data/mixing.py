@@ -28,7 +28,12 @@ from keras_transformer.data.tokenizer import lang_token, tag
 
 
 def _reading(data: DataConfig) -> dict:
-    return dict(reverse=data.reverse, tfds_data_dir=data.tfds_data_dir, tfds_download=data.tfds_download)
+    return dict(
+        reverse=data.reverse,
+        tfds_data_dir=data.tfds_data_dir,
+        tfds_download=data.tfds_download,
+        tmx_langs=(data.source_lang, data.target_lang),
+    )
 
 
 def tag_sources(pairs: tf.data.Dataset, lang: str | None) -> tf.data.Dataset:

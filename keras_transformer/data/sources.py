@@ -1,4 +1,4 @@
-"""A data source as a stream of (source, target) strings: TSV files or a TFDS dataset, one split
+"""A data source as a stream of (source, target) strings: TSV files, TMX files (`tmx.py`) or a TFDS dataset, one split
 of it, and the same read into Python lists (`read_pairs`) or sentences (`sentences`).
 
 The files are streamed: never held in Python, so memory does not grow with the corpus. Several
@@ -12,10 +12,11 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
+from keras_transformer.data import tmx
 from keras_transformer.data.errors import DataError, data_errors
 from keras_transformer.data.files import SPLIT_FILES, data_files, is_bible_layout, split_files
 from keras_transformer.data.parsing import file_pairs
-from keras_transformer.data.splits import SPLITS, WHOLE, tsv_block
+from keras_transformer.data.splits import SPLITS, TSV_BLOCKS, WHOLE, tsv_block
 
 PAIRS_PER_READ = 4096  # pairs moved to Python at once by `read_pairs` and `sentences`
 
@@ -57,6 +58,36 @@ def _tfds_pairs(spec: str, split: str, data_dir: str | None, download: bool) -> 
         raise DataError(f"cannot load {spec} split {split!r}: {first_line(error)}") from None
 
 
+def _tmx_dataset(spec: str, files: list[str], split: str, shuffle_seed: int | None, langs) -> tf.data.Dataset:
+    """The pairs of TMX files (`tmx.py`), split as a plain TSV file is (one file, blocks of its units)."""
+    if not all(map(tmx.is_tmx, files)):
+        raise DataError(f"{spec}: TMX and TSV files in one source; name them as two (a weighted mixture)")
+    if split != WHOLE and len(files) > 1:
+        raise DataError(
+            f"{spec}: several TMX files have no implicit {split} split; "
+            "name the validation and test data (--valid-data, --test-data)"
+        )
+    blocks = {}
+    for path in files:
+        tmx.languages(path, langs)  # checks the file, and that its languages are known, before training starts
+        if split != WHOLE:
+            total = tmx.count_units(path)
+            start, end = TSV_BLOCKS[split]
+            blocks[path] = (round(start * total), round(end * total))
+    order = list(files)
+    if shuffle_seed is not None:  # a new order of the files every pass, as for TSV files
+        paths = tf.data.Dataset.from_tensor_slices(order).shuffle(len(order), seed=shuffle_seed)
+    else:
+        paths = tf.data.Dataset.from_tensor_slices(order)
+    spec_out = (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.string))
+
+    def pairs(path):
+        path = path.decode("utf-8")
+        return tmx.tmx_pairs(path, blocks.get(path), langs)
+
+    return paths.interleave(lambda path: tf.data.Dataset.from_generator(pairs, output_signature=spec_out, args=(path,)))
+
+
 def pairs_dataset(
     spec: str,
     split: str,
@@ -65,12 +96,14 @@ def pairs_dataset(
     shuffle_seed: int | None = None,
     tfds_data_dir: str | None = None,
     tfds_download: bool = False,
+    tmx_langs: tuple[str | None, str | None] = (None, None),
 ) -> tf.data.Dataset:
     """A stream of (source, target) scalar strings: one split of a data source (see the module docstring).
 
     `shuffle_seed` (training): several files are read in a new random order every pass, up to 8
     at a time, a pair from each in turn; without it, one after the other. `tfds_download`: download
     and prepare a tfds:NAME that is not prepared in `tfds_data_dir` (else a one-line `DataError`).
+    `tmx_langs`: the (source, target) languages to read of TMX files (`tmx.languages`; None: found).
     """
     if split not in SPLITS + (WHOLE,):
         raise DataError(f"unknown split {split!r}; choose one of {', '.join(SPLITS + (WHOLE,))}")
@@ -78,6 +111,9 @@ def pairs_dataset(
         dataset = _tfds_pairs(spec, "all" if split == WHOLE else split, tfds_data_dir, tfds_download)
     else:
         files = data_files(spec) if spec not in SPLIT_FILES or split == WHOLE else split_files(spec, split)
+        if any(map(tmx.is_tmx, files)):
+            dataset = _tmx_dataset(spec, files, split, shuffle_seed, tmx_langs)
+            return dataset.map(lambda s, t: (t, s)) if reverse else dataset
         bible = is_bible_layout(files)
         lines = None
         if not bible and split != WHOLE and spec not in SPLIT_FILES:
@@ -109,10 +145,12 @@ def read_pairs(
     *,
     tfds_data_dir: str | None = None,
     tfds_download: bool = False,
+    tmx_langs: tuple[str | None, str | None] = (None, None),
 ) -> tuple[list[str], list[str]]:
     """(sources, targets) of one split of a data source, as Python strings: the first `limit`
     pairs, or all of them (then memory grows with the split)."""
-    dataset = pairs_dataset(spec, split, reverse, tfds_data_dir=tfds_data_dir, tfds_download=tfds_download)
+    reading = dict(tfds_data_dir=tfds_data_dir, tfds_download=tfds_download, tmx_langs=tmx_langs)
+    dataset = pairs_dataset(spec, split, reverse, **reading)
     if limit is not None:
         dataset = dataset.take(limit)
     sources, targets = [], []

@@ -53,6 +53,11 @@ def held_out(
         raise DataError(f"{data.data} was trained with --valid-data, without --test-data: pass --data")
     download = data.tfds_download if tfds_download is None else tfds_download
     texts, references = read_pairs(
-        *source, data.reverse, limit, tfds_data_dir=tfds_data_dir or data.tfds_data_dir, tfds_download=download
+        *source,
+        data.reverse,
+        limit,
+        tfds_data_dir=tfds_data_dir or data.tfds_data_dir,
+        tfds_download=download,
+        tmx_langs=(data.source_lang, data.target_lang),
     )
     return HeldOut(texts, references, target_lang, source[0], source[1])

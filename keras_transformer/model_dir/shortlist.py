@@ -45,7 +45,11 @@ def model_dir_shortlist(model_dir: str, decoding, vocab_size: int) -> tuple:
 
 
 def _reading(data) -> dict:
-    return dict(tfds_data_dir=data.tfds_data_dir, tfds_download=data.tfds_download)
+    return dict(
+        tfds_data_dir=data.tfds_data_dir,
+        tfds_download=data.tfds_download,
+        tmx_langs=(data.source_lang, data.target_lang),
+    )
 
 
 def build_shortlist(

@@ -174,7 +174,11 @@ def _learn_vocabulary(config, training: TrainingConfig, data: DataConfig, langs,
         texts = tokenizer_sentences(data, data.tokenizer_sample, training.seed)
     else:
         spec, split = split_source(data, "train")
-        reading = dict(tfds_data_dir=data.tfds_data_dir, tfds_download=data.tfds_download)
+        reading = dict(
+            tfds_data_dir=data.tfds_data_dir,
+            tfds_download=data.tfds_download,
+            tmx_langs=(data.source_lang, data.target_lang),
+        )
         texts = sentences(
             augmentation.augmented(pairs_dataset(spec, split, data.reverse, **reading), data, training.seed)
         )
