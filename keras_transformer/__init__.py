@@ -77,11 +77,8 @@ __all__ = [
 if typing.TYPE_CHECKING:
     from keras_transformer.config import PRESETS, DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
     from keras_transformer.data.sources import read_pairs
-<<<<<<< HEAD
     from keras_transformer.exporters.tensorflow import export_tensorflow
-=======
     from keras_transformer.files import translate_file
->>>>>>> files
     from keras_transformer.importers.huggingface import import_huggingface
     from keras_transformer.importers.marian import import_marian
     from keras_transformer.inference import visualize
