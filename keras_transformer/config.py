@@ -310,6 +310,14 @@ class DataConfig:
     target_langs: str | None = setting(
         None, "target language of each --data source, e.g. de,fr (default: from its name)"
     )
+    clean: bool = setting(
+        False,
+        "drop bad training pairs as `keras-transformer clean` does (length ratio, too long, copies, wrong script, "
+        "duplicates), afresh on every pass",
+    )
+    user_symbols: str | None = setting(
+        None, "pieces a learned vocabulary keeps whole, comma-separated (e.g. '<BT>': backtranslate's --tag)"
+    )
 
     def __post_init__(self):
         _check(bool(self.data), "data must name a data source")
@@ -328,6 +336,12 @@ class DataConfig:
             f"uppercase_share + titlecase_share must be <= 1 (the shares of one draw), got {casing:g}",
         )
         _check(0.0 <= self.source_noise < 1.0, f"source_noise must be in [0, 1), got {self.source_noise}")
+        bad = [symbol for symbol in self.symbols() if not symbol or any(c.isspace() for c in symbol)]
+        _check(not bad, f"user_symbols must be pieces without spaces, comma-separated, got {self.user_symbols!r}")
+
+    def symbols(self) -> tuple[str, ...]:
+        """The pieces of `user_symbols`."""
+        return tuple(symbol.strip() for symbol in self.user_symbols.split(",")) if self.user_symbols else ()
 
     def sources(self) -> tuple[tuple[DataConfig, float], ...]:
         """One `DataConfig` per source of `data` (`weighted_sources`) with its weight; each reads

@@ -1,4 +1,5 @@
-"""`keras-transformer train | translate | score | evaluate | average | export | import | shortlist`: the command line.
+"""`keras-transformer train | translate | score | evaluate | average | export | import | shortlist` (and
+translate-corpus, backtranslate, clean: cli/corpus.py): the command line.
 
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
@@ -24,6 +25,7 @@ import os
 import sys
 
 from keras_transformer import __version__
+from keras_transformer.cli import corpus
 from keras_transformer.cli.flags import (
     add_config_flags,
     add_decoding_flags,
@@ -366,6 +368,7 @@ def parser() -> argparse.ArgumentParser:
     _add_average(subparsers)
     _add_import(subparsers)
     _add_shortlist(subparsers)
+    corpus.add_parsers(subparsers)
     for command in subparsers.choices.values():  # --verbose before or after the command
         _add_verbose(command, argparse.SUPPRESS)
     return p
@@ -755,7 +758,7 @@ def main(argv=None) -> int:
 
     commands = {"train": _train, "translate": _translate, "score": _score, "evaluate": _evaluate}
     others = {"average": _average, "export": _export, "import": _import, "shortlist": _shortlist}
-    command = {**commands, **others}[args.command]
+    command = {**commands, **others, **corpus.COMMANDS}[args.command]
     try:
         status = command(args)
     except (DataError, ModelDirError, TokenizerError, ValueError, OSError) as error:
