@@ -134,6 +134,18 @@ def test_a_text_the_model_fails_on_costs_its_own_line_only():
     ]
 
 
+def test_directrunner_gets_two_worker_processes_unless_told_otherwise():
+    from keras_transformer.corpus.beam_io import pipeline_options
+
+    def chosen(args):
+        options = pipeline_options(args).get_all_options()
+        return options["runner"], options["direct_num_workers"], options["direct_running_mode"]
+
+    assert chosen([]) == ("DirectRunner", 2, "multi_processing")
+    assert chosen(["--direct_num_workers=1", "--direct_running_mode", "in_memory"]) == ("DirectRunner", 1, "in_memory")
+    assert chosen(["--runner", "FlinkRunner"]) == ("FlinkRunner", 1, "in_memory")  # Beam's defaults, untouched
+
+
 def test_the_corpus_commands_answer_help_without_beam(capsys):
     for command in ("translate-corpus", "backtranslate", "clean"):
         with pytest.raises(SystemExit):

@@ -14,7 +14,7 @@ import os
 import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.metrics import Metrics, MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 NAMESPACE = "keras_transformer"
 FAILED = "failed"  # the tagged output of dead letters: (id, reason)
@@ -27,12 +27,11 @@ DIRECT_DEFAULTS = {"runner": "DirectRunner", "direct_num_workers": 2, "direct_ru
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     """Beam's options from `beam_args` (`--runner DataflowRunner --project ...`, passed through as
     given), with `DIRECT_DEFAULTS` where they name no runner or DirectRunner settings."""
-    options = PipelineOptions(beam_args)
-    given = options.get_all_options(drop_default=True)
-    defaults = {key: value for key, value in DIRECT_DEFAULTS.items() if given.get(key) is None}
-    if given.get("runner") not in (None, "DirectRunner"):
-        defaults = {}
-    return PipelineOptions(beam_args, **defaults)
+    named = {arg[2:].split("=", 1)[0] for arg in beam_args if arg.startswith("--")}
+    runner = PipelineOptions(beam_args).view_as(StandardOptions).runner
+    if runner not in (None, "DirectRunner"):
+        return PipelineOptions(beam_args)
+    return PipelineOptions(beam_args, **{key: value for key, value in DIRECT_DEFAULTS.items() if key not in named})
 
 
 def numbered_lines(readable: fileio.ReadableFile):
