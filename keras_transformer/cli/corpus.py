@@ -97,11 +97,13 @@ def add_parsers(subparsers) -> None:
     _add_beam(p)
 
     p = subparsers.add_parser("clean", help="drop bad sentence pairs from a TSV (a report per filter on stderr)")
-    p.add_argument("--input", required=True, metavar="PAIRS.tsv")
-    p.add_argument("--output", required=True, metavar="CLEAN.tsv")
-    p.add_argument("--max-length-ratio", type=float, default=3.0, help="(longer + 10) / (shorter + 10) characters")
-    p.add_argument("--max-characters", type=int, default=1000, help="per side")
-    p.add_argument("--min-script-share", type=float, default=0.5, help="of a side's letters in its script")
+    p.add_argument("--input", required=True, metavar="PAIRS.tsv", help="the pairs, 'source<TAB>target' per line")
+    p.add_argument("--output", required=True, metavar="CLEAN.tsv", help="the pairs every filter keeps, in order")
+    ratio = "drop a pair whose (longer + 10) / (shorter + 10) characters exceed X (default 3)"
+    p.add_argument("--max-length-ratio", type=float, default=3.0, help=ratio)
+    p.add_argument("--max-characters", type=int, default=1000, help="drop a pair with a side longer than N (1000)")
+    share = "drop a pair with less of a side's letters in its script (default 0.5)"
+    p.add_argument("--min-script-share", type=float, default=0.5, help=share)
     p.add_argument(
         "--scripts",
         metavar="SRC,TGT",

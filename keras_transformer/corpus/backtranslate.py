@@ -36,8 +36,9 @@ def line_order(line_id: str) -> tuple[str, int]:
     return name, int(number)
 
 
+@beam.typehints.with_output_types(tuple[str, tuple[str, str]])  # the main output's (a dead letter's is tagged)
 class ParseMono(beam.DoFn):
-    """(id, raw line) -> ((file, chunk), (id, text)), or a dead letter."""
+    """(id, raw line) -> ("file:chunk", (id, text)), or a dead letter."""
 
     def __init__(self, max_line_bytes: int):
         self.max_line_bytes = max_line_bytes
