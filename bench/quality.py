@@ -919,6 +919,8 @@ def backtranslation_arguments(p) -> None:
     p.add_argument("--synthetic-weight", type=float, default=0.5, help="the share of synthetic pairs in training")
     p.add_argument("--pairs", type=int, help="use only the first N training pairs (a quick check)")
     add_train_flags(p)
+    own = ("data", "valid_data", "test_data", "reverse", "user_symbols")  # set per run
+    add_config_flags(p, DataConfig, "data (DataConfig): every run's", exclude=own)
     p.set_defaults(time_budget_s="30m")
 
 
@@ -941,8 +943,10 @@ def backtranslation(args) -> None:
         out.writelines(text + "\n" for text in targets[half:])
     load_before = load_average()
     results = {}
+    given = overrides(args, DataConfig)
 
     def trained(name, data: DataConfig):
+        data = dataclasses.replace(data, **given)
         start = time.perf_counter()
         model = train(runs[name], config, training, data, verbose=0, log=lambda message: None)
         results[name] = dict(

@@ -144,6 +144,7 @@ def test_directrunner_gets_two_worker_processes_unless_told_otherwise():
     assert chosen([]) == ("DirectRunner", 2, "multi_processing")
     assert chosen(["--direct_num_workers=1", "--direct_running_mode", "in_memory"]) == ("DirectRunner", 1, "in_memory")
     assert chosen(["--runner", "FlinkRunner"]) == ("FlinkRunner", 1, "in_memory")  # Beam's defaults, untouched
+    assert pipeline_options([]).get_all_options()["default_sdk_harness_log_level"] == "WARNING"
 
 
 def test_the_corpus_commands_answer_help_without_beam(capsys):
@@ -275,3 +276,43 @@ def test_the_cleaning_stage_on_beam_drops_what_clean_drops():
         assert_that(out["kept"] | "ids" >> beam.Keys(), equal_to(kept_ids), label="kept")
         reasons = out[DROPPED] | beam.Values()
         assert_that(reasons, equal_to(list(FILTERS)), label="dropped")
+
+
+# ---- the benchmarks of bench/ on tiny inputs (their figures are the lead's, on a quiet machine) ----
+
+
+def run_bench(module_name, argv, capsys):
+    import json
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "bench"))
+    __import__(module_name).main(argv)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1, lines
+    return json.loads(lines[0])
+
+
+@pytest.mark.slow
+def test_bench_corpus_puts_the_pipeline_beside_one_process_on_the_same_export(exports, tmp_path, capsys):
+    argv = ["corpus", "--export", exports["en-de"][0], "--lines", "4", "--workdir", str(tmp_path)]
+    line = run_bench("data", argv, capsys)
+    assert line["lines"] == line["lines_out"] == 4 and line["failed"] == 0 and line["outputs_identical"] is True
+    assert line["throughput_ratio"] > 0 and set(line["seconds"]) == {"pipeline", "in_process"}
+
+
+@pytest.mark.slow
+def test_bench_backtranslation_trains_on_half_alone_and_with_the_other_half_back_translated(tmp_path, capsys):
+    import json
+
+    from conftest import TINY_TRAINING
+
+    argv = ["backtranslation", *TINY_TRAINING, "--max-steps", "2", "--steps-per-epoch", "2", "--pairs", "40"]
+    argv += ["--tokenizer-sample", "200", "--limit", "2", "--model-dir", str(tmp_path / "bt")]
+    line = run_bench("quality", argv, capsys)
+    assert line["parallel_pairs"] == line["monolingual_lines"] == line["synthetic_pairs"] == 20
+    assert set(line["bleu"]) == {"real", "bt"} and [run["steps"] for run in line["runs"].values()] == [2, 2, 2]
+    synthetic = (tmp_path / "bt-bt.tsv").read_text(encoding="utf-8").splitlines()
+    assert len(synthetic) == 20 and all(pair.startswith("<BT> ") for pair in synthetic)
+    data = json.loads((tmp_path / "bt-bt" / "config.json").read_text())["data_config"]
+    assert data["data"] == f"{tmp_path / 'bt-a.tsv'}:0.5,{tmp_path / 'bt-bt.tsv'}:0.5" and data["user_symbols"] == "<BT>"

@@ -33,8 +33,6 @@ def _beam_args(args) -> list[str]:
         extra = extra[1:]
     if args.runner:
         extra = [f"--runner={args.runner}", *extra]
-    if not any(arg.startswith("--default_sdk_harness_log_level") for arg in extra):
-        extra.append("--default_sdk_harness_log_level=WARNING")  # the workers' INFO lines are not our output
     return extra
 
 

@@ -22,16 +22,16 @@ MAX_LINE_BYTES = 65_536  # a longer line is a dead letter, not a model call
 # DirectRunner on this machine's 2 cores: two worker processes, each with its own TensorFlow and model
 # (threads of one process share the GIL between batches; processes do not).
 DIRECT_DEFAULTS = {"runner": "DirectRunner", "direct_num_workers": 2, "direct_running_mode": "multi_processing"}
+QUIET = {"default_sdk_harness_log_level": "WARNING"}  # the workers' INFO lines are not the command's output
 
 
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     """Beam's options from `beam_args` (`--runner DataflowRunner --project ...`, passed through as
-    given), with `DIRECT_DEFAULTS` where they name no runner or DirectRunner settings."""
+    given), with `QUIET` and, on DirectRunner, `DIRECT_DEFAULTS` where `beam_args` do not name them."""
     named = {arg[2:].split("=", 1)[0] for arg in beam_args if arg.startswith("--")}
     runner = PipelineOptions(beam_args).view_as(StandardOptions).runner
-    if runner not in (None, "DirectRunner"):
-        return PipelineOptions(beam_args)
-    return PipelineOptions(beam_args, **{key: value for key, value in DIRECT_DEFAULTS.items() if key not in named})
+    defaults = {**QUIET, **(DIRECT_DEFAULTS if runner in (None, "DirectRunner") else {})}
+    return PipelineOptions(beam_args, **{key: value for key, value in defaults.items() if key not in named})
 
 
 def numbered_lines(readable: fileio.ReadableFile):
