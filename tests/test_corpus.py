@@ -315,4 +315,5 @@ def test_bench_backtranslation_trains_on_half_alone_and_with_the_other_half_back
     synthetic = (tmp_path / "bt-bt.tsv").read_text(encoding="utf-8").splitlines()
     assert len(synthetic) == 20 and all(pair.startswith("<BT> ") for pair in synthetic)
     data = json.loads((tmp_path / "bt-bt" / "config.json").read_text())["data_config"]
-    assert data["data"] == f"{tmp_path / 'bt-a.tsv'}:0.5,{tmp_path / 'bt-bt.tsv'}:0.5" and data["user_symbols"] == "<BT>"
+    assert data["data"] == f"{tmp_path / 'bt-a.tsv'}:0.5,{tmp_path / 'bt-bt.tsv'}:0.5"
+    assert data["user_symbols"] == "<BT>"
