@@ -118,20 +118,26 @@ def test_the_noise_is_seeded_by_run_and_line_and_moves_no_word_further_than_thre
 def test_a_text_the_model_fails_on_costs_its_own_line_only():
     from keras_transformer.corpus.handlers import ExportHandler
 
-    class Poisoned:
+    class Poisoned:  # a SavedModelTranslator that fails on "poison" and says which signature ran
         def translate(self, texts, markup=False, split=False):
             if "poison" in texts:
                 raise ValueError("cannot translate\nsecond line")
-            return [text.upper() for text in texts]
+            mode = "markup" if markup else "documents" if split else "sentences"
+            return [f"{text.upper()} ({mode})" for text in texts]
 
     batch = [("a.txt:1", "jesus wept"), ("a.txt:2", "poison"), ("a.txt:3", "amen")]
     results = ExportHandler("unused").run_inference(batch, Poisoned())
     assert [result.example for result in results] == batch
     assert [result.inference for result in results] == [
-        ("JESUS WEPT", None),
+        ("JESUS WEPT (sentences)", None),
         (None, "model error: ValueError: cannot translate"),
-        ("AMEN", None),
+        ("AMEN (sentences)", None),
     ]
+    for mode in ("documents", "markup"):
+        results = ExportHandler("unused", mode=mode).run_inference(batch[:1], Poisoned())
+        assert results[0].inference == (f"JESUS WEPT ({mode})", None)
+    with pytest.raises(ValueError, match="unknown mode 'html'; choose one of sentences, documents, markup"):
+        ExportHandler("unused", mode="html")
 
 
 def test_directrunner_gets_two_worker_processes_unless_told_otherwise():
