@@ -153,6 +153,16 @@ def test_directrunner_gets_two_worker_processes_unless_told_otherwise():
     assert pipeline_options([]).get_all_options()["default_sdk_harness_log_level"] == "WARNING"
 
 
+def test_a_glob_matching_nothing_or_a_missing_dir_is_one_line_before_any_pipeline(tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("Jesus wept.\n", encoding="utf-8")
+    out = ["--output", str(tmp_path / "out")]
+    assert main(["translate-corpus", "--input", str(tmp_path / "*.tsv"), *out, "--export", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"error: --input {tmp_path / '*.tsv'}: no file matches")
+    assert main(["backtranslate", "--input", str(tmp_path / "in.txt"), *out, "--model-dir", str(tmp_path / "no")]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"error: {tmp_path / 'no'}: no such directory")
+    assert not list(tmp_path.glob("out*"))
+
+
 def test_the_corpus_commands_answer_help_without_beam(capsys):
     for command in ("translate-corpus", "backtranslate", "clean"):
         with pytest.raises(SystemExit):
@@ -187,13 +197,14 @@ LINES = [
 
 @pytest.fixture(scope="module")
 def exports(trained, translating, tmp_path_factory):
-    """{name: (export dir, Translator)} of two models: `trained` and `translating`."""
+    """{name: (export dir, Translator)} of two models: en-de `translating` (it translates), en-xx `trained`
+    (30 steps: it gives other outputs)."""
     from keras_transformer.exporters.tensorflow import export_tensorflow
     from keras_transformer.inference.translator import Translator
     from keras_transformer.model_dir import load_model
 
     made = {}
-    for name, model_dir in (("en-de", trained.model_dir), ("en-xx", translating.model_dir)):
+    for name, model_dir in (("en-de", translating.model_dir), ("en-xx", trained.model_dir)):
         model, tokenizer, _ = load_model(model_dir)
         out = str(tmp_path_factory.mktemp("corpus") / name)
         export_tensorflow(model, tokenizer, out, log=lambda message: None, tflite=False)
@@ -202,12 +213,15 @@ def exports(trained, translating, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_translate_corpus_equals_the_translator_and_sends_poisoned_lines_to_the_dead_letters(exports, tmp_path):
+def test_translate_corpus_equals_the_translator_and_sends_poisoned_lines_to_the_dead_letters(
+    exports, translating, tmp_path
+):
     export, translator = exports["en-de"]
+    lines = [*translating.sources[:3], "", *translating.sources[3:5]]  # sources it translates, and an empty line
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.txt").write_text("\n".join(LINES[:4]) + "\n", encoding="utf-8")
+    (tmp_path / "in" / "a.txt").write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")
     poisoned = b"Jesus \xff wept.\n" + b"x" * 300 + b"\n"
-    (tmp_path / "in" / "b.txt").write_bytes("\n".join(LINES[4:]).encode() + b"\n" + poisoned)
+    (tmp_path / "in" / "b.txt").write_bytes("\n".join(lines[4:]).encode() + b"\n" + poisoned)
     output = str(tmp_path / "out" / "part")
     status = main(
         ["translate-corpus", "--input", str(tmp_path / "in" / "*.txt"), "--output", output, "--export", export]
@@ -217,7 +231,8 @@ def test_translate_corpus_equals_the_translator_and_sends_poisoned_lines_to_the_
     got = read_shards(output + "-*-of-*")
     ids = [f"a.txt:{n}" for n in range(1, 5)] + ["b.txt:1", "b.txt:2"]
     assert sorted(got) == sorted(ids)
-    assert [got[line_id] for line_id in ids] == translator.translate(LINES)  # order restored by id
+    want = translator.translate(lines)
+    assert [got[line_id] for line_id in ids] == want and sum(map(bool, want)) == 5  # order restored by id
     assert read_shards(output + ".failed-*-of-*") == {
         "b.txt:3": "invalid UTF-8 at byte 6",
         "b.txt:4": "line of 300 bytes, over the limit of 200",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 BEAM_HELP = "Beam pipeline options after `--`, passed through (e.g. -- --runner FlinkRunner --flink_master HOST:8081)"
@@ -40,13 +41,24 @@ def _exports(values: list[str]) -> dict:
     """{None: DIR} of one `--export DIR`, {KEY: DIR, ...} of `--export KEY=DIR` flags."""
     pairs = [value.split("=", 1) if "=" in value else (None, value) for value in values]
     keyed = [key is not None for key, _ in pairs]
-    if any(keyed) and not all(keyed) or (not any(keyed) and len(pairs) > 1):
+    if (any(keyed) and not all(keyed)) or (not any(keyed) and len(pairs) > 1):
         raise ValueError("several exports are named KEY=DIR each (--format keyed: lines KEY<TAB>text)")
     return dict(pairs)
 
 
 def _quiet_beam() -> None:
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
+
+
+def _check_paths(pattern: str, dirs: list[str]) -> None:
+    """One-line errors before a pipeline starts: --input matching no file, a local DIR that is not one."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if not FileSystems.match([pattern])[0].metadata_list:
+        raise ValueError(f"--input {pattern}: no file matches")
+    for path in dirs:
+        if "://" not in path and not os.path.isdir(path):
+            raise ValueError(f"{path}: no such directory")
 
 
 def add_parsers(subparsers) -> None:
@@ -113,10 +125,12 @@ def translate_corpus(args) -> int:
     from keras_transformer.corpus.translate import translate_corpus as run
 
     _quiet_beam()
+    exports = _exports(args.export)
+    _check_paths(args.input, list(exports.values()))
     counts = run(
         args.input,
         args.output,
-        _exports(args.export),
+        exports,
         _beam_args(args),
         fmt=args.format,
         mode=args.mode,
@@ -133,6 +147,7 @@ def backtranslate(args) -> int:
     from keras_transformer.corpus.backtranslate import backtranslate as run
 
     _quiet_beam()
+    _check_paths(args.input, [args.model_dir])
     decoding = {"sampling_topk": args.sampling_topk} if args.sampling_topk is not None else {}
     if args.beam_size is not None:
         decoding["beam_size"] = args.beam_size

@@ -62,10 +62,11 @@ class SplitResults(beam.DoFn):
             yield beam_io.tsv_line(line_id, translation)
 
 
-def translate_lines(lines, exports: Mapping[str | None, str], **options):
+def translate_lines(
+    lines, exports: Mapping[str | None, str], fmt: str = "txt", max_line_bytes: int = beam_io.MAX_LINE_BYTES, **options
+):
     """(id, raw line) PCollection -> (translations "ID<TAB>translation", dead letters (id, reason)):
-    `build`'s stage, usable inside a larger pipeline."""
-    fmt, max_line_bytes = options.pop("fmt", "txt"), options.pop("max_line_bytes", beam_io.MAX_LINE_BYTES)
+    `build`'s stage, usable inside a larger pipeline; `options`: `ExportHandler`'s."""
     keys = tuple(key for key in exports if key is not None)
     parsed = lines | "Parse" >> beam.ParDo(ParseLine(fmt, keys, max_line_bytes)).with_outputs(
         beam_io.FAILED, main="texts"
