@@ -1,5 +1,5 @@
 """`keras-transformer train | translate | score | evaluate | average | export | import | shortlist` (and
-translate-corpus, backtranslate, clean: cli/corpus.py): the command line.
+translate-corpus, backtranslate, clean: cli/translate_corpus.py, ...): the command line.
 
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
@@ -25,7 +25,7 @@ import os
 import sys
 
 from keras_transformer import __version__
-from keras_transformer.cli import corpus
+from keras_transformer.cli import backtranslate, clean, translate_corpus
 from keras_transformer.cli.flags import (
     add_config_flags,
     add_decoding_flags,
@@ -38,6 +38,8 @@ from keras_transformer.config import PRESETS, STRATEGIES, DataConfig, decoding_n
 from keras_transformer.training.backends import BACKENDS
 
 EXIT_USAGE = 2
+# Each module's `add(subparsers)` makes its parser, `run(args)` runs it.
+CORPUS_COMMANDS = {"translate-corpus": translate_corpus, "backtranslate": backtranslate, "clean": clean}
 CHECKPOINT_HELP = "latest (default), averaged, best, ema (the moving average), or a checkpoint path"
 
 
@@ -368,7 +370,8 @@ def parser() -> argparse.ArgumentParser:
     _add_average(subparsers)
     _add_import(subparsers)
     _add_shortlist(subparsers)
-    corpus.add_parsers(subparsers)
+    for command in CORPUS_COMMANDS.values():
+        command.add(subparsers)
     for command in subparsers.choices.values():  # --verbose before or after the command
         _add_verbose(command, argparse.SUPPRESS)
     return p
@@ -758,7 +761,7 @@ def main(argv=None) -> int:
 
     commands = {"train": _train, "translate": _translate, "score": _score, "evaluate": _evaluate}
     others = {"average": _average, "export": _export, "import": _import, "shortlist": _shortlist}
-    command = {**commands, **others, **corpus.COMMANDS}[args.command]
+    command = {**commands, **others, **{name: command.run for name, command in CORPUS_COMMANDS.items()}}[args.command]
     try:
         status = command(args)
     except (DataError, ModelDirError, TokenizerError, ValueError, OSError) as error:
