@@ -15,6 +15,17 @@ Bible's English side, repeated) piped through the CLI's stdin; the process's res
 (one per line in, in order: a repeated verse, one translation):
 
     python bench/data.py translate-memory --model-dir runs/demo --lines 100000
+
+`corpus`: what Apache Beam costs (issue 53): N lines (the embedded Bible's English side, repeated)
+through `keras-transformer translate-corpus` on DirectRunner (two worker processes by default)
+and through the same export's SavedModel in one process (`SavedModelTranslator`, what the
+pipeline's workers call: the in-process path), each a fresh process timed from its start to its
+exit (start-up, TensorFlow and the model's loading included in both), the two paths alternating
+over `--rounds`. Throughput ratio: the pipeline's lines/s over the one process's (goal: at least
+0.8 on 2 cores); `outputs_identical`: the pipeline's lines, put back in order by id, equal the
+in-process translations:
+
+    python bench/data.py corpus --export runs/demo-export [--lines 20000] [--rounds 1] [-- BEAM OPTIONS]
 """
 
 from __future__ import annotations
@@ -193,10 +204,92 @@ def translate_memory(args) -> None:
     )
 
 
+def corpus_arguments(parser) -> None:
+    parser.add_argument("--export", required=True, help="`keras-transformer export`'s OUT")
+    parser.add_argument("--lines", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=1, help="pipeline and in-process runs, alternating")
+    parser.add_argument("--workdir", help="where the input and outputs go (default: a temporary directory)")
+    parser.add_argument("beam_args", nargs="*", help="after --: Beam options for translate-corpus")
+
+
+def in_process(args) -> None:
+    """The one-process path (a child of `corpus`): translate --input's lines, write them to --output."""
+    from keras_transformer.inference.exported import SavedModelTranslator
+
+    with open(args.input, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    translations = SavedModelTranslator(args.export).translate(lines)
+    with open(args.output, "w", encoding="utf-8") as out:
+        out.writelines(line + "\n" for line in translations)
+
+
+def in_process_arguments(parser) -> None:
+    parser.add_argument("--export", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--output", required=True)
+
+
+def timed_run(command: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def pipeline_rows(prefix: str) -> dict[str, str]:
+    """{line number: translation} of translate-corpus's shards PREFIX-*-of-*."""
+    rows = {}
+    for path in pathlib.Path(prefix).parent.glob(pathlib.Path(prefix).name + "-*-of-*"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            line_id, translation = line.split("\t", 1)
+            rows[int(line_id.rsplit(":", 1)[1])] = translation
+    return rows
+
+
+def corpus(args) -> None:
+    from common import emit, median, record
+
+    workdir = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="bench-corpus-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    source = workdir / "lines.txt"
+    lines = english_lines(args.lines)
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    beam_args = args.beam_args[1:] if args.beam_args[:1] == ["--"] else args.beam_args
+    seconds = {"pipeline": [], "in_process": []}
+    for round_ in range(args.rounds):
+        prefix = str(workdir / f"round{round_}" / "part")
+        command = [sys.executable, "-m", "keras_transformer", "translate-corpus", "--input", str(source)]
+        command += ["--output", prefix, "--export", args.export, "--", *beam_args]
+        seconds["pipeline"].append(timed_run(command))
+        single = workdir / f"round{round_}.in_process.txt"
+        command = [sys.executable, __file__, "in-process", "--export", args.export]
+        seconds["in_process"].append(timed_run(command + ["--input", str(source), "--output", str(single)]))
+    rows = pipeline_rows(prefix)
+    expected = single.read_text(encoding="utf-8").splitlines()
+    failures = pathlib.Path(prefix).parent.glob("part.failed-*")
+    failed = sum(len(path.read_text(encoding="utf-8").splitlines()) for path in failures)
+    rates = {name: len(lines) / median(values) for name, values in seconds.items()}
+    emit(
+        record(
+            benchmark="corpus",
+            export=args.export,
+            lines=len(lines),
+            beam_args=beam_args or "DirectRunner, --direct_num_workers=2, multi_processing (the default)",
+            seconds=seconds,
+            lines_per_s={name: round(rate, 1) for name, rate in rates.items()},
+            throughput_ratio=round(rates["pipeline"] / rates["in_process"], 3),
+            lines_out=len(rows),
+            failed=failed,
+            outputs_identical=[rows.get(n) for n in range(1, len(lines) + 1)] == expected,
+        )
+    )
+
+
 COMMANDS = {
     "memory": (memory_arguments, memory, "peak RSS and time to the first step of a tiny training, per data source"),
     "make-tsv": (make_tsv_arguments, lambda args: make_tsv(args.path, args.lines), "a TSV of the Bible repeated"),
     "translate-memory": (translate_memory_arguments, translate_memory, "RSS of one long translate job on stdin"),
+    "corpus": (corpus_arguments, corpus, "translate-corpus on DirectRunner beside one process on the same export"),
+    "in-process": (in_process_arguments, in_process, "(corpus's child) an export's SavedModel on a file's lines"),
 }
 main = command_line(__doc__, COMMANDS)
 

@@ -132,6 +132,17 @@ default path, and with their items unprotected:
 
     python bench/quality.py unknown --model-dir runs/demo [--sentences 30] [--seed 0]
 
+`backtranslation`: does back-translation help at this size (issue 53; Sennrich et al., 2016)? The
+embedded Bible's training pairs (EN-DE, book order) cut at the middle verse: half A is the
+parallel data, half B's German side the monolingual text. A reverse model (DE -> EN) trains on A
+for the budget; `keras-transformer backtranslate` (the Beam pipeline, DirectRunner) turns B's
+German into synthetic English, tagged `<BT>` (a piece of its own: `--user-symbols`), by sampling
+(`--sampling-topk 0`, Edunov et al., 2018) or beam search; then two forward models train for the
+same budget each: on A alone, and on A plus the synthetic pairs (`--data A.tsv:W,bt.tsv:1-W`,
+default half and half: the halves are of one size). sacreBLEU of each on the held-out books:
+
+    python bench/quality.py backtranslation --time-budget 30m [--preset small] [--sampling-topk 0] [--limit N]
+
 Every subcommand that reads a model's held-out verses reads them through the package's one reader
 (`common.held_out_pairs`).
 """
@@ -1042,6 +1053,99 @@ def casing(args) -> None:
     )
 
 
+def write_pairs(path: str, sources: list[str], targets: list[str]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.writelines(f"{source}\t{target}\n" for source, target in zip(sources, targets))
+
+
+def backtranslation_arguments(p) -> None:
+    p.add_argument("--preset", default="small")
+    p.add_argument("--model-dir", default="runs/bt", help="the runs go to PREFIX-reverse, -real and -bt (new)")
+    p.add_argument("--limit", type=int, help="score only the first N held-out verses (default: all)")
+    p.add_argument("--beam-size", type=int, default=1, help="of the scoring; default 1: greedy (beam 4: alpha 0.6)")
+    p.add_argument("--sampling-topk", type=int, default=0, help="the back-translation's (1: beam search instead)")
+    p.add_argument("--synthetic-weight", type=float, default=0.5, help="the share of synthetic pairs in training")
+    p.add_argument("--pairs", type=int, help="use only the first N training pairs (a quick check)")
+    add_train_flags(p)
+    own = ("data", "valid_data", "test_data", "reverse", "user_symbols")  # set per run
+    add_config_flags(p, DataConfig, "data (DataConfig): every run's", exclude=own)
+    p.set_defaults(time_budget_s="30m")
+
+
+def backtranslation(args) -> None:
+    from keras_transformer.corpus.backtranslate import backtranslate
+
+    config, training = configs(args, args.preset)
+    runs = {name: f"{args.model_dir}-{name}" for name in ("reverse", "real", "bt")}
+    for model_dir in runs.values():
+        if ModelDir(model_dir).exists():
+            raise SystemExit(f"{model_dir} exists: the runs start from scratch; remove it or pass --model-dir")
+    os.makedirs(os.path.dirname(os.path.abspath(runs["bt"])), exist_ok=True)
+    sources, targets = read_pairs(DATA, "train", limit=args.pairs)
+    half = len(sources) // 2
+    files = {name: f"{args.model_dir}-{name}.tsv" for name in ("a", "valid", "bt")}
+    write_pairs(files["a"], sources[:half], targets[:half])
+    write_pairs(files["valid"], *read_pairs(DATA, "validation", limit=500))
+    mono = f"{args.model_dir}-mono.de.txt"
+    with open(mono, "w", encoding="utf-8") as out:
+        out.writelines(text + "\n" for text in targets[half:])
+    load_before = load_average()
+    results = {}
+    given = overrides(args, DataConfig)
+
+    def trained(name, data: DataConfig):
+        data = dataclasses.replace(data, **given)
+        start = time.perf_counter()
+        model = train(runs[name], config, training, data, verbose=0, log=lambda message: None)
+        results[name] = dict(
+            model_dir=runs[name], steps=trained_steps(model), train_s=round(time.perf_counter() - start, 1)
+        )
+        return model
+
+    trained("reverse", DataConfig(data=files["a"], valid_data=files["valid"], reverse=True))
+    start = time.perf_counter()
+    sampling = {"sampling_topk": args.sampling_topk} if args.sampling_topk != 1 else {}
+    counts = backtranslate(mono, files["bt"], runs["reverse"], tag="<BT>", seed=training.seed, **sampling)
+    bt_s = time.perf_counter() - start
+    weights = f"{1 - args.synthetic_weight:g},{files['bt']}:{args.synthetic_weight:g}"
+    datas = {
+        "real": DataConfig(data=files["a"], valid_data=files["valid"]),
+        "bt": DataConfig(data=f"{files['a']}:{weights}", valid_data=files["valid"], user_symbols="<BT>"),
+    }
+    test_sources, references = read_pairs(DATA, "test", limit=args.limit)
+    alpha = 0.6 if args.beam_size > 1 else 0.0
+    for name, data in datas.items():
+        model = trained(name, data)
+        translator = Translator(
+            model, ModelDir(runs[name]).tokenizer(), batch_size=64, beam_size=args.beam_size, alpha=alpha
+        )
+        results[name]["scores"] = corpus_scores(translator.translate(test_sources), references)
+    emit(
+        record(
+            benchmark="backtranslation",
+            data=DATA,
+            preset=args.preset,
+            budget=args.time_budget_s,
+            parallel_pairs=half,
+            monolingual_lines=len(targets) - half,
+            synthetic_pairs=counts["pairs"],
+            backtranslation_failed=counts["failed"],
+            backtranslation_s=round(bt_s, 1),
+            decoding="beam" if args.sampling_topk == 1 else f"sampling_topk {args.sampling_topk}",
+            synthetic_weight=args.synthetic_weight,
+            verses=len(test_sources),
+            beam_size=args.beam_size,
+            bleu={name: results[name]["scores"]["bleu"] for name in datas},
+            bleu_gain=round(results["bt"]["scores"]["bleu"] - results["real"]["scores"]["bleu"], 2),
+            runs=results,
+            config=config.to_dict(),
+            training={k: v for k, v in vars(training).items() if v is not None},
+            load_before=load_before,
+            load_after=load_average(),
+        )
+    )
+
+
 COMMANDS = {
     "table": (table_arguments, table, "the README's quality table: train a preset for a budget, then score it"),
     "score-compare": (score_compare_arguments, score_compare, "scoring given pairs: ours against CTranslate2"),
@@ -1054,6 +1158,11 @@ COMMANDS = {
     "unknown": (unknown_arguments, unknown, "emoji, CJK names, symbols absent from training: kept in the output?"),
     "files": (files_arguments, files, "translate-file's formats: BLEU of the filled targets, codes exact, time"),
     "casing": (casing_arguments, casing, "casing at training time: BLEU on normal, ALL CAPS, Title Case verses"),
+    "backtranslation": (
+        backtranslation_arguments,
+        backtranslation,
+        "half the Bible plus the other half back-translated",
+    ),
 }
 main = command_line(__doc__, COMMANDS)
 

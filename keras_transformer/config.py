@@ -316,6 +316,14 @@ class DataConfig:
     target_lang: str | None = setting(
         None, "a TMX source's language to read as targets, e.g. de (default: its name's xx-yy, else its other language)"
     )
+    clean: bool = setting(
+        False,
+        "drop bad training pairs as `keras-transformer clean` does (length ratio, too long, copies, wrong script, "
+        "duplicates), afresh on every pass",
+    )
+    user_symbols: str | None = setting(
+        None, "pieces a learned vocabulary keeps whole, comma-separated (e.g. '<BT>': backtranslate's --tag)"
+    )
 
     def __post_init__(self):
         _check(bool(self.data), "data must name a data source")
@@ -340,6 +348,12 @@ class DataConfig:
                 lang is None or re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", lang) is not None,
                 f"{name} must be a language code such as de or pt-br, got {lang!r}",
             )
+        bad = [symbol for symbol in self.symbols() if not symbol or any(c.isspace() for c in symbol)]
+        _check(not bad, f"user_symbols must be pieces without spaces, comma-separated, got {self.user_symbols!r}")
+
+    def symbols(self) -> tuple[str, ...]:
+        """The pieces of `user_symbols`."""
+        return tuple(symbol.strip() for symbol in self.user_symbols.split(",")) if self.user_symbols else ()
 
     def sources(self) -> tuple[tuple[DataConfig, float], ...]:
         """One `DataConfig` per source of `data` (`weighted_sources`) with its weight; each reads

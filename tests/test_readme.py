@@ -86,6 +86,7 @@ SKIPPED_SH = [
     (r"^keras-transformer evaluate --model-dir runs/small$", "Decoding's evaluate, on DIR's averaged checkpoint"),
     (r"keras-transformer export --model-dir runs/small --out runs/export", "~20 s of exports; tests/test_export.py"),
     (r"keras-transformer export --check runs/export", "checks the export skipped above; tests/test_export.py"),
+    (r"^keras-transformer (translate-corpus|backtranslate|clean) ", "Beam pipelines and files; tests/test_corpus.py"),
 ]
 
 

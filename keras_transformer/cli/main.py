@@ -1,4 +1,4 @@
-"""`keras-transformer train | translate | score | evaluate | average | export | import | shortlist`: the command line.
+"""`keras-transformer train | translate | translate-file | score | evaluate | average | export | import | shortlist | serve | translate-corpus | backtranslate | clean`: the command line.
 
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
@@ -23,6 +23,8 @@ import sys
 from keras_transformer import __version__
 from keras_transformer.cli import (
     average,
+    backtranslate,
+    clean,
     evaluate,
     export,
     import_,
@@ -31,6 +33,7 @@ from keras_transformer.cli import (
     shortlist,
     train,
     translate,
+    translate_corpus,
     translate_file,
 )
 from keras_transformer.cli.common import log
@@ -49,6 +52,9 @@ COMMANDS = {
     "shortlist": shortlist,
     "serve": serve,
     "translate-file": translate_file,
+    "translate-corpus": translate_corpus,
+    "backtranslate": backtranslate,
+    "clean": clean,
 }
 
 

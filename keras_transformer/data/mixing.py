@@ -45,6 +45,21 @@ def tag_sources(pairs: tf.data.Dataset, lang: str | None) -> tf.data.Dataset:
     return pairs.map(lambda s, t: (tf.where(non_empty(s), tf.strings.join([token, s]), s), t))
 
 
+def cleaned(pairs: tf.data.Dataset, data: DataConfig) -> tf.data.Dataset:
+    """`pairs` without the pairs `keras-transformer clean` drops (`corpus.cleaning.clean_pairs`) when
+    `data.clean`, judged afresh on every pass (each iteration runs the generator anew, so a pair
+    is a duplicate of one earlier in the same pass only); else `pairs` itself."""
+    if not data.clean:
+        return pairs
+    from keras_transformer.corpus.cleaning import clean_pairs
+
+    def kept():
+        texts = ((s.decode("utf-8", "replace"), t.decode("utf-8", "replace")) for s, t in pairs.as_numpy_iterator())
+        yield from clean_pairs(texts)
+
+    return tf.data.Dataset.from_generator(kept, output_signature=(tf.TensorSpec([], tf.string),) * 2)
+
+
 def _languages(data: DataConfig) -> tuple[str | None, ...]:
     """Each source's target language, for tagging: None for all unless `data` is multilingual."""
     return data.languages() if data.multilingual else (None,) * len(data.sources())
@@ -53,14 +68,15 @@ def _languages(data: DataConfig) -> tuple[str | None, ...]:
 def training_pairs(data: DataConfig, *, seed: int, shuffle_buffer: int) -> tf.data.Dataset:
     """The training split's (source, target) stream: one source's as `pairs_dataset` gives it
     (`make_batches` shuffles and repeats it), or the weighted draw from several sources' shuffled,
-    repeated streams (infinite); with `data`'s casing and noise (`augmentation.augmented`), then
-    tagged with their target languages if multilingual."""
+    repeated streams (infinite); cleaned (`cleaned`) with `data.clean`, with `data`'s casing and
+    noise (`augmentation.augmented`), then tagged with their target languages if multilingual."""
     sources = data.sources()
+
+    def read(one):
+        return cleaned(pairs_dataset(*split_source(one, "train"), shuffle_seed=seed, **_reading(one)), one)
+
     streams = [
-        tag_sources(
-            augmented(pairs_dataset(*split_source(one, "train"), shuffle_seed=seed, **_reading(one)), one, seed + i),
-            lang,
-        )
+        tag_sources(augmented(read(one), one, seed + i), lang)
         for i, ((one, _), lang) in enumerate(zip(sources, _languages(data)))
     ]
     if len(streams) == 1:

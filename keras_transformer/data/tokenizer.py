@@ -166,11 +166,13 @@ class SubwordTokenizer(tf.Module):
         seed: int = 0,
         target_langs: Sequence[str] = (),
         byte_fallback: bool | None = None,
+        user_symbols: Sequence[str] = (),
     ) -> SubwordTokenizer:
         """Learn a unigram vocabulary of at most `vocab_size` pieces from `texts` (source and target),
         with one user-defined piece per language of `target_langs` (`lang_token`; ids 4, 5, ...), and
         with `byte_fallback` (None: where `vocab_size` >= `BYTE_FALLBACK_MIN_VOCAB`; True below that
-        is a TokenizerError) the 256 byte pieces (see the module docstring).
+        is a TokenizerError) the 256 byte pieces (see the module docstring), and each of `user_symbols`
+        as one piece wherever it occurs (a tag such as backtranslate's "<BT>").
 
         `texts` may stream a whole corpus: SentencePiece keeps a uniform random sample of
         `sample_sentences` of them (reservoir sampling, drawn with `seed`), so memory is bounded
@@ -207,7 +209,7 @@ class SubwordTokenizer(tf.Module):
                 unk_id=UNK_ID,
                 hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary, not an error
                 byte_fallback=byte_fallback,
-                user_defined_symbols=[lang_token(lang) for lang in target_langs],
+                user_defined_symbols=[lang_token(lang) for lang in target_langs] + list(user_symbols),
                 input_sentence_size=sample_sentences,
                 shuffle_input_sentence=True,
                 num_threads=os.cpu_count() or 1,

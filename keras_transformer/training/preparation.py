@@ -182,7 +182,9 @@ def _learn_vocabulary(config, training: TrainingConfig, data: DataConfig, langs,
         texts = sentences(
             augmentation.augmented(pairs_dataset(spec, split, data.reverse, **reading), data, training.seed)
         )
-    tokenizer = SubwordTokenizer.train(texts, config.vocab_size, sample, seed=training.seed, target_langs=langs)
+    tokenizer = SubwordTokenizer.train(
+        texts, config.vocab_size, sample, seed=training.seed, target_langs=langs, user_symbols=data.symbols()
+    )
     into = f" with the target-language pieces {', '.join(lang_token(lang) for lang in langs)}" if langs else ""
     log(
         f"learned a {tokenizer.vocab_size}-token subword vocabulary from {data.data} "
