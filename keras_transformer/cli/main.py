@@ -1,4 +1,4 @@
-"""`keras-transformer train | translate | translate-file | score | evaluate | average | export | import | shortlist | serve | translate-corpus | backtranslate | clean`: the command line.
+"""`keras-transformer COMMAND`: the command line (`keras-transformer --help` lists the commands).
 
 Bad input (a missing file, a malformed line, an unknown preset, a model dir made for another
 config, a corrupt checkpoint) ends with one line on stderr and exit status 2, never a
