@@ -19,7 +19,8 @@ from marian_maker import fixture_spm, write_marian
 
 from keras_transformer.cli.main import main
 from keras_transformer.inference.translator import Translator
-from keras_transformer.model_dir import ModelDir, checkpoint_step, load_model
+from keras_transformer.model_dir import ModelDir, load_model
+from keras_transformer.model_dir.checkpoints import checkpoint_step
 
 
 def test_export_prints_and_writes_the_saved_models(cli_export, translating):

@@ -293,9 +293,13 @@ def test_cli_errors_are_exact(untrained_model_dir, tmp_path, capsys):
     )
     assert main([*model_dir, "--constraint", "Gott", "--constraint", " ", "Amen."]) == 2
     assert capsys.readouterr().err == "keras-transformer: error: --constraint: an empty phrase\n"
-    assert main([*model_dir, "--constraint", "Gott", "--alignments", "Amen."]) == 2
-    assert "alignments are of each text's one best translation: no nbest, num_samples, prefixes, constraints" in (
-        capsys.readouterr().err
+    assert main([*model_dir, "--constraint", "Gott", "--alternatives", "2", "Amen."]) == 2
+    assert capsys.readouterr().err == (
+        "keras-transformer: error: alternatives are searched by beam search, without constraints: set sampling_topk 1\n"
+    )
+    assert main([*model_dir, "--nbest", "2", "--alignments", "Amen."]) == 2
+    assert capsys.readouterr().err == (
+        "keras-transformer: error: alignments align the best translation of each text: drop n, nbest, num_samples\n"
     )
 
 
