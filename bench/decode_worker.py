@@ -59,7 +59,7 @@ def threads(job: dict) -> dict:
     import tensorflow as tf
 
     if job["system"] == "cli":  # as `keras-transformer translate` sets TensorFlow up
-        from keras_transformer.cli.main import use_op_threads
+        from keras_transformer.cli.common import use_op_threads
 
         use_op_threads(job["intra_threads"] or None)
     elif job["intra_threads"]:
