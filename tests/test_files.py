@@ -142,6 +142,30 @@ def test_po_with_the_model_keeps_placeholders_and_passes_msgfmt(tmp_path, model)
     assert result.returncode == 0, result.stderr
 
 
+def test_po_with_a_glossary_holds_the_terms_in_units_with_and_without_placeholders(tmp_path, translating):  # noqa: F811
+    """The glossary reaches every unit, one with a placeholder (the markup path) included: each
+    translation holds "Gabe", a word the model does not write for these sentences without it."""
+    import polib
+
+    import keras_transformer as kt
+
+    source = tmp_path / "in.po"
+    source.write_text(
+        'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+        'msgid "Close the window"\nmsgstr ""\n\nmsgid "Open {0} in the window"\nmsgstr ""\n',
+        encoding="utf-8",
+    )
+    terms = kt.Glossary((("window", "Gabe"),))
+    for name, glossary in (("plain.po", None), ("glossary.po", terms)):
+        translator = kt.Translator.from_model_dir(translating.model_dir, beam_size=2, glossary=glossary)
+        translate_file(translator, str(source), str(tmp_path / name))
+    translations = lambda name: [entry.msgstr for entry in polib.pofile(str(tmp_path / name)) if entry.msgid]
+    assert len(translations("glossary.po")) == 2
+    assert not any("Gabe" in text for text in translations("plain.po"))
+    assert all("Gabe" in text for text in translations("glossary.po"))
+    assert "{0}" in translations("glossary.po")[1]
+
+
 # ---------------------------------------------------------------- XLIFF
 
 XLIFF12 = """<?xml version="1.0" encoding="UTF-8"?>

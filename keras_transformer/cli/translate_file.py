@@ -39,8 +39,8 @@ def add(subparsers) -> None:
     )
     common.add_glossary(
         p,
-        "with --model-dir, each translation of a unit without markup holds the target terms of the terms its "
-        "source holds (a unit with tags or placeholders goes through the markup path, which aligns without it)",
+        "with --model-dir, each unit's translation holds the target terms of the terms its source holds, "
+        "a unit with tags or placeholders included (an export applies the glossary it was exported with)",
     )
     common.add_decoding(p)
     common.add_op_threads(p)
@@ -67,7 +67,7 @@ def run(args) -> int:
     common.use_op_threads(args.intra_op_threads)
     if args.export:
         if args.glossary:
-            raise ValueError("--glossary needs --model-dir (an exported model has no glossary)")
+            raise ValueError("--glossary needs --model-dir (an export applies its own `export --glossary`)")
         from keras_transformer.inference.exported import SavedModelTranslator
 
         translator = SavedModelTranslator(args.export)
