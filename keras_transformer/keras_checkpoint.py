@@ -44,10 +44,12 @@ class KerasCheckpoint:
         return [optimizer] if self.optimizer is None and optimizer is not None else []
 
     def _layer_names(self) -> list[str]:
-        """The model's own layers, by the attribute names that name their groups in the file."""
+        """The model's own layers, by the attribute names that name their groups in the file, found
+        as Keras' saving finds them (on PyTorch a model's layers are torch modules, not in its `vars`)."""
         import keras
+        from keras.src.saving import saving_lib
 
-        return [name for name, value in vars(self.model).items() if isinstance(value, keras.layers.Layer)]
+        return [name for name, value in saving_lib._walk_saveable(self.model) if isinstance(value, keras.layers.Layer)]
 
     def write(self, prefix: str) -> str:
         """Write `prefix.weights.h5` whole or not at all (a temporary file renamed into place)."""
