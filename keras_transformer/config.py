@@ -489,7 +489,7 @@ DTYPES = ("float32", "bfloat16")
 @dataclasses.dataclass(frozen=True)
 class SearchSettings:
     """What the search looks for (§6.1): beam search with beam size 4 and length penalty alpha
-    0.6, outputs of at most |source| + 50 tokens, and the controls of `inference/controls.py`
+    0.6, outputs of at most |source| + 50 tokens, and the controls of `search/controls.py`
     (CTranslate2's names and semantics: each changes the logits before the softmax).
 
     A hypothesis's score is its summed token log-probability divided by the length penalty
@@ -569,7 +569,7 @@ class SearchSettings:
 
 @dataclasses.dataclass(frozen=True)
 class SamplingSettings:
-    """Random sampling instead of beam search (`inference/sampling.py`; CTranslate2's names; on in
+    """Random sampling instead of beam search (`search/sampling.py`; CTranslate2's names; on in
     a `DecodingConfig` when `sampling_topk` is not 1, and top-1 sampling is greedy): the
     log-probabilities divided by the temperature, cut to the top K, then to the nucleus of
     probability P (Holtzman et al., 2020), renormalised; a sample's score is a hypothesis's (the

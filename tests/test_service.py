@@ -23,7 +23,7 @@ SOURCES = [line.split("\t")[0] for line in sorted(FIXTURE.read_text(encoding="ut
 
 @pytest.fixture(scope="module")
 def translator(translating):
-    from keras_transformer.inference.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     return Translator.from_model_dir(translating.model_dir)
 
@@ -252,8 +252,8 @@ def test_confidence_separates_right_from_wrong_translations(translating):
     import sacrebleu
     from scipy.stats import spearmanr
 
-    from keras_transformer.inference.translator import Translator
     from keras_transformer.service.confidence import confidence, repeated
+    from keras_transformer.translation.translator import Translator
 
     translator = Translator.from_model_dir(translating.model_dir)
     sources, targets = translating.sources, translating.targets

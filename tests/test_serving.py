@@ -7,7 +7,7 @@ import tensorflow as tf
 from keras_transformer import DecodingConfig, Transformer, TransformerConfig
 from keras_transformer.exporters.serving_check import check_saved_model
 from keras_transformer.exporters.signatures import TranslationModule, truncate_source_ids
-from keras_transformer.inference.translator import Translator
+from keras_transformer.translation.translator import Translator
 
 
 def test_too_long_source_ids_keep_max_length_minus_one_then_eos():
@@ -186,7 +186,7 @@ def test_a_savedmodel_decoding_with_xla_gives_the_graphs_translations(served, tm
     fresh object (as TF Serving loads it), translates as the TensorFlow graph does."""
     import functools
 
-    from keras_transformer.inference.decoding import beam_search
+    from keras_transformer.search.decoding import beam_search
 
     module, python = served
     xla = TranslationModule(module.model, module.tokenizer, functools.partial(beam_search, jit_compile=True))

@@ -4,7 +4,7 @@ Confidence is the model's own probability of its output, per token: exp of the m
 of the translation's tokens, EOS included (the "TP" glass-box estimate of Fomicheva et al., 2020,
 "Unsupervised Quality Estimation for Neural Machine Translation"), from `Translator.score` (teacher
 forcing the translation). A word's score is exp of the mean log-probability of its subwords (words as
-`inference/alignment.py` counts them). The flags name the failures peers' users report
+`translation/alignment.py` counts them). The flags name the failures peers' users report
 (CTranslate2#836, #1236, LibreTranslate#670):
 
     repetition     a word n-gram (n <= 4) repeated REPEATS times in a row in the translation and
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from keras_transformer.inference import alignment
+from keras_transformer.translation import alignment
 
 REPEATS = 3
 MAX_NGRAM = 4
