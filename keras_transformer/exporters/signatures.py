@@ -68,7 +68,7 @@ from collections.abc import Callable
 import tensorflow as tf
 from tensorflow.python.trackable.data_structures import NoDependency
 
-from keras_transformer.config import DecodingConfig, SearchSettings
+from keras_transformer.config import DecodingConfig, SearchSettings, search_ranges
 from keras_transformer.data.shortlist import Shortlist
 from keras_transformer.search.beam import BeamSearch
 from keras_transformer.search.controls import MinLength, NoRepeatNgram, RepetitionPenalty
@@ -104,16 +104,14 @@ MAX_BEAM_SIZE = 64  # translate_with_options' largest beam: a request cannot mak
 
 def options_errors(beam_size, alpha, max_decoding_length, min_decoding_length, repetition_penalty, ngram_size):
     """[B] string: "" where a text's `translate_with_options` settings ([B] each) are in range,
-    else one line naming the first that is not (`config.SearchSettings` checks the same)."""
-    finite = lambda x: tf.math.is_finite(x)
+    else one line naming the first that is not: `config.search_ranges` (what `SearchSettings`
+    checks), then a request's own bounds (a beam of at most `MAX_BEAM_SIZE`, finite floats)."""
+    settings = (beam_size, alpha, max_decoding_length, min_decoding_length, repetition_penalty, ngram_size)
     checks = (
-        ((beam_size >= 1) & (beam_size <= MAX_BEAM_SIZE), f"beam_size must be between 1 and {MAX_BEAM_SIZE}"),
-        (finite(alpha) & (alpha >= 0), "alpha must be >= 0"),
-        (max_decoding_length >= 1, "max_decoding_length must be >= 1"),
-        (min_decoding_length >= 0, "min_decoding_length must be >= 0"),
-        (min_decoding_length < max_decoding_length, "min_decoding_length must be below max_decoding_length"),
-        (finite(repetition_penalty) & (repetition_penalty > 0), "repetition_penalty must be > 0"),
-        (ngram_size >= 0, "no_repeat_ngram_size must be >= 0"),
+        *((holds, message) for holds, message, _ in search_ranges(*settings)),
+        (beam_size <= MAX_BEAM_SIZE, f"beam_size must be at most {MAX_BEAM_SIZE}"),
+        (tf.math.is_finite(alpha), "alpha must be finite"),
+        (tf.math.is_finite(repetition_penalty), "repetition_penalty must be finite"),
     )
     errors = tf.fill(tf.shape(beam_size), "")
     for fine, message in reversed(checks):  # the first failing check's message wins
