@@ -394,3 +394,12 @@ def test_sigterm_answers_what_is_in_flight_and_exits_0(translating):
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
+
+
+def test_the_length_ratio_of_a_model_dir_is_its_training_pairs(translating):
+    """`serve --model-dir` flags a translation of an odd length against the training pairs' ratio."""
+    from keras_transformer.service.confidence import LengthRatio
+
+    found = LengthRatio.from_model_dir(translating.model_dir)
+    want = LengthRatio.from_pairs(translating.sources, translating.targets)
+    assert (found.mean, found.std) == pytest.approx((want.mean, want.std)) and found.std > 0
