@@ -214,7 +214,7 @@ def corpus_arguments(parser) -> None:
 
 def in_process(args) -> None:
     """The one-process path (a child of `corpus`): translate --input's lines, write them to --output."""
-    from keras_transformer.inference.exported import SavedModelTranslator
+    from keras_transformer.translation.exported import SavedModelTranslator
 
     with open(args.input, encoding="utf-8") as f:
         lines = f.read().splitlines()

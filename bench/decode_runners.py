@@ -71,10 +71,10 @@ from keras_transformer import Transformer, beam_search
 from keras_transformer.config import DecodingConfig, SearchSettings
 from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule, variables
 from keras_transformer.exporters.tensorflow import ids_saved_model_dir, tflite_models
-from keras_transformer.inference.decoding import decode_limits, search_beams
-from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir.shortlist import load_shortlist
+from keras_transformer.search.decoding import decode_limits, search_beams
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
+from keras_transformer.translation.translator import Translator
 
 SEED = 0  # every process builds the same random weights
 

@@ -114,7 +114,7 @@ be timed alike, each in its own process:
 
     PYTHONPATH=/path/to/other/checkout python bench/decoding.py translator-time runs/demo
 
-`controls-cost`: what each decoding control costs (`inference/controls.py`): `Translator` over a
+`controls-cost`: what each decoding control costs (`search/controls.py`): `Translator` over a
 model's held-out verses (beam 4, alpha 0.6, batches of 32, one thread per op) with no control,
 each control alone and all at once, interleaved A B C ... rounds in one process; seconds, target
 tokens/s, its ratio to no control, sacreBLEU BLEU:
@@ -320,11 +320,11 @@ def forced_fields(args) -> dict:
 def verses_fields(args) -> dict:
     from decode_runners import padded_limits
 
+    from keras_transformer.evaluation.evaluation import corpus_scores
     from keras_transformer.exporters.ctranslate2 import export_ctranslate2
-    from keras_transformer.inference.evaluation import corpus_scores
-    from keras_transformer.inference.translator import Translator
     from keras_transformer.model_dir import load_model
     from keras_transformer.model_dir.shortlist import load_shortlist
+    from keras_transformer.translation.translator import Translator
 
     model, tokenizer, _ = load_model(args.model_dir, args.checkpoint)
     pairs = held_out_pairs(args.model_dir, args.limit)
@@ -516,8 +516,8 @@ def export_latency(args) -> None:
 
     from keras_transformer.data.sources import read_pairs
     from keras_transformer.data.tokenizer import SubwordTokenizer
+    from keras_transformer.evaluation.evaluation import corpus_scores
     from keras_transformer.exporters.tensorflow import ids_saved_model_dir, next_version, saved_model_dir
-    from keras_transformer.inference.evaluation import corpus_scores
 
     version = next_version(args.export, args.name) - 1  # the latest export
     saved_model_path = saved_model_dir(args.export, args.name, version)
@@ -596,8 +596,8 @@ def search_steps_arguments(parser) -> None:
 
 
 def search_steps(args) -> None:
-    from keras_transformer.inference.translator import Translator
     from keras_transformer.model_dir import load_model
+    from keras_transformer.translation.translator import Translator
 
     model, tokenizer, _ = load_model(args.model_dir, args.checkpoint)
     sources = held_out_pairs(args.model_dir, args.limit).sources
@@ -649,7 +649,7 @@ def threads_arguments(parser) -> None:
 
 
 def threads(args) -> None:
-    from keras_transformer.inference.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     translator = Translator.from_model_dir(args.model_dir, beam_size=args.beam_size)
     sources = held_out_pairs(args.model_dir, 500).sources
@@ -699,7 +699,7 @@ def microseconds(function, logits, iterations: int, repeats: int) -> float:
 
 
 def selection_costs(rows: int, vocab_size: int, count: int, args) -> dict:
-    from keras_transformer.inference.log_probs import LogProbs, best_tokens, top_k_block, top_k_rows
+    from keras_transformer.search.log_probs import LogProbs, best_tokens, top_k_block, top_k_rows
 
     logits = tf.random.stateless_normal([rows, vocab_size], seed=(rows, vocab_size)) * 4.0
     floor = microseconds(lambda x: x, logits, args.iterations, args.repeats)
@@ -767,8 +767,8 @@ def translator_time_arguments(parser) -> None:
 def translator_time(args) -> None:
     import sacrebleu
 
-    from keras_transformer.inference.translator import Translator
     from keras_transformer.model_dir import load_model
+    from keras_transformer.translation.translator import Translator
 
     model, tokenizer = load_model(args.model_dir)[:2]
     sources, references = long_standing_pairs(args.model_dir)
@@ -818,8 +818,8 @@ def controls_cost_arguments(parser) -> None:
 def controls_cost(args) -> None:
     import sacrebleu
 
-    from keras_transformer.inference.translator import Translator
     from keras_transformer.model_dir import load_model
+    from keras_transformer.translation.translator import Translator
 
     if not tf.config.threading.get_intra_op_parallelism_threads():  # as keras-transformer translate runs
         try:

@@ -172,9 +172,9 @@ def source_sentence(model_dir: str, tokens: int) -> tuple[list[int], int]:
     import numpy as np
     from marian_maker import fixture_lines
 
-    from keras_transformer.inference.search import decode_limits
-    from keras_transformer.inference.translator import Translator
     from keras_transformer.model_dir import load_model
+    from keras_transformer.search.search import decode_limits
+    from keras_transformer.translation.translator import Translator
 
     model, tokenizer, _ = load_model(model_dir)
     translator = Translator(model, tokenizer)

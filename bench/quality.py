@@ -58,7 +58,7 @@ codes come out exactly (goal 1.0); seconds per 1,000 units:
 
     python bench/quality.py files --model-dir runs/demo [--limit N]
 
-`constraints`: lexically constrained decoding (`inference/constraints.py`, dynamic beam
+`constraints`: lexically constrained decoding (`search/constraints.py`, dynamic beam
 allocation) on a trained model's held-out verses, as Post & Vilar (2018) evaluate it: each verse
 gets 1-3 phrases (seeded) from its reference, words or two words in a row that the unconstrained
 output lacks. The share of phrases found in the outputs (goal 1.0), sacreBLEU BLEU and chrF
@@ -72,7 +72,7 @@ phrases once; measure on a quiet machine (bench/README.md).
 
 `paragraphs`: documents, not sentences (issue 36 item 1): the held-out verses joined `--per-line`
 (5) to a line with a space, each line translated as a paragraph (`Translator.translate(...,
-split=True)`: sentence by sentence, `inference/sentences.py`), as one sequence (`split=False`,
+split=True)`: sentence by sentence, `translation/sentences.py`), as one sequence (`split=False`,
 what `translate --no-split` does: cut at max_length), the verses one per line, and the sentences
 the splitter found in the lines translated apart (one per line, as a list; their translations
 joined as the paragraphs' are): what a paragraph costs against its own sentences, the issue's
@@ -87,7 +87,7 @@ within a round, after a warm-up:
 
 `markup`: markup and placeholders (issue 36 item 2; `Translator.translate(..., markup=True)`). On the
 embedded `software-en-de` test split's pairs whose source holds a span (tags, entities,
-placeholders, URLs, e-mail addresses: `inference/markup.py`), the share of outputs whose spans are
+placeholders, URLs, e-mail addresses: `translation/markup.py`), the share of outputs whose spans are
 the source's, in order (`span_lists`), and sacreBLEU BLEU/chrF, with and without protection; on
 the model's held-out verses with one word each wrapped in `<b>...</b>` (seeded), the share of
 outputs with the source's tags, balanced and in order, and BLEU/chrF of the outputs without their
@@ -172,14 +172,14 @@ from keras_transformer.data import augmentation
 from keras_transformer.data.augmentation import title_case, upper_case
 from keras_transformer.data.batching import make_batches
 from keras_transformer.data.sources import pairs_dataset, read_pairs
+from keras_transformer.evaluation.evaluation import corpus_scores
 from keras_transformer.exporters.ctranslate2 import export_ctranslate2
-from keras_transformer.inference.constraints import phrase_rows
-from keras_transformer.inference.evaluation import corpus_scores
-from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir, load_model
+from keras_transformer.search.constraints import phrase_rows
 from keras_transformer.special_tokens import PAD_ID
 from keras_transformer.training.schedules import trained_steps
 from keras_transformer.training.trainer import train
+from keras_transformer.translation.translator import Translator
 
 DATA = "bible-en-de"
 MOST_PHRASES = 3
@@ -516,7 +516,7 @@ def dropped_verses(tokenizer, units: list[list[str]], keep: int) -> int:
 
 
 def paragraphs(args) -> None:
-    from keras_transformer.inference.sentences import join, split
+    from keras_transformer.translation.sentences import join, split
 
     load_before = load_average()
     sources, references = held_out_pairs(args.model_dir, args.limit)[:2]
@@ -596,7 +596,7 @@ def markup_arguments(p) -> None:
 
 
 def markup(args) -> None:
-    from keras_transformer.inference.markup import span_lists, stripped_texts
+    from keras_transformer.translation.markup import span_lists, stripped_texts
 
     translator = Translator.from_model_dir(args.model_dir, args.checkpoint)
 
@@ -666,7 +666,7 @@ def files(args) -> None:
     from lxml import html as lxml_html
 
     from keras_transformer.files import translate_file
-    from keras_transformer.inference.markup import span_lists, stripped_texts
+    from keras_transformer.translation.markup import span_lists, stripped_texts
 
     translator = Translator.from_model_dir(args.model_dir, args.checkpoint)
     sources, references = read_pairs(SOFTWARE, "test")

@@ -29,7 +29,7 @@ def timed(score, sources, targets, rounds: int) -> tuple[list[float], list[float
 
 
 def run_ours(job: dict, sources, targets, max_length: int) -> dict:
-    from keras_transformer.inference.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     translator = Translator.from_model_dir(job["model_dir"], batch_size=job["batch_size"])
     seconds, log_probs = timed(

@@ -200,9 +200,9 @@ def confidence_run(args) -> None:
     import sacrebleu
     from scipy.stats import spearmanr
 
-    from keras_transformer.inference.translator import Translator
     from keras_transformer.service.confidence import LengthRatio, confidence
     from keras_transformer.service.languages import Detector, model_dir_languages
+    from keras_transformer.translation.translator import Translator
 
     pairs = held_out_pairs(args.model_dir, args.limit)
     sources, references = pairs.sources, pairs.references

@@ -23,16 +23,16 @@ _EXPORTS = {
     "TransformerConfig": "keras_transformer.config",
     "held_out": "keras_transformer.model_dir.held_out",
     "read_pairs": "keras_transformer.data.sources",
-    "DecodeResult": "keras_transformer.inference.decoding",
-    "beam_search": "keras_transformer.inference.decoding",
-    "greedy_search": "keras_transformer.inference.decoding",
+    "DecodeResult": "keras_transformer.search.decoding",
+    "beam_search": "keras_transformer.search.decoding",
+    "greedy_search": "keras_transformer.search.decoding",
     "translate_file": "keras_transformer.files",
-    "Ensemble": "keras_transformer.inference.ensemble",
-    "Modifier": "keras_transformer.inference.search",
+    "Ensemble": "keras_transformer.search.ensemble",
+    "Modifier": "keras_transformer.search.search",
     "export_tensorflow": "keras_transformer.exporters.tensorflow",
-    "Glossary": "keras_transformer.inference.glossary",
-    "evaluate": "keras_transformer.inference.evaluation",
-    "Translator": "keras_transformer.inference.translator",
+    "Glossary": "keras_transformer.translation.glossary",
+    "evaluate": "keras_transformer.evaluation.evaluation",
+    "Translator": "keras_transformer.translation.translator",
     "import_huggingface": "keras_transformer.importers.huggingface",
     "import_marian": "keras_transformer.importers.marian",
     "Transformer": "keras_transformer.model",
@@ -43,7 +43,7 @@ _EXPORTS = {
     "compile_model": "keras_transformer.training.optimization",
     "train": "keras_transformer.training.trainer",
 }
-_MODULES = {"visualize": "keras_transformer.inference.visualize"}  # attention and training plots
+_MODULES = {"visualize": "keras_transformer.plots.visualize"}  # attention and training plots
 __all__ = [
     "DataConfig",
     "DecodeResult",
@@ -77,23 +77,23 @@ __all__ = [
 if typing.TYPE_CHECKING:
     from keras_transformer.config import PRESETS, DataConfig, DecodingConfig, TrainingConfig, TransformerConfig
     from keras_transformer.data.sources import read_pairs
+    from keras_transformer.evaluation.evaluation import evaluate
     from keras_transformer.exporters.tensorflow import export_tensorflow
     from keras_transformer.files import translate_file
     from keras_transformer.importers.huggingface import import_huggingface
     from keras_transformer.importers.marian import import_marian
-    from keras_transformer.inference import visualize
-    from keras_transformer.inference.decoding import DecodeResult, beam_search, greedy_search
-    from keras_transformer.inference.ensemble import Ensemble
-    from keras_transformer.inference.evaluation import evaluate
-    from keras_transformer.inference.glossary import Glossary
-    from keras_transformer.inference.search import Modifier
-    from keras_transformer.inference.translator import Translator
     from keras_transformer.model import Transformer
     from keras_transformer.model_dir import ModelDir, load_model
     from keras_transformer.model_dir.held_out import held_out
+    from keras_transformer.plots import visualize
+    from keras_transformer.search.decoding import DecodeResult, beam_search, greedy_search
+    from keras_transformer.search.ensemble import Ensemble
+    from keras_transformer.search.search import Modifier
     from keras_transformer.training.distribute import resolve_strategy, use_cpu_devices
     from keras_transformer.training.optimization import compile_model
     from keras_transformer.training.trainer import train
+    from keras_transformer.translation.glossary import Glossary
+    from keras_transformer.translation.translator import Translator
 
 del os, typing  # the package's namespace is its API
 

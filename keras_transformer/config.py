@@ -11,6 +11,7 @@ fields (`cli/flags.py`), each with its help in its metadata (`setting`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any
 
@@ -486,10 +487,30 @@ def parse_patience(text: str) -> float | None:
 DTYPES = ("float32", "bfloat16")
 
 
+def search_ranges(beam_size, alpha, max_decoding_length, min_decoding_length, repetition_penalty, no_repeat_ngram_size):
+    """The ranges of the search's numeric settings, stated once: (holds, message, values) per
+    check, in order. The arguments are numbers (`SearchSettings`; `max_decoding_length` math.inf
+    for no cap) or tensors of one value per text (an export's `translate_with_options`:
+    `exporters/signatures.options_errors`), so the rules use comparisons only (NaN fails them)."""
+    return (
+        (beam_size >= 1, "beam_size must be >= 1", (beam_size,)),
+        (alpha >= 0, "alpha must be >= 0", (alpha,)),
+        (max_decoding_length >= 1, "max_decoding_length must be >= 1", (max_decoding_length,)),
+        (min_decoding_length >= 0, "min_decoding_length must be >= 0", (min_decoding_length,)),
+        (
+            min_decoding_length < max_decoding_length,
+            "min_decoding_length must be below max_decoding_length",
+            (min_decoding_length, max_decoding_length),
+        ),
+        (repetition_penalty > 0, "repetition_penalty must be > 0", (repetition_penalty,)),
+        (no_repeat_ngram_size >= 0, "no_repeat_ngram_size must be >= 0", (no_repeat_ngram_size,)),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class SearchSettings:
     """What the search looks for (§6.1): beam search with beam size 4 and length penalty alpha
-    0.6, outputs of at most |source| + 50 tokens, and the controls of `inference/controls.py`
+    0.6, outputs of at most |source| + 50 tokens, and the controls of `search/controls.py`
     (CTranslate2's names and semantics: each changes the logits before the softmax).
 
     A hypothesis's score is its summed token log-probability divided by the length penalty
@@ -537,8 +558,10 @@ class SearchSettings:
     )
 
     def __post_init__(self):
-        _check(self.beam_size >= 1, f"beam_size must be >= 1, got {self.beam_size}")
-        _check(self.alpha >= 0, f"alpha must be >= 0, got {self.alpha}")
+        most = math.inf if self.max_decoding_length is None else self.max_decoding_length
+        controls = (self.min_decoding_length, self.repetition_penalty, self.no_repeat_ngram_size)
+        for holds, message, values in search_ranges(self.beam_size, self.alpha, most, *controls):
+            _check(holds, f"{message}, got {' and '.join(map(str, values))}")
         _check(
             self.nbest is None or 1 <= self.nbest <= self.beam_size,
             f"nbest must be between 1 and the beam size {self.beam_size}, got {self.nbest}",
@@ -550,18 +573,6 @@ class SearchSettings:
         )
         _check(self.length_a >= 0, f"length_a must be >= 0, got {self.length_a}")
         _check(self.length_b >= 1, f"length_b must be >= 1, got {self.length_b}")
-        _check(
-            self.max_decoding_length is None or self.max_decoding_length >= 1,
-            f"max_decoding_length must be >= 1, got {self.max_decoding_length}",
-        )
-        _check(self.min_decoding_length >= 0, f"min_decoding_length must be >= 0, got {self.min_decoding_length}")
-        _check(
-            self.max_decoding_length is None or self.min_decoding_length < self.max_decoding_length,
-            f"min_decoding_length {self.min_decoding_length} must be below max_decoding_length "
-            f"{self.max_decoding_length}",
-        )
-        _check(self.repetition_penalty > 0, f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        _check(self.no_repeat_ngram_size >= 0, f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
         object.__setattr__(self, "suppress_sequences", tuple(self.suppress_sequences))  # a list from JSON
         for text in self.suppress_sequences:
             _check(isinstance(text, str) and text.strip() != "", f"a suppressed sequence must be text, got {text!r}")
@@ -569,7 +580,7 @@ class SearchSettings:
 
 @dataclasses.dataclass(frozen=True)
 class SamplingSettings:
-    """Random sampling instead of beam search (`inference/sampling.py`; CTranslate2's names; on in
+    """Random sampling instead of beam search (`search/sampling.py`; CTranslate2's names; on in
     a `DecodingConfig` when `sampling_topk` is not 1, and top-1 sampling is greedy): the
     log-probabilities divided by the temperature, cut to the top K, then to the nucleus of
     probability P (Holtzman et al., 2020), renormalised; a sample's score is a hypothesis's (the

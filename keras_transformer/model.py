@@ -21,7 +21,7 @@ from keras_transformer.special_tokens import PAD_ID, START_ID
 
 class DecodingContext(NamedTuple):
     """What a model's decoding steps read besides the cache (`start_decoding`; the protocol
-    `inference.search.DecodingModel`). Read-only: a search carries `rows` in its loop (and drops
+    `search.search.DecodingModel`). Read-only: a search carries `rows` in its loop (and drops
     the rows of the sentences that stop), captures `shared` in the loop's body (a loop-invariant
     input, which TFLite's converter turns into a constant: the output projection then stays a
     FULLY_CONNECTED op with the embedding as its int8 weights), and never copies either."""

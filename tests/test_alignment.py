@@ -1,4 +1,4 @@
-"""Word alignments from cross-attention (inference/alignment.py): subwords to words and the vote
+"""Word alignments from cross-attention (translation/alignment.py): subwords to words and the vote
 by hand, a model trained to copy aligns the diagonal, the Pharaoh output of `translate
 --alignments`, and the SavedModel signature equals Python."""
 
@@ -11,17 +11,17 @@ import keras_transformer as kt
 from keras_transformer.cli.main import main
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.exporters.signatures import TranslationModule
-from keras_transformer.inference.alignment import (
+from keras_transformer.model import resolve_layer
+from keras_transformer.model_dir import ModelDir
+from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.training.optimization import compile_model
+from keras_transformer.translation.alignment import (
     Pieces,
     align_words,
     format_pharaoh,
     parse_pharaoh,
     token_words,
 )
-from keras_transformer.model import resolve_layer
-from keras_transformer.model_dir import ModelDir
-from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID
-from keras_transformer.training.optimization import compile_model
 
 # A vocabulary by hand: 0-3 reserved, then "▁a", "b", the bare "▁", ",", "▁c", "▁d".
 A, B, BARE, COMMA, C, D = 4, 5, 6, 7, 8, 9

@@ -11,8 +11,8 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 from test_decoding import CONFIG, model, reference_greedy  # noqa: F401  (model: the shared fixture)
 
 from keras_transformer import DecodingConfig, TransformerConfig, beam_search
-from keras_transformer.inference.decoding import compiled, search_beams, traced_beam_search
 from keras_transformer.model import DecodingContext
+from keras_transformer.search.decoding import compiled, search_beams, traced_beam_search
 from keras_transformer.special_tokens import PAD_ID, START_ID
 
 EOS = 2
@@ -278,7 +278,7 @@ def test_an_empty_batch_gives_empty_results(model):
 @pytest.mark.parametrize("block", [16, None])
 @pytest.mark.parametrize("vocab_size, k", [(1000, 8), (300, 2), (129, 4), (64, 8), (8000, 10), (1009, 10)])
 def test_top_k_rows_equals_top_k_with_ties(vocab_size, k, block):
-    from keras_transformer.inference.log_probs import top_k_rows
+    from keras_transformer.search.log_probs import top_k_rows
 
     rng = np.random.default_rng(vocab_size)
     values = np.round(rng.normal(size=(6, vocab_size)), 1).astype(np.float32)  # many exact ties
@@ -293,7 +293,7 @@ def test_top_k_rows_equals_top_k_with_ties(vocab_size, k, block):
 def test_top_k_blocks_divide_the_vocabulary_when_they_can():
     """No padded copy of the logits where V has a divisor from sqrt(V) / 2 to sqrt(V); else the
     narrowest block of that range, and a pad."""
-    from keras_transformer.inference.log_probs import top_k_block
+    from keras_transformer.search.log_probs import top_k_block
 
     assert top_k_block(8000) == 50 and top_k_block(32000) == 100 and top_k_block(37000) == 100
     assert top_k_block(1009) == 16  # a prime: ceil(sqrt(1009) / 2), padded
@@ -306,7 +306,7 @@ def test_step_log_probabilities_equal_log_softmax_in_every_tail():
     """`LogProbs` gives log_softmax's values for the tokens the search reads, also where the
     probabilities underflow float32 (a peaked row: tokens 200 nats below the best) and after
     tokens are ruled out (which keeps the full vocabulary's normalizer)."""
-    from keras_transformer.inference.log_probs import LogProbs, best_tokens
+    from keras_transformer.search.log_probs import LogProbs, best_tokens
 
     rng = np.random.default_rng(0)
     logits = (rng.normal(size=(5, 3000)) * 4).astype(np.float32)

@@ -12,8 +12,8 @@ from keras_transformer import Transformer, TransformerConfig
 from keras_transformer.data.tokenizer import BYTE_FALLBACK_MIN_VOCAB, SubwordTokenizer, TokenizerError
 from keras_transformer.exporters.ctranslate2 import vocabulary
 from keras_transformer.exporters.tensorflow import export_tensorflow
-from keras_transformer.inference.translator import Translator
 from keras_transformer.special_tokens import UNK_ID
+from keras_transformer.translation.translator import Translator
 
 # An emoji, a CJK name, rare symbols: none in the fixture's English and German verses.
 UNSEEN = ["Jesus 🦜 wept.", "Der Name 山田太郎 steht hier.", "∑ ☃ ♞ ✓", "🦜"]

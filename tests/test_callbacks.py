@@ -12,11 +12,11 @@ import tensorflow as tf
 from conftest import FIXTURE
 
 from keras_transformer.config import DataConfig, TrainingConfig, TransformerConfig
-from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir, load_model
 from keras_transformer.model_dir.checkpoints import weights_checkpoint
 from keras_transformer.training.callbacks.bleu import BleuCallback
 from keras_transformer.training.trainer import train
+from keras_transformer.translation.translator import Translator
 
 REFERENCES = ["the lord is my shepherd", "and god said let there be light"]
 

@@ -18,9 +18,9 @@ from conftest import FIXTURE
 from marian_maker import fixture_spm, write_marian
 
 from keras_transformer.cli.main import main
-from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir, load_model
 from keras_transformer.model_dir.checkpoints import checkpoint_step
+from keras_transformer.translation.translator import Translator
 
 
 def test_export_prints_and_writes_the_saved_models(cli_export, translating):

@@ -118,6 +118,35 @@ def test_invalid_decoding_configs_are_refused(overrides, message):
         DecodingConfig(**overrides)
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"beam_size": 0},
+        {"alpha": -1.0},
+        {"alpha": float("nan")},
+        {"max_decoding_length": 0},
+        {"min_decoding_length": -1},
+        {"min_decoding_length": 5, "max_decoding_length": 5},
+        {"repetition_penalty": 0.0},
+        {"no_repeat_ngram_size": -1},
+    ],
+)
+def test_an_exports_options_are_refused_with_the_python_settings_message(bad):
+    """The ranges are stated once (`config.search_ranges`): a SavedModel's `translate_with_options`
+    refuses a text's settings with the line `SearchSettings` raises, less its ", got" values."""
+    import tensorflow as tf
+
+    from keras_transformer.exporters.signatures import OPTIONS_SPECS, options_errors
+
+    served = {"beam_size": 4, "alpha": 0.6, "max_decoding_length": 100, "min_decoding_length": 0,
+              "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, **bad}  # fmt: skip
+    per_text = [tf.constant([served[spec.name]], spec.dtype) for spec in OPTIONS_SPECS]
+    error = options_errors(*per_text).numpy()[0].decode()  # [1]
+    with pytest.raises(ValueError) as refused:
+        SearchSettings(**bad)
+    assert error and str(refused.value).startswith(f"{error}, got ")
+
+
 def test_decoding_defaults_are_the_papers():
     decoding = DecodingConfig()  # §6.1
     search = decoding.search

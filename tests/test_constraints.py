@@ -1,4 +1,4 @@
-"""Lexically constrained decoding (inference/constraints.py, dynamic beam allocation): every phrase
+"""Lexically constrained decoding (search/constraints.py, dynamic beam allocation): every phrase
 in every best output (the TensorFlow graph, Translator, the command line; the SavedModel in
 test_export.py and test_serving.py), no phrases = the unconstrained search exactly, EOS banned
 while a phrase is unmet, exhaustive enumeration on a tiny vocabulary, and the command line's
@@ -17,10 +17,10 @@ from test_beam_search import ScriptedModel, lp, random_logits
 import keras_transformer as kt
 from keras_transformer.cli.main import main
 from keras_transformer.data.sources import read_pairs
-from keras_transformer.inference.constraints import meets, padded_phrases, phrase_rows
-from keras_transformer.inference.decoding import beam_search, decode_limits, greedy_search
-from keras_transformer.inference.translator import padded
+from keras_transformer.search.constraints import meets, padded_phrases, phrase_rows
+from keras_transformer.search.decoding import beam_search, decode_limits, greedy_search
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
+from keras_transformer.translation.translator import padded
 
 
 def random_batch(sentences=16, seed=0, vocab_size=12):
@@ -310,9 +310,9 @@ def test_the_constrained_search_converts_to_tflite_builtins(scrambled_model):
     from ai_edge_litert.interpreter import Interpreter
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    from keras_transformer.inference.constraints import CONSTRAINTS_SPEC
-    from keras_transformer.inference.decoding import SOURCE_SPEC, search_beams
-    from keras_transformer.inference.inputs import SearchInputs
+    from keras_transformer.search.constraints import CONSTRAINTS_SPEC
+    from keras_transformer.search.decoding import SOURCE_SPEC, search_beams
+    from keras_transformer.search.inputs import SearchInputs
 
     decoding = kt.DecodingConfig(beam_size=3, length_b=30)
     search = tf.function(

@@ -1,4 +1,4 @@
-"""The decoding controls (inference/controls.py, CTranslate2's names and semantics) on scripted
+"""The decoding controls (search/controls.py, CTranslate2's names and semantics) on scripted
 models whose next-token distributions are written out, so that each control's effect is known
 by hand: each test fails without its control."""
 
@@ -9,8 +9,8 @@ from test_beam_search import EOS, ScriptedModel, assert_tflite_gives_the_graphs_
 from test_decoding import model  # noqa: F401  (the shared fixture)
 
 from keras_transformer import DecodingConfig
-from keras_transformer.inference.decoding import beam_search, greedy_search
-from keras_transformer.inference.sampling import sample
+from keras_transformer.search.decoding import beam_search, greedy_search
+from keras_transformer.search.sampling import sample
 from keras_transformer.special_tokens import UNK_ID
 
 SOURCE = [[5, 2]]

@@ -200,8 +200,8 @@ def exports(trained, translating, tmp_path_factory):
     """{name: (export dir, Translator)} of two models: en-de `translating` (it translates), en-xx `trained`
     (30 steps: it gives other outputs)."""
     from keras_transformer.exporters.tensorflow import export_tensorflow
-    from keras_transformer.inference.translator import Translator
     from keras_transformer.model_dir import load_model
+    from keras_transformer.translation.translator import Translator
 
     made = {}
     for name, model_dir in (("en-de", translating.model_dir), ("en-xx", trained.model_dir)):

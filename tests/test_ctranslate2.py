@@ -24,12 +24,12 @@ from keras_transformer.exporters.ctranslate2 import (
     transformer_spec,
     vocabulary,
 )
-from keras_transformer.inference.decoding import decode_limits
-from keras_transformer.inference.translator import Translator
 from keras_transformer.layers import sinusoid_table
 from keras_transformer.model_dir import ModelDir, load_model
+from keras_transformer.search.decoding import decode_limits
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 from keras_transformer.training.trainer import train
+from keras_transformer.translation.translator import Translator
 
 
 def padded(rows, pad_id=0):

@@ -3,7 +3,7 @@ import pytest
 from conftest import scramble
 
 from keras_transformer import DecodingConfig, Transformer, TransformerConfig
-from keras_transformer.inference.decoding import (
+from keras_transformer.search.decoding import (
     compiled,
     decode_limits,
     greedy_search,
@@ -131,7 +131,7 @@ def test_xla_on_bucket_shapes_gives_the_graphs_beams(model):
     "shape, bucket", [((1, 1), (1, 16)), ((3, 16), (4, 16)), ((32, 17), (32, 20)), ((200, 7), (200, 16))]
 )
 def test_bucket_shapes(shape, bucket):
-    from keras_transformer.inference.decoding import bucket_shape
+    from keras_transformer.search.decoding import bucket_shape
 
     assert tuple(int(n) for n in bucket_shape(*shape, max_length=20)) == bucket
 
@@ -148,7 +148,7 @@ def test_threads_asking_for_one_compiled_search_at_once_get_one_function(monkeyp
     import threading
     import time
 
-    from keras_transformer.inference import search
+    from keras_transformer.search import search
 
     make = search.graph_function
 
@@ -178,7 +178,7 @@ def test_a_decoded_model_is_freed_with_its_traced_searches():
     import gc
     import weakref
 
-    from keras_transformer.inference import search
+    from keras_transformer.search import search
 
     model = Transformer(CONFIG)
     greedy_search(model, SOURCE)

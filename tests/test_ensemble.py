@@ -1,4 +1,4 @@
-"""Ensemble decoding (inference/ensemble.py): the step's log of the mean probability by hand, an
+"""Ensemble decoding (search/ensemble.py): the step's log of the mean probability by hand, an
 ensemble of one model (or of a model with itself) decodes as the model, refused mismatches, the
 command line, and an exported ensemble that serves as the Python one."""
 
@@ -12,10 +12,10 @@ import keras_transformer as kt
 from keras_transformer.cli.main import main
 from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.exporters.tensorflow import export_tensorflow
-from keras_transformer.inference.alignment import format_pharaoh
-from keras_transformer.inference.decoding import beam_search
 from keras_transformer.model_dir import ModelDir
+from keras_transformer.search.decoding import beam_search
 from keras_transformer.special_tokens import EOS_ID, START_ID
+from keras_transformer.translation.alignment import format_pharaoh
 
 SENTENCES = ["In the beginning God created the heavens and the earth.", "Jesus wept.", "And God said,"]
 SOURCE = np.array([[40, 41, 42, 43, 2], [50, 51, 2, 0, 0]], np.int32)

@@ -23,9 +23,9 @@ from keras_transformer.data.sources import read_pairs
 from keras_transformer.exporters.quality_check import ArtifactQuality, _runners
 from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule
 from keras_transformer.exporters.tensorflow import export_tensorflow, next_version, prediction_log, tflite_models
-from keras_transformer.inference.decoding import beam_search, decode_limits
-from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir, load_model
+from keras_transformer.search.decoding import beam_search, decode_limits
+from keras_transformer.translation.translator import Translator
 
 PROBE = os.path.join(os.path.dirname(__file__), "probes", "run_artifact.py")
 PACKAGE_MODULES = {"keras_transformer", "sentencepiece"}  # tensorflow_text itself imports keras

@@ -4,9 +4,9 @@ Python translator's outputs, and a directory without one SavedModel is refused i
 import pytest
 
 from keras_transformer.exporters.tensorflow import export_tensorflow
-from keras_transformer.inference.exported import SavedModelTranslator, saved_model_path
-from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import load_model
+from keras_transformer.translation.exported import SavedModelTranslator, saved_model_path
+from keras_transformer.translation.translator import Translator
 
 TEXTS = ["In the beginning God created the heavens and the earth.", "Jesus wept.", "", "Amen. Jesus wept."]
 

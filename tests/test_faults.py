@@ -552,7 +552,7 @@ def test_an_unprepared_tfds_dataset_fails_at_once_saying_what_to_prepare(tmp_pat
 
 def test_install_hints_name_our_distribution(monkeypatch):
     from keras_transformer.exporters.ctranslate2 import CTranslate2ExportError, _ctranslate2
-    from keras_transformer.inference.visualize import _pyplot
+    from keras_transformer.plots.visualize import _pyplot
 
     monkeypatch.setitem(sys.modules, "ctranslate2", None)
     with pytest.raises(CTranslate2ExportError, match=r"pip install 'keras-aiayn\[ctranslate2\]'$"):
@@ -570,7 +570,7 @@ def test_threads_first_alignments_build_one_function(tokenizer, monkeypatch):
     """8 threads ask a cold Translator for alignments at once (the window widened by a slow
     `graph_function`): one function is built, and every thread gets the same alignments."""
     import keras_transformer as kt
-    from keras_transformer.inference import pipeline as pipeline_module
+    from keras_transformer.translation import pipeline as pipeline_module
 
     builds, make = [], pipeline_module.graph_function
 
@@ -601,8 +601,8 @@ def test_threads_first_alignments_build_one_function(tokenizer, monkeypatch):
 def test_a_translator_serves_eight_threads_as_it_serves_one(untrained, fixture_pairs, monkeypatch):
     """8 threads x 10 requests (20 distinct ones, of 1-3 sentences of 1-3 words) on one Translator,
     as a web service's thread pool calls it: the results of one thread, no error, one trace."""
-    from keras_transformer.inference import decoding
-    from keras_transformer.inference.translator import Translator
+    from keras_transformer.search import decoding
+    from keras_transformer.translation.translator import Translator
 
     traces = []
     search_beams = decoding.search_beams
@@ -968,7 +968,7 @@ def test_export_check_runs_the_tflite_model_on_tensorflows_interpreter_without_l
     from keras_transformer.exporters.quality_check import check_quality
     from keras_transformer.exporters.signatures import IDS_SPEC, TranslationModule
     from keras_transformer.exporters.tensorflow import TFLITE_MODELS, tflite_decoding, tflite_metadata, tflite_models
-    from keras_transformer.inference.decoding import beam_search
+    from keras_transformer.search.decoding import beam_search
 
     model, tokenizer, _ = load_model(untrained)
     decoding = DecodingConfig(beam_size=2)

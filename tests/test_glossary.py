@@ -1,4 +1,4 @@
-"""Glossaries (`inference/glossary.py`): which terms a text holds, one rule eagerly and in the graph;
+"""Glossaries (`translation/glossary.py`): which terms a text holds, one rule eagerly and in the graph;
 every translation of a text that holds a term holds its target term, from Python, the command line
 and an exported SavedModel; malformed glossaries and terms the search cannot hold are refused."""
 
@@ -9,7 +9,7 @@ from conftest import FIXTURE
 import keras_transformer as kt
 from keras_transformer.cli.main import main
 from keras_transformer.data.sources import read_pairs
-from keras_transformer.inference.glossary import Glossary
+from keras_transformer.translation.glossary import Glossary
 
 TERMS = (("king", "König"), ("father", "Vater"), ("sea", "Meer"), ("brother", "Bruder"), ("Yahweh", ""))
 MATCHING = [

@@ -51,11 +51,11 @@ from keras_transformer.data.tokenizer import SubwordTokenizer
 from keras_transformer.importers.common import ABSENT_LOGIT, ModelImportError
 from keras_transformer.importers.huggingface import TORCH_LAYER_NORM_EPSILON, import_huggingface
 from keras_transformer.importers.marian import MARIAN_LAYER_NORM_EPSILON, import_marian
-from keras_transformer.inference.decoding import beam_search, greedy_search
-from keras_transformer.inference.search import decode_limits
-from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import load_model
+from keras_transformer.search.decoding import beam_search, greedy_search
+from keras_transformer.search.search import decode_limits
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, UNK_ID, never_generated
+from keras_transformer.translation.translator import Translator
 
 D_MODEL, D_FF, HEADS, LAYERS = TINY.d_model, TINY.d_ff, TINY.heads, TINY.layers
 CTRANSLATE2 = dict(sinusoid_layout="halves", layer_norm_epsilon=1e-5)  # what CTranslate2's Marian conversion computes

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.inference.evaluation import corpus_scores
+from keras_transformer.evaluation.evaluation import corpus_scores
 from keras_transformer.training.losses import LabelSmoothedCrossEntropy
 from keras_transformer.training.metrics import MaskedAccuracy
 from keras_transformer.training.schedules import TransformerSchedule

@@ -1,4 +1,4 @@
-"""Markup and placeholders (issue 36 item 2; inference/markup.py, inference/markup_restore.py):
+"""Markup and placeholders (issue 36 item 2; translation/markup.py, translation/markup_restore.py):
 every kind of span found whole, put back by hand-made alignments where the golden outputs say,
 never lost, repeated, reordered or altered (a seeded batch of random texts, translations and
 alignments), and the Python path, the SavedModel's `translate_markup` and the CLI agree; a model's
@@ -13,9 +13,9 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.cli.main import main
 from keras_transformer.exporters.signatures import TranslationModule
-from keras_transformer.inference.markup import plain_text, span_lists, span_rule, vocabulary_characters
-from keras_transformer.inference.markup_restore import restore
 from keras_transformer.model_dir import load_model
+from keras_transformer.translation.markup import plain_text, span_lists, span_rule, vocabulary_characters
+from keras_transformer.translation.markup_restore import restore
 
 SPANS = [
     "<b>",

@@ -20,9 +20,9 @@ from keras_transformer.data.sources import read_pairs
 from keras_transformer.exporters.serving_check import check_saved_model, serve_saved_model
 from keras_transformer.exporters.signatures import TranslationModule
 from keras_transformer.exporters.tensorflow import tflite_metadata
-from keras_transformer.inference.decoding import beam_search
-from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir, load_model
+from keras_transformer.search.decoding import beam_search
+from keras_transformer.translation.translator import Translator
 
 FIXTURE_FR = DATA / "fixture_bible.en-fr.tsv"
 BOTH = f"{FIXTURE}:0.5,{FIXTURE_FR}:0.5"

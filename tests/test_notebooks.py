@@ -29,7 +29,7 @@ NOTEBOOKS = [
 REPO = "keras-aiayn/keras-aiayn"  # placeholder GitHub org/repo, the same in every badge
 DISTRIBUTION = "keras-aiayn"
 # Modules of the package that import an optional dependency, lazily.
-OPTIONAL_IMPORTS = {"keras_transformer.inference.visualize": "matplotlib"}
+OPTIONAL_IMPORTS = {"keras_transformer.plots.visualize": "matplotlib"}
 BADGE = "https://colab.research.google.com/github/" + REPO + "/blob/main/colab/{name}"
 CELL_TIMEOUT_S = 600
 

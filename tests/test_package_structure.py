@@ -1,5 +1,5 @@
 """The package's import structure: no module imports another's private names, and no import
-cycle (the layering of STYLE.md: layers -> model -> inference -> exporters; nothing imports the
+cycle (the layering of STYLE.md: layers -> model -> search -> translation -> exporters; nothing imports the
 command line)."""
 
 import ast
@@ -46,7 +46,7 @@ def test_the_package_has_no_import_cycle():
         name: {imported for imported, _ in package_imports(tree, top_level_only=True) if imported in trees}
         for name, tree in trees.items()
     }
-    # `from keras_transformer.inference import alignment` imports the module, not the package's __init__.
+    # `from keras_transformer.translation import alignment` imports the module, not the package's __init__.
     for name, tree in trees.items():
         for imported, names in package_imports(tree, top_level_only=True):
             graph[name] |= {f"{imported}.{n}" for n in names if f"{imported}.{n}" in trees}
@@ -168,3 +168,13 @@ def test_no_string_of_code_imports_the_package():
         if PACKAGE_IMPORT.search(node.value)
     ]
     assert found == []
+
+
+def test_the_search_engine_knows_no_text_files_or_entry_points():
+    """`search/` takes tensors and gives tensors: translation (text and documents), evaluation,
+    plots, the file formats, the service, the corpus jobs and the command line are built on it,
+    never the reverse (issue 49 item 4). Imports inside functions count."""
+    rooms = ["translation", "evaluation", "plots", "files", "service", "corpus", "cli"]
+    found = [offence for room in rooms for offence in offences("keras_transformer.search", f"keras_transformer.{room}")]
+    assert found == []
+    assert any(name.startswith("keras_transformer.search.") for name in modules())  # the room exists

@@ -1,4 +1,4 @@
-"""One text pipeline (`inference/pipeline.py`, issue 49): `Translator` and the exported SavedModel
+"""One text pipeline (`translation/pipeline.py`, issue 49): `Translator` and the exported SavedModel
 (reloaded from disk with `tf.saved_model.load`, not the in-process module) give the same output for
 every kind of request, float and int8; a glossary reaches every text signature; a user modifier
 reaches `Translator` and the export alike. One export of the `translating` model, with a glossary
@@ -13,9 +13,9 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.exporters.signatures import TranslationModule
 from keras_transformer.exporters.tensorflow import export_tensorflow
-from keras_transformer.inference.pipeline import Request
 from keras_transformer.model_dir import load_model
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
+from keras_transformer.translation.pipeline import Request
 
 GLOSSARY = kt.Glossary((("bread", "Gabe"),))  # the model writes "Brot": the term shows the glossary at work
 SENTENCES = ["I am the bread of life.", "Thanks be to God for his unspeakable gift!", "", "So Moses went down."]
@@ -187,7 +187,7 @@ def test_sampling_continues_a_target_prefix(loaded):
 
 
 def test_a_second_ranking_modifier_is_refused_in_one_line(loaded):
-    from keras_transformer.inference.constraints import Constraints
+    from keras_transformer.search.constraints import Constraints
 
     translator = kt.Translator(*loaded, modifiers=[Constraints(tf.zeros([1, 1, 1], tf.int32))], **BEAM)
     with pytest.raises(ValueError, match="^modifiers Constraints, Constraints each rank the candidates"):

@@ -1,4 +1,4 @@
-"""Decoding from a target prefix (inference/prefix.py): every hypothesis starts with it, a prefix
+"""Decoding from a target prefix (search/prefix.py): every hypothesis starts with it, a prefix
 taken from the unconstrained output changes nothing, and the forced tokens count in the score."""
 
 import functools
@@ -10,9 +10,9 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.cli.main import main
-from keras_transformer.inference.decoding import beam_search, greedy_search
-from keras_transformer.inference.scoring import score
 from keras_transformer.model_dir import ModelDir
+from keras_transformer.search.decoding import beam_search, greedy_search
+from keras_transformer.search.scoring import score
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 SOURCE = np.array([[5, 6, 7, 2], [8, 9, 2, 0], [4, 2, 0, 0], [10, 11, 5, 2]], np.int32)

@@ -1,4 +1,4 @@
-"""Random sampling (inference/sampling.py): top-k 1 is greedy, a seed reproduces, and the first
+"""Random sampling (search/sampling.py): top-k 1 is greedy, a seed reproduces, and the first
 tokens of many samples follow the tempered, cut, renormalised softmax (a chi-square test)."""
 
 import io
@@ -11,10 +11,10 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.cli.main import main
 from keras_transformer.config import DecodingConfig
-from keras_transformer.inference.decoding import greedy_search
-from keras_transformer.inference.sampling import sample, sample_with_seed
-from keras_transformer.inference.scoring import score
 from keras_transformer.model_dir import ModelDir
+from keras_transformer.search.decoding import greedy_search
+from keras_transformer.search.sampling import sample, sample_with_seed
+from keras_transformer.search.scoring import score
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 SOURCE = np.array([[5, 6, 7, 2], [8, 9, 2, 0], [4, 2, 0, 0], [10, 11, 5, 2]], np.int32)

@@ -1,4 +1,4 @@
-"""Scoring given translations (inference/scoring.py): teacher-forced log-probabilities that equal
+"""Scoring given translations (search/scoring.py): teacher-forced log-probabilities that equal
 what the search computed, whatever the batch; `Translator.score` and `keras-transformer score`."""
 
 import numpy as np
@@ -7,9 +7,9 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.cli.main import main
-from keras_transformer.inference.decoding import beam_search, greedy_search
-from keras_transformer.inference.scoring import score
 from keras_transformer.model_dir import ModelDir
+from keras_transformer.search.decoding import beam_search, greedy_search
+from keras_transformer.search.scoring import score
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 SOURCE = np.array([[5, 6, 7, 2], [8, 9, 2, 0], [4, 2, 0, 0], [10, 11, 5, 2]], np.int32)

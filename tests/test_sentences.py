@@ -1,4 +1,4 @@
-"""Documents, not sentences (issue 36 item 1): the sentence rule of `inference/sentences.py`,
+"""Documents, not sentences (issue 36 item 1): the sentence rule of `translation/sentences.py`,
 eager and in a graph, a too long sentence cut at its best boundary, and `Translator.translate`,
 the CLI and the SavedModel signature that translate a paragraph whole."""
 
@@ -8,7 +8,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.cli.main import main
 from keras_transformer.exporters.signatures import TranslationModule
-from keras_transformer.inference.sentences import join, split
+from keras_transformer.translation.sentences import join, split
 
 # (text, its sentences, the separator after each)
 CASES = [
@@ -90,7 +90,7 @@ def test_a_cut_never_falls_inside_a_word_when_a_space_is_near(tokenizer):
 
 def test_sentences_that_fit_are_returned_without_the_cutting_ops(tokenizer, monkeypatch):
     """Eagerly, a split whose sentences all fit skips the cutting, ~80% of a split's time (issue 36)."""
-    from keras_transformer.inference import sentences
+    from keras_transformer.translation import sentences
 
     ran = []
     cuts = sentences._cuts

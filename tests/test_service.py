@@ -23,7 +23,7 @@ SOURCES = [line.split("\t")[0] for line in sorted(FIXTURE.read_text(encoding="ut
 
 @pytest.fixture(scope="module")
 def translator(translating):
-    from keras_transformer.inference.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     return Translator.from_model_dir(translating.model_dir)
 
@@ -252,8 +252,8 @@ def test_confidence_separates_right_from_wrong_translations(translating):
     import sacrebleu
     from scipy.stats import spearmanr
 
-    from keras_transformer.inference.translator import Translator
     from keras_transformer.service.confidence import confidence, repeated
+    from keras_transformer.translation.translator import Translator
 
     translator = Translator.from_model_dir(translating.model_dir)
     sources, targets = translating.sources, translating.targets
@@ -394,3 +394,12 @@ def test_sigterm_answers_what_is_in_flight_and_exits_0(translating):
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
+
+
+def test_the_length_ratio_of_a_model_dir_is_its_training_pairs(translating):
+    """`serve --model-dir` flags a translation of an odd length against the training pairs' ratio."""
+    from keras_transformer.service.confidence import LengthRatio
+
+    found = LengthRatio.from_model_dir(translating.model_dir)
+    want = LengthRatio.from_pairs(translating.sources, translating.targets)
+    assert (found.mean, found.std) == pytest.approx((want.mean, want.std)) and found.std > 0

@@ -7,7 +7,7 @@ import tensorflow as tf
 from keras_transformer import DecodingConfig, Transformer, TransformerConfig
 from keras_transformer.exporters.serving_check import check_saved_model
 from keras_transformer.exporters.signatures import TranslationModule, truncate_source_ids
-from keras_transformer.inference.translator import Translator
+from keras_transformer.translation.translator import Translator
 
 
 def test_too_long_source_ids_keep_max_length_minus_one_then_eos():
@@ -108,9 +108,9 @@ def test_translate_with_options_refuses_a_texts_settings_out_of_range_and_serves
     errors = [e.decode() for e in out["error"].numpy()]
     assert errors == [
         "",
-        "beam_size must be between 1 and 64",
+        "beam_size must be >= 1",
         "alpha must be >= 0",
-        "beam_size must be between 1 and 64",
+        "beam_size must be at most 64",
     ]
     translations = [t.decode() for t in out["translation"].numpy()]
     assert translations == [python.translate("Jesus wept."), "", "", ""] and out["score"].numpy()[1] == 0.0
@@ -186,7 +186,7 @@ def test_a_savedmodel_decoding_with_xla_gives_the_graphs_translations(served, tm
     fresh object (as TF Serving loads it), translates as the TensorFlow graph does."""
     import functools
 
-    from keras_transformer.inference.decoding import beam_search
+    from keras_transformer.search.decoding import beam_search
 
     module, python = served
     xla = TranslationModule(module.model, module.tokenizer, functools.partial(beam_search, jit_compile=True))

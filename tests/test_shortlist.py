@@ -1,5 +1,5 @@
 """The vocabulary shortlist (issue 39 item 2): built from pairs (`data/shortlist.py`), searched over
-(`inference/shortlist.py`), in `Translator`, the command line and the SavedModel."""
+(`search/shortlist.py`), in `Translator`, the command line and the SavedModel."""
 
 import json
 import shutil
@@ -11,11 +11,11 @@ from conftest import scramble
 
 from keras_transformer import DecodingConfig, Transformer, TransformerConfig
 from keras_transformer.data.shortlist import Shortlist, count_pairs
-from keras_transformer.inference.decoding import beam_search, greedy_search
-from keras_transformer.inference.ensemble import Ensemble
-from keras_transformer.inference.markup import SPAN
-from keras_transformer.inference.sampling import sample
+from keras_transformer.search.decoding import beam_search, greedy_search
+from keras_transformer.search.ensemble import Ensemble
+from keras_transformer.search.sampling import sample
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
+from keras_transformer.translation.markup import SPAN
 
 VOCAB = 40
 SOURCE = np.array([[5, 6, 7, 2], [8, 9, 2, 0]], np.int32)
@@ -331,8 +331,8 @@ def test_ctranslate2s_vocabulary_map_gives_our_greedy_tokens_over_the_shortlist(
     ctranslate2 = pytest.importorskip("ctranslate2")
     import keras_transformer as kt
     from keras_transformer.cli.main import main
-    from keras_transformer.inference.search import decode_limits
     from keras_transformer.model_dir.shortlist import load_shortlist
+    from keras_transformer.search.search import decode_limits
 
     model_dir, out = str(tmp_path / "model"), str(tmp_path / "ct2")
     shutil.copytree(shortlisted_dir, model_dir)

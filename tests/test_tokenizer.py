@@ -6,9 +6,9 @@ import tensorflow as tf
 
 from keras_transformer import Transformer, TransformerConfig
 from keras_transformer.data.tokenizer import SubwordTokenizer, TokenizerError
-from keras_transformer.inference.translator import Translator
-from keras_transformer.inference.visualize import attention_maps, token_pieces
+from keras_transformer.plots.visualize import attention_maps, token_pieces
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, RESERVED_IDS, START_ID, UNK_ID
+from keras_transformer.translation.translator import Translator
 
 LONG = "In the beginning God created the heavens and the earth."
 

@@ -32,7 +32,7 @@ def translator(model_dir):
 
 
 def test_the_package_exports_the_translator_and_the_loader_and_no_module_names():
-    assert kt.Translator.__module__ == "keras_transformer.inference.translator"
+    assert kt.Translator.__module__ == "keras_transformer.translation.translator"
     assert kt.load_model.__module__ == "keras_transformer.model_dir.directory"
     public = [name for name in dir(kt) if not name.startswith("_")]
     assert "os" not in public and "typing" not in public and "importlib" not in public
@@ -68,8 +68,8 @@ def test_the_package_exports_the_translator_and_the_loader_and_no_module_names()
         ]
     )
     assert all(callable(getattr(kt, name)) for name in kt.__all__ if name not in ("PRESETS", "visualize"))
-    assert kt.visualize.__name__ == "keras_transformer.inference.visualize"
-    assert kt.evaluate.__module__ == "keras_transformer.inference.evaluation"
+    assert kt.visualize.__name__ == "keras_transformer.plots.visualize"
+    assert kt.evaluate.__module__ == "keras_transformer.evaluation.evaluation"
     with pytest.raises(AttributeError, match="has no attribute 'translate'"):
         _ = kt.translate
 

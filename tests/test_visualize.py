@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.inference import visualize
+from keras_transformer.plots import visualize
 
 matplotlib.use("Agg")
 

@@ -27,13 +27,13 @@ from keras_transformer.data.mixing import tokenizer_sentences, training_pairs, v
 from keras_transformer.data.sources import read_pairs
 from keras_transformer.data.splits import near_duplicate_key, software_split, split_source
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.inference.translator import Translator
 from keras_transformer.model import Transformer
 from keras_transformer.model_dir import ModelDir, ModelDirError, load_model
 from keras_transformer.model_dir.checkpoints import save_weights
 from keras_transformer.training.callbacks.early_stopping import EarlyStopping
 from keras_transformer.training.preparation import initial_weights, shared_pieces
 from keras_transformer.training.trainer import train
+from keras_transformer.translation.translator import Translator
 
 QUIET = dict(verbose=0, log=lambda message: None)
 TINY = TransformerConfig.tiny(vocab_size=300, num_layers=1)

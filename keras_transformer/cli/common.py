@@ -74,13 +74,13 @@ def read_glossary(args):
         if args.glossary_case_sensitive:
             raise ValueError("--glossary-case-sensitive needs --glossary FILE")
         return None
-    from keras_transformer.inference.glossary import Glossary
+    from keras_transformer.translation.glossary import Glossary
 
     return Glossary.from_tsv(args.glossary, args.glossary_case_sensitive)
 
 
 def build_translator(args):
-    from keras_transformer.inference.translator import Translator
+    from keras_transformer.translation.translator import Translator
 
     glossary = read_glossary(args) if "glossary" in args else None  # translate's and evaluate's, not score's
     return Translator.from_model_dir(args.model_dir, args.checkpoint, decoding(args), glossary)

@@ -35,7 +35,7 @@ def run(args):
     from keras_transformer.data.files import has_own_splits
     from keras_transformer.data.sources import read_pairs
     from keras_transformer.data.splits import WHOLE
-    from keras_transformer.inference.evaluation import evaluate
+    from keras_transformer.evaluation.evaluation import evaluate
     from keras_transformer.model_dir import ModelDir
     from keras_transformer.model_dir.held_out import held_out
 

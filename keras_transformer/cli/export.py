@@ -87,9 +87,9 @@ def run(args):
         raise ValueError("export needs --model-dir and --out (or --check OUT)")
     if args.quantization and args.format != "ctranslate2":
         raise ValueError("--quantization applies to --format ctranslate2 only")
-    from keras_transformer.inference.ensemble import Ensemble
     from keras_transformer.model_dir import ModelDir, load_model
     from keras_transformer.model_dir.shortlist import model_dir_shortlist
+    from keras_transformer.search.ensemble import Ensemble
 
     if len(args.model_dir) > 1:
         if args.format == "ctranslate2":

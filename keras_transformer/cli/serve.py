@@ -68,7 +68,7 @@ def run(args) -> int:
     )
     length_ratio = None
     if args.model_dir:
-        from keras_transformer.inference.translator import Translator
+        from keras_transformer.translation.translator import Translator
 
         languages = model_dir_languages(args.model_dir, args.languages)
         translator = Translator.from_model_dir(args.model_dir, args.checkpoint)
@@ -95,7 +95,7 @@ def export_translator(path: str, artifact: str):
         from keras_transformer.service.litert import LiteRTTranslator
 
         return LiteRTTranslator(path, int8=int8)
-    from keras_transformer.inference.exported import SavedModelTranslator
+    from keras_transformer.translation.exported import SavedModelTranslator
 
     return SavedModelTranslator(path, int8=int8)
 

@@ -97,8 +97,8 @@ def _matched(batches, path: str, flag: str, parse=None):
 
 
 def run(args):
-    from keras_transformer.inference.alignment import format_pharaoh
-    from keras_transformer.inference.pipeline import Request
+    from keras_transformer.translation.alignment import format_pharaoh
+    from keras_transformer.translation.pipeline import Request
 
     common.use_op_threads(args.intra_op_threads)
     translator = common.build_translator(args)

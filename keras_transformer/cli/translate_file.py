@@ -68,7 +68,7 @@ def run(args) -> int:
     if args.export:
         if args.glossary:
             raise ValueError("--glossary needs --model-dir (an export applies its own `export --glossary`)")
-        from keras_transformer.inference.exported import SavedModelTranslator
+        from keras_transformer.translation.exported import SavedModelTranslator
 
         translator = SavedModelTranslator(args.export)
     else:

@@ -54,7 +54,7 @@ class ExportHandler(ModelHandler):
         self.export_dir, self.int8, self.mode = export_dir, int8, mode
 
     def load_model(self):
-        from keras_transformer.inference.exported import SavedModelTranslator
+        from keras_transformer.translation.exported import SavedModelTranslator
 
         return SavedModelTranslator(self.export_dir, int8=self.int8)
 
@@ -78,7 +78,7 @@ class ModelDirHandler(ModelHandler):
         self.model_dir, self.overrides = model_dir, overrides
 
     def load_model(self):
-        from keras_transformer.inference.translator import Translator
+        from keras_transformer.translation.translator import Translator
 
         return Translator.from_model_dir(self.model_dir, **self.overrides)
 

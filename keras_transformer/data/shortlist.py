@@ -2,7 +2,7 @@
 most associated with it, and the most frequent target tokens (CTranslate2's `vmap`, Marian's
 lexical shortlist; the candidate lists of Jean et al., 2015, "On Using Very Large Target
 Vocabulary for Neural Machine Translation"). A search restricts its output layer to the union of
-a batch's shortlists (`inference/shortlist.py`).
+a batch's shortlists (`search/shortlist.py`).
 
 Built in one streaming pass over the pairs, tokenized with the model's tokenizer (sources as the
 encoder reads them, targets as the decoder writes them), with NumPy counts of:

@@ -145,7 +145,7 @@ def vocabulary_map(shortlist, tokens: list[str]) -> str:
     line `source token<TAB>its target tokens` per source token with targets, and the frequent
     targets on the line of the empty source, which CTranslate2 keeps for every batch (with unk,
     bos and eos). `use_vmap` then searches over the union of a batch's lines, as our search does
-    over the union of its shortlists (`inference/shortlist.py`)."""
+    over the union of its shortlists (`search/shortlist.py`)."""
     spaced = [token for token in tokens if token != token.strip() or any(c in token for c in " \t\n")]
     if spaced:
         raise CTranslate2ExportError(f"CTranslate2's vocabulary map cannot hold tokens with whitespace: {spaced[:3]}")

@@ -51,9 +51,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from keras_transformer.config import DecodingConfig
+from keras_transformer.evaluation.evaluation import corpus_scores
 from keras_transformer.exporters.tensorflow import INT8_SUFFIX
-from keras_transformer.inference.evaluation import corpus_scores
-from keras_transformer.inference.translator import Translator, padded
+from keras_transformer.translation.translator import Translator, padded
 
 MIN_IDENTICAL = 0.9  # float32 artifacts: share of outputs identical to the checkpoint's
 MAX_BLEU_DROP = 1.0  # every artifact: BLEU at most this far below the checkpoint's
@@ -197,7 +197,7 @@ def _glossary_constraints(out: str, metadata: dict, sources: list[str]):
     every text signature of its text SavedModels holds), or None for an export without one."""
     if "glossary" not in metadata:
         return None
-    from keras_transformer.inference.glossary import Glossary
+    from keras_transformer.translation.glossary import Glossary
 
     entry = metadata["glossary"]
     glossary = Glossary.from_tsv(os.path.join(out, entry["path"]), entry["case_sensitive"])
@@ -221,7 +221,7 @@ def _markup_reports(out, translator, sources, references, exact_dtype, metadata)
     problems of outputs whose spans differ from their source's)."""
     import tensorflow as tf
 
-    from keras_transformer.inference.markup import span_lists, stripped_texts
+    from keras_transformer.translation.markup import span_lists, stripped_texts
 
     marked = markup_sample(sources)
     expected = translator.translate(marked, markup=True, constraints=_glossary_constraints(out, metadata, marked))

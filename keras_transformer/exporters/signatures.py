@@ -3,14 +3,14 @@
 `TranslationModule` is a `tf.Module` whose `tf.function`s need no Python code of this package once
 saved: the SentencePiece tokenizer (tensorflow-text ops), the search and the detokenizer are
 all in the graph. Every text signature is a thin wrapper over the text pipeline
-(`inference/pipeline.py`), the one `Translator` runs: with a glossary (`export --glossary FILE`;
-`inference/glossary.py`, its terms constants of the graph), the translations of every text
+(`translation/pipeline.py`), the one `Translator` runs: with a glossary (`export --glossary FILE`;
+`translation/glossary.py`, its terms constants of the graph), the translations of every text
 signature but `sample` hold the target terms of the glossary terms their texts hold (beside a
 request's own constraints); a user's modifiers (`export(..., modifiers=)`) run in every search.
 
 - `translate(text [B]) -> {translation [B] string, score [B] float32}`: `serving_default`.
 - `translate_document(text [B]) -> {translation [B] string}`: each text a document, split into
-  sentences (`inference/sentences.py`: the rule of `Translator.translate(..., split=True)`, a
+  sentences (`translation/sentences.py`: the rule of `Translator.translate(..., split=True)`, a
   sentence too long for the model cut further), all of them translated by `translate` in one batch
   (its glossary too) and joined back in order with the whitespace between them. `serving_default`
   stays `translate`, one sentence per text, so TF Serving clients keep working; a client sends
@@ -19,18 +19,18 @@ request's own constraints); a user's modifiers (`export(..., modifiers=)`) run i
   a row of more than `max_length` ids is cut to its first `max_length - 1`, then EOS.
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
 - `translate_with_alignments(text [B]) -> {translation [B] string, score [B] float32, alignment
-  [B] string}`: the alignment in Pharaoh format ("0-0 2-1 ..."; `inference/alignment.py`).
+  [B] string}`: the alignment in Pharaoh format ("0-0 2-1 ..."; `translation/alignment.py`).
 - `translate_markup(text [B]) -> {translation [B] string, score [B] float32}`: tags, entities,
   placeholders, URLs, e-mail addresses and the characters the vocabulary cannot write (the
   tokenizer's `span_rule`, a constant of the graph) kept exactly, placed by the word alignments
-  (`inference/markup.py`, `inference/markup_restore.py`: the rule of
+  (`translation/markup.py`, `translation/markup_restore.py`: the rule of
   `Translator.translate(..., markup=True)`); the score is the plain text's translation's.
 - `translate_with_prefix(text [B], prefix [B]) -> {translation [B], score [B]}`: each translation
-  continues its prefix ("" for none; `inference/prefix.py`).
+  continues its prefix ("" for none; `search/prefix.py`).
 - `translate_constrained(text [B], constraints [B, C]) -> {translation [B], score [B]}`: each
-  translation holds its row's phrases ("" for none; `inference/constraints.py`).
+  translation holds its row's phrases ("" for none; `search/constraints.py`).
 - `score(source [B], target [B]) -> {score [B] float32, log_prob [B] float32, tokens [B] int32}`:
-  the given translations' log-probabilities (`inference/scoring.py`; a target is cut to its first
+  the given translations' log-probabilities (`search/scoring.py`; a target is cut to its first
   `max_length - 1` tokens).
 - `translate_with_options(text [B], beam_size [B], alpha [B], max_decoding_length [B],
   min_decoding_length [B], repetition_penalty [B], no_repeat_ngram_size [B]) -> {translation [B],
@@ -44,11 +44,11 @@ request's own constraints); a user's modifiers (`export(..., modifiers=)`) run i
   fine). Every text signature of a multilingual model also reads a language's piece at the text's
   start ("<2fr> Jesus wept."; `SubwordTokenizer.tokenize_source`).
 - `sample(text [B]) -> {translations [B, n] string, scores [B, n] float32}`: n = `num_samples`
-  translations drawn per text (`inference/sampling.py`), best first, with the export's sampling
+  translations drawn per text (`search/sampling.py`), best first, with the export's sampling
   settings (with sampling off there, from the whole distribution: `sampling_topk` 0) and its
   `seed` (none: a new seed per request).
 
-Text goes through the same steps as `keras_transformer.inference.translator.Translator`
+Text goes through the same steps as `keras_transformer.translation.translator.Translator`
 (`SubwordTokenizer.source_ids`: tokens truncated to `max_length - 1`, then EOS); a text with
 no tokens (empty or only spaces) translates to "" with score 0. Invalid UTF-8 bytes are
 replaced by U+FFFD (the unknown token) instead of failing the batch.
@@ -58,7 +58,7 @@ The search is that of the module's `decoding` (with its controls, shortlist and 
 (`greedy_search`, the TFLite models' search); its output length follows `search.decode_limits`. With a
 vocabulary shortlist (`lexical_shortlist`, the model dir's `shortlist.npz`), its arrays are the
 module's variables, saved once, and every search (not `score`) runs over the union of its
-batch's shortlists (`inference/shortlist.py`): `decode` should read the same shortlist.
+batch's shortlists (`search/shortlist.py`): `decode` should read the same shortlist.
 """
 
 from __future__ import annotations
@@ -68,16 +68,16 @@ from collections.abc import Callable
 import tensorflow as tf
 from tensorflow.python.trackable.data_structures import NoDependency
 
-from keras_transformer.config import DecodingConfig, SearchSettings
+from keras_transformer.config import DecodingConfig, SearchSettings, search_ranges
 from keras_transformer.data.shortlist import Shortlist
-from keras_transformer.inference.beam import BeamSearch
-from keras_transformer.inference.controls import MinLength, NoRepeatNgram, RepetitionPenalty
-from keras_transformer.inference.glossary import Glossary
-from keras_transformer.inference.inputs import SearchInputs, user_modifiers
-from keras_transformer.inference.pipeline import Pipeline
-from keras_transformer.inference.scoring import score_targets
-from keras_transformer.inference.search import DecodeResult, graph_function, search
+from keras_transformer.search.beam import BeamSearch
+from keras_transformer.search.controls import MinLength, NoRepeatNgram, RepetitionPenalty
+from keras_transformer.search.inputs import SearchInputs, user_modifiers
+from keras_transformer.search.scoring import score_targets
+from keras_transformer.search.search import DecodeResult, graph_function, search
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, never_generated
+from keras_transformer.translation.glossary import Glossary
+from keras_transformer.translation.pipeline import Pipeline
 
 TEXT_SPEC = tf.TensorSpec([None], tf.string, name="text")
 PREFIX_TEXT_SPEC = tf.TensorSpec([None], tf.string, name="prefix")
@@ -104,16 +104,14 @@ MAX_BEAM_SIZE = 64  # translate_with_options' largest beam: a request cannot mak
 
 def options_errors(beam_size, alpha, max_decoding_length, min_decoding_length, repetition_penalty, ngram_size):
     """[B] string: "" where a text's `translate_with_options` settings ([B] each) are in range,
-    else one line naming the first that is not (`config.SearchSettings` checks the same)."""
-    finite = lambda x: tf.math.is_finite(x)
+    else one line naming the first that is not: `config.search_ranges` (what `SearchSettings`
+    checks), then a request's own bounds (a beam of at most `MAX_BEAM_SIZE`, finite floats)."""
+    settings = (beam_size, alpha, max_decoding_length, min_decoding_length, repetition_penalty, ngram_size)
     checks = (
-        ((beam_size >= 1) & (beam_size <= MAX_BEAM_SIZE), f"beam_size must be between 1 and {MAX_BEAM_SIZE}"),
-        (finite(alpha) & (alpha >= 0), "alpha must be >= 0"),
-        (max_decoding_length >= 1, "max_decoding_length must be >= 1"),
-        (min_decoding_length >= 0, "min_decoding_length must be >= 0"),
-        (min_decoding_length < max_decoding_length, "min_decoding_length must be below max_decoding_length"),
-        (finite(repetition_penalty) & (repetition_penalty > 0), "repetition_penalty must be > 0"),
-        (ngram_size >= 0, "no_repeat_ngram_size must be >= 0"),
+        *((holds, message) for holds, message, _ in search_ranges(*settings)),
+        (beam_size <= MAX_BEAM_SIZE, f"beam_size must be at most {MAX_BEAM_SIZE}"),
+        (tf.math.is_finite(alpha), "alpha must be finite"),
+        (tf.math.is_finite(repetition_penalty), "repetition_penalty must be finite"),
     )
     errors = tf.fill(tf.shape(beam_size), "")
     for fine, message in reversed(checks):  # the first failing check's message wins
@@ -143,7 +141,7 @@ def truncate_source_ids(source_ids, max_length: int):
 class TranslationModule(tf.Module):
     """The exported signatures of one model; `tokenizer=None` gives an ids-only module (no
     tensorflow-text op). Holds the model's variables, so `tf.saved_model.save` stores them. Every
-    text signature is a thin `tf.function` over the text pipeline (`inference/pipeline.py`), the
+    text signature is a thin `tf.function` over the text pipeline (`translation/pipeline.py`), the
     one `Translator` runs eagerly.
 
     `lite_text=True` gives only `translate_text_to_ids(text [B]) -> {ids, scores}`, for TFLite:

@@ -23,7 +23,7 @@
                                      `translate` holds (the ids-only and TFLite models hold none)
 
 With the `shortlist` setting (by default where the model dir has one) both SavedModels hold the model dir's
-vocabulary shortlist and search over it (`inference/shortlist.py`; translator.json's
+vocabulary shortlist and search over it (`search/shortlist.py`; translator.json's
 `saved_model_shortlist`); the TFLite models never do (static shapes there), nor does `score`.
 
 `tflite=False` (`export --no-tflite`) writes the SavedModels, the tokenizer and translator.json
@@ -53,13 +53,13 @@ from tensorflow.python.framework.convert_to_constants import (
 from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import UNK_ID, target_path
 from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule, variables
-from keras_transformer.inference.controls import suppressed_ids
-from keras_transformer.inference.decoding import beam_search, search_beams
-from keras_transformer.inference.glossary import Glossary
-from keras_transformer.inference.inputs import user_modifiers
-from keras_transformer.inference.search import graph_function
-from keras_transformer.inference.shortlist import check_shortlist
+from keras_transformer.search.controls import suppressed_ids
+from keras_transformer.search.decoding import beam_search, search_beams
+from keras_transformer.search.inputs import user_modifiers
+from keras_transformer.search.search import graph_function
+from keras_transformer.search.shortlist import check_shortlist
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
+from keras_transformer.translation.glossary import Glossary
 
 INT8_SUFFIX = "_int8"  # the int8 SavedModel's name: <name>_int8
 WARMUP_TEXTS = ("In the beginning God created the heavens and the earth.", "Jesus wept.")
@@ -266,7 +266,7 @@ def export_tensorflow(
     SavedModels compute in it
     (`Transformer.with_dtype`, e.g. "bfloat16"). The TFLite models run the same search in
     float32 (and int8 weights), never with XLA (`tflite_decoding`). `model` may be an `Ensemble`
-    (`inference/ensemble.py`): every artifact then runs the ensemble's search. `model_dirs`: the
+    (`search/ensemble.py`): every artifact then runs the ensemble's search. `model_dirs`: the
     model directory exported, recorded in translator.json so that `export --check` can compare
     the artifacts' translations with its checkpoint's, `checkpoint` which one (`tflite_metadata`).
     `tflite=False`: no TFLite model (and none left from an earlier export into `out`); the

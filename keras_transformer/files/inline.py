@@ -1,7 +1,7 @@
 """Mixed XML content (text with inline elements: XLIFF's `<g>`/`<x/>`/`<pc>`, TMX's `<bpt>`, HTML's
 `<b>`, a DOCX paragraph's runs) as one text for the translator, and back.
 
-Each inline element becomes a tag of our own that `inference/markup.py` protects: a paired one
+Each inline element becomes a tag of our own that `translation/markup.py` protects: a paired one
 (its content is translated: `<g>`, `<pc>`, `<b>`) `<kN>...</kN>`, an opaque one (kept whole with its
 content: `<x/>`, `<ph>`, `<bpt>`, `<code>`) `<kN/>`. The markup path copies every such tag into the
 translation exactly once, in the source's order, placed by the word alignment (Hanneman & Dinu, 2020,

@@ -7,7 +7,7 @@ requires of its translation) or a paragraph's indentation survives (where line b
 HTML and XML, a text is translated whole, its ends kept). A core without a letter ("%s:",
 "42", "—") is kept as it is, and so is one that the model translates to nothing; identical cores
 are translated once. Translation goes through the
-markup path (`Translator.translate(..., markup=True)`, `inference/markup_restore.py`): tags,
+markup path (`Translator.translate(..., markup=True)`, `translation/markup_restore.py`): tags,
 placeholders, inline codes and characters the model cannot write come out exactly, as many times
 as in the source.
 """

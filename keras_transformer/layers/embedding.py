@@ -87,7 +87,7 @@ class SharedEmbedding(keras.layers.Layer):
     def output_projection(self, dtype="float32", ids=None):
         """(E^T [d_model, vocab] in `dtype`, the output bias [vocab] float32 or None): the pre-softmax
         linear transformation laid out for x E^T + b; with `ids` [V'] int32 (a vocabulary shortlist,
-        `inference/shortlist.py`), only those tokens' columns [d_model, V'] and biases [V'].
+        `search/shortlist.py`), only those tokens' columns [d_model, V'] and biases [V'].
         Decoding makes it once per search and multiplies every step by it: oneDNN's matmul against
         the [vocab, d_model] matrix itself, transposed inside the op (what `project` alone runs),
         took 1.3-2.2x as long on a decoding step's shapes (bench/JOURNAL.md, "2026-12-02 (midday)").

@@ -4,7 +4,7 @@ Confidence is the model's own probability of its output, per token: exp of the m
 of the translation's tokens, EOS included (the "TP" glass-box estimate of Fomicheva et al., 2020,
 "Unsupervised Quality Estimation for Neural Machine Translation"), from `Translator.score` (teacher
 forcing the translation). A word's score is exp of the mean log-probability of its subwords (words as
-`inference/alignment.py` counts them). The flags name the failures peers' users report
+`translation/alignment.py` counts them). The flags name the failures peers' users report
 (CTranslate2#836, #1236, LibreTranslate#670):
 
     repetition     a word n-gram (n <= 4) repeated REPEATS times in a row in the translation and
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from keras_transformer.inference import alignment
+from keras_transformer.translation import alignment
 
 REPEATS = 3
 MAX_NGRAM = 4
@@ -52,8 +52,8 @@ class LengthRatio:
 
     @classmethod
     def from_model_dir(cls, model_dir: str, pairs: int = 2000) -> LengthRatio:
-        """From the first `pairs` training pairs of the data the model was trained on (`data.held_out`)."""
-        from keras_transformer.data.held_out import held_out
+        """From the first `pairs` training pairs of the data the model was trained on (`model_dir.held_out`)."""
+        from keras_transformer.model_dir.held_out import held_out
 
         found = held_out(model_dir, "train", pairs)
         return cls.from_pairs(found.sources, found.references)

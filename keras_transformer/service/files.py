@@ -1,7 +1,7 @@
 """`POST /translate_file`: a document in, the translated document out, on the model thread.
 
 Plain text is translated line by line (each line a document of sentences: `split=True`, blank
-lines kept); HTML as one document whose tags are kept (`markup=True`, `inference/markup_restore.py`).
+lines kept); HTML as one document whose tags are kept (`markup=True`, `translation/markup_restore.py`).
 Hook for the files issue: where `keras_transformer.files.translate_file` exists, the lead routes
 `translate_path` through it (PO, XLIFF, SRT, ...) and extends `FORMATS` with its formats.
 """

@@ -3,7 +3,7 @@
 with the export's tokenizer around it, as `export/litert_client.py` runs it on a device.
 
 `translate(texts, split=True)` splits documents into sentences as `Translator` does
-(`inference/sentences.py`); the TFLite model keeps no markup and serves one target language.
+(`translation/sentences.py`); the TFLite model keeps no markup and serves one target language.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from keras_transformer.data.tokenizer import SubwordTokenizer
-from keras_transformer.inference import sentences
+from keras_transformer.translation import sentences
 
 BATCH_SIZE = 32  # texts per interpreter call, sorted by length
 

@@ -1,5 +1,5 @@
 """The validation BLEU on JAX and PyTorch (issue 38). `BleuCallback` translates with the beam search
-of `inference/` (§6.1), which is TensorFlow's: it runs only a model on Keras' TensorFlow backend, and
+of `search/` (§6.1), which is TensorFlow's: it runs only a model on Keras' TensorFlow backend, and
 Keras runs one backend per process. So a TensorFlow process translates for the run: started at the
 first BLEU and kept for the next ones (its model built and its search traced once), it reads the
 run's current weights from a Keras weights file (`keras_checkpoint`) at every call and answers with
@@ -101,8 +101,8 @@ def main(argv: list[str]) -> None:
     os.dup2(2, 1)
     from keras_transformer.config import TransformerConfig
     from keras_transformer.data.tokenizer import SubwordTokenizer
-    from keras_transformer.inference.translator import Translator
     from keras_transformer.model import Transformer
+    from keras_transformer.translation.translator import Translator
 
     model = Transformer(TransformerConfig.from_dict(json.loads(config)))
     model.build()

@@ -33,7 +33,6 @@ from keras_transformer.config import DataConfig, TrainingConfig, TransformerConf
 from keras_transformer.data.batching import SkippedPairs, make_batches
 from keras_transformer.data.errors import data_errors
 from keras_transformer.data.mixing import read_validation, training_pairs, validation_pairs
-from keras_transformer.inference.translator import Translator
 from keras_transformer.keras_checkpoint import KerasCheckpoint
 from keras_transformer.model import Transformer
 from keras_transformer.model_dir.checkpoints import restore_newest
@@ -55,6 +54,7 @@ from keras_transformer.training.optimization import compile_model, learning_rate
 from keras_transformer.training.preparation import initial_weights, prepare_model_dir
 from keras_transformer.training.schedules import StepBudgetSchedule, trained_steps
 from keras_transformer.training.tensorflow_translator import TensorFlowTranslator
+from keras_transformer.translation.translator import Translator
 
 
 class TrainingDiverged(ValueError):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import keras
 
-from keras_transformer.inference.evaluation import evaluate
+from keras_transformer.evaluation.evaluation import evaluate
 from keras_transformer.model_dir.checkpoints import save_weights
 from keras_transformer.training.schedules import trained_steps
 

@@ -73,7 +73,7 @@ def attention_maps(model, tokenizer, source: str, target: str | None = None) -> 
     Without `target`, the model's own greedy translation of `source` is the target, so the
     maps show what the model attended to while producing it.
     """
-    from keras_transformer.inference.decoding import greedy_search
+    from keras_transformer.search.decoding import greedy_search
 
     config = model.config
     source_ids = tokenizer.source_ids([source], config.max_length)[0].numpy()[0]  # [S]: one text, no padding

@@ -23,8 +23,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_transformer.inference.log_probs import NEG_INF, LogProbs, best_tokens, gather_beams
-from keras_transformer.inference.search import Modifier, SearchState, Step, length_penalty
+from keras_transformer.search.log_probs import NEG_INF, LogProbs, best_tokens, gather_beams
+from keras_transformer.search.search import Modifier, SearchState, Step, length_penalty
 from keras_transformer.special_tokens import EOS_ID
 
 

@@ -16,8 +16,8 @@ import dataclasses
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.inference.log_probs import NEG_INF
-from keras_transformer.inference.search import SOURCE_SPEC, check_source_ids, compiled, length_penalty
+from keras_transformer.search.log_probs import NEG_INF
+from keras_transformer.search.search import SOURCE_SPEC, check_source_ids, compiled, length_penalty
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, never_generated
 
 TARGET_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_ids")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.inference.log_probs import vocabulary_size
-from keras_transformer.inference.search import Modifier, ModifierState, Step, refuse_reserved
+from keras_transformer.search.log_probs import vocabulary_size
+from keras_transformer.search.search import Modifier, ModifierState, Step, refuse_reserved
 from keras_transformer.special_tokens import PAD_ID
 
 PREFIX_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_prefix")

@@ -38,8 +38,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig, RuntimeSettings
-from keras_transformer.inference.log_probs import NEG_INF, LogProbs, gather_beams
-from keras_transformer.inference.shortlist import STATIC_SHAPES, restrict
+from keras_transformer.search.log_probs import NEG_INF, LogProbs, gather_beams
+from keras_transformer.search.shortlist import STATIC_SHAPES, restrict
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.inference.decoding import beam_search
-from keras_transformer.inference.log_probs import NEG_INF
-from keras_transformer.inference.search import DecodeResult
+from keras_transformer.search.decoding import beam_search
+from keras_transformer.search.log_probs import NEG_INF
+from keras_transformer.search.search import DecodeResult
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, START_ID, never_generated
 
 

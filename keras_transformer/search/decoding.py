@@ -13,9 +13,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.inference.beam import BeamSearch
-from keras_transformer.inference.inputs import SearchInputs, limits, user_modifiers
-from keras_transformer.inference.search import (
+from keras_transformer.search.beam import BeamSearch
+from keras_transformer.search.inputs import SearchInputs, limits, user_modifiers
+from keras_transformer.search.search import (
     SOURCE_SPEC,
     DecodeResult,
     check_source_ids,
@@ -25,7 +25,7 @@ from keras_transformer.inference.search import (
     search,
     traced_settings,
 )
-from keras_transformer.inference.shortlist import check_shortlist
+from keras_transformer.search.shortlist import check_shortlist
 from keras_transformer.special_tokens import PAD_ID, never_generated
 
 

@@ -36,16 +36,16 @@ import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import lang_token
-from keras_transformer.inference import alignment, sentences
-from keras_transformer.inference.alternatives import alternatives as expand
-from keras_transformer.inference.controls import suppressed_ids
-from keras_transformer.inference.decoding import beam_search
-from keras_transformer.inference.glossary import Glossary
-from keras_transformer.inference.markup import has_spans, plain_text, span_rule
-from keras_transformer.inference.markup_restore import restore
-from keras_transformer.inference.sampling import sample_with_seed, sampling_seed
-from keras_transformer.inference.search import graph_function
+from keras_transformer.search.alternatives import alternatives as expand
+from keras_transformer.search.controls import suppressed_ids
+from keras_transformer.search.decoding import beam_search
+from keras_transformer.search.sampling import sample_with_seed, sampling_seed
+from keras_transformer.search.search import graph_function
 from keras_transformer.special_tokens import PAD_ID
+from keras_transformer.translation import alignment, sentences
+from keras_transformer.translation.glossary import Glossary
+from keras_transformer.translation.markup import has_spans, plain_text, span_rule
+from keras_transformer.translation.markup_restore import restore
 
 _ALIGNING = threading.Lock()  # threads' first alignments (a service's pool) build one function
 _LANG_HEAD, _LANG_TAIL = lang_token("\n").split("\n")  # "<2", ">": a language's piece around its code
@@ -59,7 +59,7 @@ class Request:
     per text; "" for none), `constraints` (phrases every translation holds: one list for every
     text, or one list per text), `target_lang` (a multilingual model's language: one, or one per
     text), `markup` (spans kept: `markup.py`), `split` (each text a document), `alternatives`
-    (the n alternatives after the prefix: `alternatives.py`), `alignments` (the best
+    (the n alternatives after the prefix: `search/alternatives.py`), `alignments` (the best
     translation's word alignment)."""
 
     n: int | None = None
@@ -100,7 +100,7 @@ class Request:
     def per_text(self, count: int) -> tuple[list[str] | None, list[list[str]] | None, list[str] | None]:
         """(prefixes, constraints, target languages) as one entry per text of `count`, each None
         where not given; a ValueError where a list has another length."""
-        from keras_transformer.inference.constraints import per_text
+        from keras_transformer.search.constraints import per_text
 
         return (
             _one_per_text(self.prefixes, count, "prefixes"),
@@ -212,7 +212,7 @@ class Pipeline:
         return tokens.to_tensor(default_value=PAD_ID)[:, : self.max_length - 1]  # [B, T]
 
     def phrase_ids(self, phrases):
-        """phrases [B, C] strings ("" none) -> [B, C, T] int32 token ids (`constraints.py`)."""
+        """phrases [B, C] strings ("" none) -> [B, C, T] int32 token ids (`search/constraints.py`)."""
         shape = tf.shape(phrases)  # [B, C]
         ids = self.target_ids(tf.reshape(phrases, [-1]))  # [B * C, T]
         return tf.reshape(ids, tf.concat([shape, tf.shape(ids)[1:]], axis=0))  # [B, C, T]
@@ -251,7 +251,7 @@ class Pipeline:
         """source_ids [B, S] -> (ids [B, n, L], scores [B, n]), the `n` best (None: the settings'
         `nbest`, else all), by the settings (or `decode`); `target_prefix` [B, P], `constraints`
         [B, C, T] int32 as `beam_search` takes them; sampling draws with `seed` (an int, or [2]
-        int64; None: the settings', else a new one); `alternatives`: `alternatives.py`'s."""
+        int64; None: the settings', else a new one); `alternatives`: `search/alternatives.py`'s."""
         inputs = dict(target_prefix=target_prefix, constraints=constraints)
         if self.decode is not None:
             given = {name: value for name, value in inputs.items() if value is not None}

@@ -42,8 +42,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.inference.log_probs import NEG_INF, gather_beams, vocabulary_size
-from keras_transformer.inference.search import Modifier, ModifierState, Step, refuse_reserved
+from keras_transformer.search.log_probs import NEG_INF, gather_beams, vocabulary_size
+from keras_transformer.search.search import Modifier, ModifierState, Step, refuse_reserved
 from keras_transformer.special_tokens import EOS_ID, PAD_ID
 
 CONSTRAINTS_SPEC = tf.TensorSpec([None, None, None], tf.int32, name="constraints")

@@ -27,9 +27,9 @@ from typing import Any
 import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig, SamplingSettings
-from keras_transformer.inference.inputs import SearchInputs, limits, user_modifiers
-from keras_transformer.inference.log_probs import NEG_INF, LogProbs, gather_beams, vocabulary_size
-from keras_transformer.inference.search import (
+from keras_transformer.search.inputs import SearchInputs, limits, user_modifiers
+from keras_transformer.search.log_probs import NEG_INF, LogProbs, gather_beams, vocabulary_size
+from keras_transformer.search.search import (
     SOURCE_SPEC,
     DecodeResult,
     SearchState,
@@ -40,7 +40,7 @@ from keras_transformer.inference.search import (
     search,
     traced_settings,
 )
-from keras_transformer.inference.shortlist import check_shortlist
+from keras_transformer.search.shortlist import check_shortlist
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, never_generated
 
 SEED_SPEC = tf.TensorSpec([2], tf.int64, name="seed")

@@ -16,11 +16,11 @@ import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
 from keras_transformer.data.shortlist import Shortlist
-from keras_transformer.inference.constraints import CONSTRAINTS_SPEC, Constraints, check_constraints
-from keras_transformer.inference.controls import controls
-from keras_transformer.inference.prefix import PREFIX_SPEC, Prefix, check_prefix
-from keras_transformer.inference.search import Modifier
-from keras_transformer.inference.shortlist import FREQUENT_SPEC, TABLE_SPEC
+from keras_transformer.search.constraints import CONSTRAINTS_SPEC, Constraints, check_constraints
+from keras_transformer.search.controls import controls
+from keras_transformer.search.prefix import PREFIX_SPEC, Prefix, check_prefix
+from keras_transformer.search.search import Modifier
+from keras_transformer.search.shortlist import FREQUENT_SPEC, TABLE_SPEC
 
 
 class SearchInputs(NamedTuple):

@@ -20,7 +20,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the tokenizer's ops, which the SavedModel holds
 
 from keras_transformer.exporters.tensorflow import INT8_SUFFIX, versions
-from keras_transformer.inference.alignment import parse_pharaoh
+from keras_transformer.translation.alignment import parse_pharaoh
 
 BATCH_SIZE = 32  # texts per signature call, sorted by length so that a batch's texts pad little
 

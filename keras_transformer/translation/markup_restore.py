@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.inference.markup import SPAN, has_spans, per_rule, spans
+from keras_transformer.translation.markup import SPAN, has_spans, per_rule, spans
 
 _FAR = tf.int64.max
 

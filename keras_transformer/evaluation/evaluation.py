@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sacrebleu
 
 from keras_transformer.config import DecodingConfig
-from keras_transformer.inference.translator import Translator
+from keras_transformer.translation.translator import Translator
 
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:

@@ -3,7 +3,7 @@
 A glossary is a list of (source term, target term) pairs, read from a TSV file (one pair a line,
 tab-separated). Where a source sentence holds a term (whole words; case-insensitive unless asked
 otherwise), its target term becomes one of the sentence's constraint phrases, so every
-translation holds it (`constraints.py`: dynamic beam allocation, Post & Vilar, 2018). An empty
+translation holds it (`search/constraints.py`: dynamic beam allocation, Post & Vilar, 2018). An empty
 target term means "do not translate": the source term itself, as the glossary spells it, is the
 constraint (brand and product names).
 
@@ -73,7 +73,7 @@ class Glossary:
     def check(self, tokenizer, max_length: int) -> None:
         """A ValueError for a phrase that the constraint search cannot hold: characters the
         vocabulary lacks, or more than max_length - 1 tokens (`constraints.phrase_rows`)."""
-        from keras_transformer.inference.constraints import phrase_rows
+        from keras_transformer.search.constraints import phrase_rows
 
         try:
             phrase_rows(tokenizer, [self.phrases], 1, max_length)

@@ -8,13 +8,13 @@ translator.translate(["Jesus wept.", "Amen."])     # -> list[str]
 translator.translate("Jesus wept. Amen.", split=True)  # a document: sentence by sentence (sentences.py)
 translator.translate_nbest("Jesus wept.", n=4)     # -> [(str, score)], best first
 translator.translate("Jesus wept.", prefixes="Jesus")  # continues the given start of a translation
-translator.translate("Jesus wept.", constraints=["Jesus"])  # every output holds the phrases (constraints.py)
+translator.translate("Jesus wept.", constraints=["Jesus"])  # every output holds the phrases (search/constraints.py)
 kt.Translator.from_model_dir("runs/small", glossary=kt.Glossary.from_tsv("terms.tsv"))  # terminology (glossary.py)
 translator.translate("Jesus wept.", target_lang="fr")  # a multilingual model: into French (or one per text)
 translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
 translator.translate("Click <b>here</b>, {name}.", markup=True)  # tags and placeholders kept (markup_restore.py)
-kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
+kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (search/ensemble.py)
 kt.Translator.from_model_dir("runs/small", shortlist=False)  # the whole vocabulary, not the dir's shortlist
 kt.Translator.from_model_dir("runs/small", modifiers=[BanToken(7)])  # a control of your own (kt.Modifier)
 """
@@ -33,20 +33,20 @@ import tensorflow as tf
 
 from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import lang_token
-from keras_transformer.inference import alignment
-from keras_transformer.inference import constraints as lexical
-from keras_transformer.inference.ensemble import Ensemble
-from keras_transformer.inference.glossary import Glossary
-from keras_transformer.inference.inputs import user_modifiers
-from keras_transformer.inference.pipeline import Pipeline, Request
-from keras_transformer.inference.scoring import score as score_pairs
-from keras_transformer.inference.shortlist import check_shortlist
 from keras_transformer.model_dir.shortlist import model_dir_shortlist
+from keras_transformer.search import constraints as lexical
+from keras_transformer.search.ensemble import Ensemble
+from keras_transformer.search.inputs import user_modifiers
+from keras_transformer.search.scoring import score as score_pairs
+from keras_transformer.search.shortlist import check_shortlist
 from keras_transformer.special_tokens import PAD_ID
+from keras_transformer.translation import alignment
+from keras_transformer.translation.glossary import Glossary
+from keras_transformer.translation.pipeline import Pipeline, Request
 
 
 class Score(NamedTuple):
-    """A pair's score (`scoring.py`): `score` = `log_prob` / lp(`tokens`); `token_log_probs` per
+    """A pair's score (`search/scoring.py`): `score` = `log_prob` / lp(`tokens`); `token_log_probs` per
     target token, EOS last."""
 
     score: float
@@ -81,17 +81,17 @@ class Translator:
     log-probabilities divided by the length penalty ((5 + |y|) / 6)^alpha (Wu et al., 2016). With
     `dtype` "bfloat16" the model decodes in a bf16 copy (`Transformer.with_dtype`), with `int8` in a
     copy with int8 weights (`Transformer.with_int8`). With sampling on (`sampling_topk` 0 or K > 1)
-    translations are drawn (`sampling.py`) instead of searched: `translate` gives each
+    translations are drawn (`search/sampling.py`) instead of searched: `translate` gives each
     text's best-scoring of `num_samples` samples, `translate_nbest` all of them.
 
     `prefixes` (of `translate`, `translate_nbest`): a target prefix for every text (a str), or one
-    per text (a list; "" for none): each translation continues its prefix (`prefix.py`).
-    `constraints` (of the same): phrases that every translation holds (`constraints.py`): one
+    per text (a list; "" for none): each translation continues its prefix (`search/prefix.py`).
+    `constraints` (of the same): phrases that every translation holds (`search/constraints.py`): one
     list of phrases for every text, or one list per text ([] for none).
     `model` may be an `Ensemble` of models that share `tokenizer`.
 
     With the `shortlist` setting, every search (not `score`) runs over the union of its batch's
-    vocabulary shortlists (`inference/shortlist.py`), those of `lexical_shortlist` (a
+    vocabulary shortlists (`search/shortlist.py`), those of `lexical_shortlist` (a
     `data.shortlist.Shortlist`; `from_model_dir` reads the model dir's `shortlist.npz`).
 
     `glossary` (a `Glossary`): where a text holds one of its terms, every translation (`translate`,
@@ -216,14 +216,14 @@ class Translator:
     ):
         """[B, S] ids -> (hypothesis ids [B, n, L], scores [B, n]), the `n` best (default: the beam
         size), best first; every hypothesis starting with its row of `target_prefix` [B, P] if
-        given, and holding its row of `constraints` [B, C, T] if given (sampling too: `sampling.py`).
+        given, and holding its row of `constraints` [B, C, T] if given (sampling too: `search/sampling.py`).
         With sampling on: `num_samples` samples drawn with `seed` (default: the decoding's). With
-        `alternatives`: the n alternatives after each prefix (`alternatives.py`), in their order.
+        `alternatives`: the n alternatives after each prefix (`search/alternatives.py`), in their order.
         The search of every translation: a subclass may replace it."""
         return self.pipeline.search(source_ids, n, target_prefix, constraints, seed, alternatives)
 
     def score(self, sources: Sequence[str], targets: Sequence[str], target_lang=None) -> list[Score]:
-        """The score of each (source, target) pair under the model (`scoring.py`): the sum of the
+        """The score of each (source, target) pair under the model (`search/scoring.py`): the sum of the
         target's token log-probabilities, EOS included, and that over the length penalty of
         `alpha`; sources as `translate` reads them (`target_lang` too), targets cut to
         max_length - 1 tokens."""
@@ -320,7 +320,7 @@ class Translator:
         """The `n` alternatives of a text at the position after its prefix (`prefixes` as
         `translate` takes them; none: at the first word), each continued to a whole translation:
         [(translation, score)] in the order of the alternative token's probability
-        (`inference/alternatives.py`, CTranslate2's `return_alternatives`); for a list: one such
+        (`search/alternatives.py`, CTranslate2's `return_alternatives`); for a list: one such
         list per text; `constraints` are refused (`pipeline.Request`)."""
         if not 1 <= n <= self.model.config.vocab_size:
             raise ValueError(f"n must be between 1 and the vocabulary size {self.model.config.vocab_size}, got {n}")
@@ -339,7 +339,7 @@ class Translator:
     def translate_with_alignments(self, texts, prefixes=None, constraints=None, target_lang=None):
         """The best translation of a text and its word alignment: (translation, [(i, j), ...]), one
         pair per word j of `translation.split()`, with i the word of `text.split()` it aligns to
-        (`inference/alignment.py`: the cross-attention of decoder layer `decoding.alignment_layer`,
+        (`translation/alignment.py`: the cross-attention of decoder layer `decoding.alignment_layer`,
         averaged over heads); for a list: one such pair per text."""
         if isinstance(texts, str):
             constraints = None if constraints is None else [constraints]

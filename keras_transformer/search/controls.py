@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.inference.log_probs import NEG_INF, gather_beams, vocabulary_size
-from keras_transformer.inference.search import Modifier, ModifierState, Step
+from keras_transformer.search.log_probs import NEG_INF, gather_beams, vocabulary_size
+from keras_transformer.search.search import Modifier, ModifierState, Step
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, UNK_ID
 
 
