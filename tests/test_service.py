@@ -155,7 +155,7 @@ def test_full_queue_is_503(translator):
 
 def test_batching_merges_requests_and_equals_unbatched(translator):
     from keras_transformer.service.batching import Batcher
-    from keras_transformer.service.streaming import token_counter
+    from keras_transformer.translation.streaming import token_counter
 
     texts = [line.split("\t")[0] for line in FIXTURE.read_text(encoding="utf-8").splitlines()[:12]]
     unbatched = [translator.translate(text) for text in texts]
@@ -215,21 +215,16 @@ def test_detection_per_item(client, translator):
     assert alone.status_code == 400 and alone.json() == {"error": "the text is in fr: this model translates from en"}
 
 
-def test_translate_iterable_in_order_with_bounded_memory(translator):
-    from keras_transformer.service.streaming import score_iterable, translate_iterable
-
+def test_translate_iterable_in_order_with_bounded_memory(translator, monkeypatch):
     texts = SOURCES * 3
-    assert list(translate_iterable(translator, iter(texts), max_batch_tokens=20)) == translator.translate(texts)
-    scores = list(score_iterable(translator, iter(SOURCES), iter(SOURCES), max_batch_tokens=20))
+    assert list(translator.translate_iterable(iter(texts), max_batch_tokens=20)) == translator.translate(texts)
+    scores = list(translator.score_iterable(iter(SOURCES), iter(SOURCES), max_batch_tokens=20))
     assert [s.score for s in scores] == pytest.approx([s.score for s in translator.score(SOURCES, SOURCES)], abs=1e-5)
+    with pytest.raises(ValueError, match="sources and targets have different lengths"):
+        list(translator.score_iterable(["a", "b"], ["a"]))
 
-    class Echo:  # a translator that records the largest chunk it was given
-        largest = 0
-
-        def translate(self, chunk):
-            Echo.largest = max(Echo.largest, len(chunk))
-            return [text.upper() for text in chunk]
-
+    chunks = []  # the real translator's token counts, its search replaced by an echo (fast)
+    monkeypatch.setattr(translator, "translate", lambda chunk: chunks.append(len(chunk)) or [t.upper() for t in chunk])
     read = []
 
     def lines():  # many lines, never all in memory: each one read is recorded
@@ -237,12 +232,13 @@ def test_translate_iterable_in_order_with_bounded_memory(translator):
             read.append(i)
             yield f"line {i}"
 
-    for i, output in enumerate(translate_iterable(Echo(), lines(), max_batch_tokens=64)):
+    budget = 64  # a line is at least 2 tokens (a piece and EOS): at most 32 lines a chunk
+    for i, output in enumerate(translator.translate_iterable(lines(), max_batch_tokens=budget)):
         assert output == f"LINE {i}"
-        assert len(read) - i <= 64  # read ahead by one chunk at most
-    assert Echo.largest <= 64 // 2  # a line of 6 bytes estimated as 2 tokens
-    with pytest.raises(ValueError, match="sources and targets have different lengths"):
-        list(score_iterable(translator, ["a", "b"], ["a"]))
+        assert len(read) - i <= budget // 2 + 1  # read ahead by one chunk (and the line that closed it) at most
+        if i == 5000:
+            break
+    assert max(chunks) <= budget // 2 and len(chunks) > 100  # chunks of the budget, translated as they fill
 
 
 def test_confidence_separates_right_from_wrong_translations(translating):

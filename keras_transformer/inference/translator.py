@@ -13,6 +13,7 @@ kt.Translator.from_model_dir("runs/small", glossary=kt.Glossary.from_tsv("terms.
 translator.translate("Jesus wept.", target_lang="fr")  # a multilingual model: into French (or one per text)
 translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
+translator.translate_iterable(open("big.txt"), max_batch_tokens=4096)  # any number of lines, in order, lazily
 translator.translate("Click <b>here</b>, {name}.", markup=True)  # tags and placeholders kept (markup_restore.py)
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (inference/ensemble.py)
 kt.Translator.from_model_dir("runs/small", shortlist=False)  # the whole vocabulary, not the dir's shortlist
@@ -24,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple, overload
 
@@ -43,6 +44,7 @@ from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.inference.shortlist import check_shortlist
 from keras_transformer.model_dir.shortlist import model_dir_shortlist
 from keras_transformer.special_tokens import PAD_ID
+from keras_transformer.translation import streaming
 
 
 class Score(NamedTuple):
@@ -350,6 +352,26 @@ class Translator:
             (hypotheses[0][0], alignment.parse_pharaoh(pharaoh))
             for hypotheses, pharaoh in self._translations(list(texts), request, 1)
         ]
+
+    def translate_iterable(
+        self, lines: Iterable[str], max_batch_tokens: int = streaming.DEFAULT_MAX_BATCH_TOKENS, **options
+    ):
+        """The translation of each of `lines` (any iterable, read lazily), in order, as
+        `translate(chunk, **options)` gives it, `max_batch_tokens` source tokens read at a time:
+        memory holds one chunk whatever the input's length (CTranslate2's name;
+        `translation/streaming.py`)."""
+        return streaming.translate_iterable(self, lines, max_batch_tokens, **options)
+
+    def score_iterable(
+        self,
+        sources: Iterable[str],
+        targets: Iterable[str],
+        max_batch_tokens: int = streaming.DEFAULT_MAX_BATCH_TOKENS,
+        **options,
+    ):
+        """The `Score` of each (source, target) pair, in order, `max_batch_tokens` tokens read at a
+        time (`score(**options)`); a ValueError where one iterable ends before the other."""
+        return streaming.score_iterable(self, sources, targets, max_batch_tokens, **options)
 
     def _batches(self, texts: list[str]):
         """(indices into `texts`, the batch's start in the sorted order) per search: the non-empty
