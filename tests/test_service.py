@@ -68,18 +68,27 @@ def test_translate_keeps_shape_and_order(client, translator):
     assert client.get("/health").json() == {"status": "ok", "queued": 0}
 
 
-def test_translate_file(client, translator):
-    text = "Jesus wept.\n\nAmen.\n"
-    answer = client.post("/translate_file", data={"source": "en", "target": "de"}, files={"file": ("a.txt", text)})
-    assert answer.status_code == 200, answer.text
-    url = answer.json()["translatedFileUrl"]
-    assert url.startswith("http://testserver/download_file/") and url.endswith(".txt")
-    expected = "\n".join(translator.translate(text.split("\n"), split=True))
-    assert client.get(url).text == expected
-    wrong = client.post("/translate_file", data={"source": "en", "target": "de"}, files={"file": ("a.pdf", b"%")})
-    assert wrong.status_code == 400 and wrong.json() == {
-        "error": "cannot translate .pdf: the formats are .txt, .html, .htm"
+def test_translate_file_is_kt_translate_file(client, translator, tmp_path):
+    """POST /translate_file translates through `kt.translate_file`: its formats (here SRT, which the
+    service's own reader lacked, and text), its output byte for byte."""
+    from keras_transformer.files import translate_file
+
+    documents = {
+        "a.srt": "1\n00:00:01,000 --> 00:00:02,000\nJesus wept.\n\n2\n00:00:03,000 --> 00:00:04,000\nAmen.\n",
+        "a.txt": "Jesus wept.\n\nAmen.\n",
     }
+    for name, text in documents.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        translate_file(translator, str(tmp_path / name), str(tmp_path / f"out-{name}"))
+        answer = client.post("/translate_file", data={"source": "en", "target": "de"}, files={"file": (name, text)})
+        assert answer.status_code == 200, answer.text
+        url = answer.json()["translatedFileUrl"]
+        assert url.startswith("http://testserver/download_file/") and url.endswith(name[1:])
+        assert client.get(url).content == (tmp_path / f"out-{name}").read_bytes(), name
+    wrong = client.post("/translate_file", data={"source": "en", "target": "de"}, files={"file": ("a.pdf", b"%")})
+    assert wrong.status_code == 400 and wrong.json()["error"].startswith("cannot translate .pdf: the formats are .po,")
+    bad = client.post("/translate_file", data={"source": "en", "target": "de"}, files={"file": ("b.srt", "1\nno")})
+    assert bad.status_code == 400, bad.text  # the format's one-line error (`FileFormatError`)
 
 
 @pytest.mark.parametrize(
