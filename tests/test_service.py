@@ -399,3 +399,33 @@ def test_sigterm_answers_what_is_in_flight_and_exits_0(translating):
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
+
+
+def test_serve_runs_the_exports_chosen_artifact_else_float(tmp_path, capsys):
+    """`serve --export DIR` without --artifact: DIR/serving_choice.json's choice (hand-written here:
+    `bench/serving.py choose` measures it), else the float SavedModel with one note; --artifact wins."""
+    from keras_transformer.cli.serve import served_artifact
+    from keras_transformer.service.choice import choose, write_choice
+
+    figures = {
+        "saved_model": {"sentences_per_s": 10.0, "bleu": 20.0},
+        "saved_model_int8": {"sentences_per_s": 14.0, "bleu": 19.6},
+        "tflite": {"sentences_per_s": 30.0, "bleu": 19.4},  # fastest, but 0.6 BLEU below float
+        "tflite_int8": {"sentences_per_s": 12.0, "bleu": 20.1},
+    }
+    assert choose(figures) == "saved_model_int8"
+    assert choose(figures, tolerance=1.0) == "tflite"
+    assert served_artifact(str(tmp_path), None) == "saved_model"
+    assert capsys.readouterr().err == (
+        f"keras-transformer: note: {tmp_path} has no serving_choice.json (bench/serving.py choose writes it): "
+        "serving the float SavedModel (saved_model)\n"
+    )
+    (tmp_path / "serving_choice.json").write_text('{"choice": "tflite_int8", "artifacts": {}}', encoding="utf-8")
+    assert served_artifact(str(tmp_path), None) == "tflite_int8"
+    assert served_artifact(str(tmp_path), "saved_model") == "saved_model"
+    assert write_choice(str(tmp_path), figures)["choice"] == "saved_model_int8"
+    assert served_artifact(str(tmp_path), None) == "saved_model_int8"
+    assert json.loads((tmp_path / "serving_choice.json").read_text())["artifacts"] == figures
+    (tmp_path / "serving_choice.json").write_text('{"choice": "onnx"}', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"serving_choice.json: choice 'onnx' is not an artifact \(saved_model, "):
+        served_artifact(str(tmp_path), None)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import signal
 
 DEFAULT_PORT = 5000  # LibreTranslate's
-ARTIFACTS = ("saved_model", "saved_model_int8", "tflite", "tflite_int8")
 
 
 def add(subparsers):
+    from keras_transformer.service.choice import ARTIFACTS, CHOICE
+
     p = subparsers.add_parser("serve", help="a translation HTTP service (LibreTranslate's API)")
     model = p.add_mutually_exclusive_group(required=True)
     model.add_argument("--model-dir", metavar="DIR", help="serve the model of a model directory")
@@ -24,8 +25,9 @@ def add(subparsers):
     p.add_argument(
         "--artifact",
         choices=ARTIFACTS,
-        default="saved_model",
-        help="with --export: the float or int8 SavedModel, or the TFLite model run by LiteRT (default saved_model)",
+        help="with --export: the float or int8 SavedModel, or the TFLite model run by LiteRT (default: the "
+        f"export's {CHOICE}, written by bench/serving.py choose: the fastest within 0.5 BLEU of float; without "
+        "it saved_model)",
     )
     p.add_argument("--checkpoint", default="latest", help="with --model-dir: latest (default), averaged, best, ema")
     p.add_argument("--languages", metavar="SRC-TGT", help="the language pair (default: from the training data's name)")
@@ -76,7 +78,7 @@ def run(args) -> int:
             length_ratio = _length_ratio(LengthRatio, args.model_dir)
     else:
         languages = export_languages(args.export, args.languages)
-        translator = export_translator(args.export, args.artifact)
+        translator = export_translator(args.export, served_artifact(args.export, args.artifact))
     app = create_app(translator, languages, config, length_ratio)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
     stopped = []
@@ -86,6 +88,27 @@ def run(args) -> int:
     print(f"serving {args.model_dir or args.export} on http://{args.host}:{args.port}", flush=True)
     server.run()
     return 0 if server.started else 1
+
+
+def served_artifact(export_dir: str, artifact: str | None) -> str:
+    """`artifact` if given, else the export's chosen one (`service/choice.py`), else the float
+    SavedModel, with a note on stderr."""
+    import sys
+
+    from keras_transformer.service.choice import CHOICE, FLOAT, read_choice
+
+    if artifact is not None:
+        return artifact
+    chosen = read_choice(export_dir)
+    if chosen is None:
+        print(
+            f"keras-transformer: note: {export_dir} has no {CHOICE} (bench/serving.py choose writes it): "
+            f"serving the float SavedModel ({FLOAT})",
+            file=sys.stderr,
+        )
+        return FLOAT
+    print(f"keras-transformer: serving {chosen}, the choice of {export_dir}/{CHOICE}", file=sys.stderr)
+    return chosen
 
 
 def export_translator(path: str, artifact: str):
