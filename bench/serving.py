@@ -19,7 +19,7 @@ LiteRT: those it holds) translates the held-out verses in one process, one artif
 by default: the fastest whose BLEU is within 0.5 of float's, written to EXPORT/serving_choice.json
 (`keras_transformer/service/choice.py`).
 
-`confidence`: the held-out verses translated, their confidence (`service/confidence.py`) against
+`confidence`: the held-out verses translated, their confidence (`translation/confidence.py`) against
 sentence chrF (Spearman), and the share flagged of clean verses vs degenerate inputs: the
 references as sources (another language), a word repeated, text that is empty after cleaning
 (punctuation and symbols only); also the share of each that language detection refuses.
@@ -208,8 +208,8 @@ def confidence_run(args) -> None:
     from scipy.stats import spearmanr
 
     from keras_transformer.inference.translator import Translator
-    from keras_transformer.service.confidence import LengthRatio, confidence
     from keras_transformer.service.languages import Detector, model_dir_languages
+    from keras_transformer.translation.confidence import LengthRatio, confidence
 
     pairs = held_out_pairs(args.model_dir, args.limit)
     sources, references = pairs.sources, pairs.references

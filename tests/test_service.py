@@ -258,7 +258,7 @@ def test_confidence_separates_right_from_wrong_translations(translating):
     from scipy.stats import spearmanr
 
     from keras_transformer.inference.translator import Translator
-    from keras_transformer.service.confidence import confidence, repeated
+    from keras_transformer.translation.confidence import confidence, repeated
 
     translator = Translator.from_model_dir(translating.model_dir)
     sources, targets = translating.sources, translating.targets
@@ -429,3 +429,39 @@ def test_serve_runs_the_exports_chosen_artifact_else_float(tmp_path, capsys):
     (tmp_path / "serving_choice.json").write_text('{"choice": "onnx"}', encoding="utf-8")
     with pytest.raises(ValueError, match=r"serving_choice.json: choice 'onnx' is not an artifact \(saved_model, "):
         served_artifact(str(tmp_path), None)
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmRSS from /proc (Linux)")
+def test_the_servers_memory_stays_flat_over_2000_requests(translating):
+    """LibreTranslate#545, #693: a server whose memory grows until it is killed. 2,000 short requests
+    (single texts and lists of two, some with a new word each time), 200 of them a warm-up; the RSS
+    after must be within 50 MB of the RSS after the warm-up."""
+    process, url = start_server(translating.model_dir)
+
+    def ask(i: int) -> None:
+        q = SOURCES[i % len(SOURCES)] if i % 3 else [f"{SOURCES[0]} {i}", SOURCES[1]]  # new texts, lists
+        request = urllib.request.Request(
+            url + "translate",
+            json.dumps({"q": q, "source": "en", "target": "de"}).encode(),
+            {"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            assert answer.status == 200
+
+    try:
+        for i in range(200):
+            ask(i)
+        warm = rss_mb(process.pid)
+        for i in range(200, 2000):
+            ask(i)
+        grown = rss_mb(process.pid) - warm
+        assert grown < 50, f"RSS grew by {grown:.1f} MB over 1,800 requests after the warm-up ({warm:.1f} MB)"
+    finally:
+        process.kill()
+        process.wait(timeout=30)

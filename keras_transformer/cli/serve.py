@@ -53,9 +53,9 @@ def run(args) -> int:
     import uvicorn
 
     from keras_transformer.service.app import ServiceConfig, create_app
-    from keras_transformer.service.confidence import LengthRatio
     from keras_transformer.service.languages import export_languages, model_dir_languages
     from keras_transformer.service.limits import read_api_keys
+    from keras_transformer.translation.confidence import LengthRatio
 
     for name in ("req_limit", "char_limit", "batch_limit", "max_batch_tokens", "queue_limit", "port"):
         _positive(name.replace("_", "-"), getattr(args, name))

@@ -36,10 +36,10 @@ from starlette.routing import Route
 
 from keras_transformer import files
 from keras_transformer.service.batching import Batcher
-from keras_transformer.service.confidence import LengthRatio, confidence
 from keras_transformer.service.languages import Detector, Languages
 from keras_transformer.service.limits import LimitError, RateLimiter, check_chars, check_key
 from keras_transformer.service.metrics import CONTENT_TYPE, Metrics
+from keras_transformer.translation.confidence import LengthRatio, confidence
 from keras_transformer.translation.streaming import token_counter
 
 KEPT_FILES = 32  # translated files kept for download, the newest

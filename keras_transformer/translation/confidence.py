@@ -53,7 +53,7 @@ class LengthRatio:
     @classmethod
     def from_model_dir(cls, model_dir: str, pairs: int = 2000) -> LengthRatio:
         """From the first `pairs` training pairs of the data the model was trained on (`data.held_out`)."""
-        from keras_transformer.data.held_out import held_out
+        from keras_transformer.model_dir.held_out import held_out
 
         found = held_out(model_dir, "train", pairs)
         return cls.from_pairs(found.sources, found.references)
