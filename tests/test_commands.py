@@ -18,6 +18,7 @@ from conftest import FIXTURE
 from marian_maker import fixture_spm, write_marian
 
 from keras_transformer.cli.main import main
+from keras_transformer.inference.alignment import format_pharaoh
 from keras_transformer.inference.translator import Translator
 from keras_transformer.model_dir import ModelDir, load_model
 from keras_transformer.model_dir.checkpoints import checkpoint_step
@@ -157,6 +158,27 @@ def test_the_reloaded_translate_document_translates_as_python_does_with_split(re
     translated = [t.decode("utf-8") for t in out]
     assert translated == python.translate(documents, split=True)
     assert translated[0] != python.translate(documents[0])  # sentence by sentence, not as one text
+
+
+def test_the_reloaded_translate_with_scores_gives_pythons_return_scores(reloaded, translating):
+    """The SavedModel's `translate_with_scores` (reloaded with `tf.saved_model.load`) and
+    `Translator.translate(..., return_scores=True)`: the same translations, alignments, sentence
+    confidence and word scores (`translation/confidence.py`)."""
+    saved, python = reloaded
+    texts = [*translating.sources[:5], ""]
+    out = saved.signatures["translate_with_scores"](text=tf.constant(texts))
+    scored = python.translate(texts, return_scores=True)
+    aligned = python.translate_with_alignments(texts)
+    assert [t.decode() for t in out["translation"].numpy()] == [s.translation for s in scored]
+    assert [t.decode() for t in out["alignment"].numpy()] == [format_pharaoh(pairs) for _, pairs in aligned]
+    np.testing.assert_allclose(out["confidence"].numpy(), [s.confidence.score for s in scored], atol=1e-5)
+    words = out["word_scores"].numpy()  # [B, W]
+    for row, found in zip(words, scored):
+        values = [value for _, value in found.confidence.words]
+        np.testing.assert_allclose(row[: len(values)], values, atol=1e-5)
+        assert not row[len(values) :].any()  # 0 past the words
+    assert all(0 < s.confidence.score <= 1 for s in scored)
+    assert scored[-1].confidence.flags == ("empty",) and scored[-1].translation == ""
 
 
 def test_import_from_marian_writes_a_model_dir_of_its_weights(tmp_path, capsys):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import signal
 
+from keras_transformer.cli.common import training_length_ratio
+
 DEFAULT_PORT = 5000  # LibreTranslate's
 
 
@@ -55,7 +57,6 @@ def run(args) -> int:
     from keras_transformer.service.app import ServiceConfig, create_app
     from keras_transformer.service.languages import export_languages, model_dir_languages
     from keras_transformer.service.limits import read_api_keys
-    from keras_transformer.translation.confidence import LengthRatio
 
     for name in ("req_limit", "char_limit", "batch_limit", "max_batch_tokens", "queue_limit", "port"):
         _positive(name.replace("_", "-"), getattr(args, name))
@@ -75,7 +76,7 @@ def run(args) -> int:
         languages = model_dir_languages(args.model_dir, args.languages)
         translator = Translator.from_model_dir(args.model_dir, args.checkpoint)
         if not args.no_length_ratio:
-            length_ratio = _length_ratio(LengthRatio, args.model_dir)
+            length_ratio = training_length_ratio(args.model_dir)
     else:
         languages = export_languages(args.export, args.languages)
         translator = export_translator(args.export, served_artifact(args.export, args.artifact))
@@ -121,16 +122,3 @@ def export_translator(path: str, artifact: str):
     from keras_transformer.inference.exported import SavedModelTranslator
 
     return SavedModelTranslator(path, int8=int8)
-
-
-def _length_ratio(length_ratio, model_dir: str):
-    """The training pairs' `LengthRatio`, or None (with a note) where the training data cannot be read."""
-    import sys
-
-    from keras_transformer.data.errors import DataError
-
-    try:
-        return length_ratio.from_model_dir(model_dir)
-    except (DataError, OSError, ValueError) as error:
-        print(f"keras-transformer: note: no length-ratio flag ({error})", file=sys.stderr)
-        return None

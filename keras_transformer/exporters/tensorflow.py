@@ -3,7 +3,8 @@
     OUT/saved_model/<name>/N/        serving_default (text -> translation, score), translate_ids,
                                      translate_nbest, translate_with_prefix, translate_constrained,
                                      score, sample, translate_with_options,
-                                     translate_with_alignments, translate_markup
+                                     translate_with_alignments, translate_with_scores,
+                                     translate_markup
                                      (exporters/signatures.py); needs
                                      tensorflow-text's ops (TF Serving links them);
                                      assets.extra/tf_serving_warmup_requests

@@ -44,7 +44,7 @@ from keras_transformer.inference.scoring import score as score_pairs
 from keras_transformer.inference.shortlist import check_shortlist
 from keras_transformer.model_dir.shortlist import model_dir_shortlist
 from keras_transformer.special_tokens import PAD_ID
-from keras_transformer.translation import streaming
+from keras_transformer.translation import confidence, streaming
 
 
 class Score(NamedTuple):
@@ -143,6 +143,7 @@ class Translator:
             self.model, tokenizer, self.decoding, glossary, self.lexical_shortlist, user_modifiers(modifiers)
         )
         self.suppress_ids = self.pipeline.suppress_ids
+        self.length_ratio = None  # a `confidence.LengthRatio`: return_scores' length_ratio flag
 
     @property
     def modifiers(self) -> tuple:
@@ -256,7 +257,9 @@ class Translator:
     @overload
     def translate(self, texts: Sequence[str]) -> list[str]: ...
 
-    def translate(self, texts, prefixes=None, constraints=None, target_lang=None, markup=False, split=False):
+    def translate(
+        self, texts, prefixes=None, constraints=None, target_lang=None, markup=False, split=False, return_scores=False
+    ):
         """The best translation of a text (a str), or of each text of a list (a list of str). With
         `markup`, the tags, entities, placeholders, URLs and e-mail addresses of a text, and the
         characters the vocabulary cannot write (an emoji, a CJK name: `span_rule`), are kept
@@ -266,15 +269,33 @@ class Translator:
         translated (with `markup` too), all of them in one go, and their translations joined in
         order with the whitespace that was between them; a document takes no prefix and no
         constraints (a glossary applies to each sentence). `pipeline.Request.check` says which
-        combinations are refused."""
+        combinations are refused. With `return_scores`, each translation comes as a
+        `confidence.Scored(translation, confidence)`: its sentence confidence, per-word scores and
+        failure flags (`translation/confidence.py`; the `length_ratio` flag where `self.length_ratio`
+        is set, e.g. to `LengthRatio.from_model_dir(path)`), the numbers of the SavedModel's
+        `translate_with_scores`."""
         if isinstance(texts, str):
             constraints = None if constraints is None else [constraints]
-            return self.translate([texts], prefixes, constraints, target_lang, markup, split)[0]
+            return self.translate([texts], prefixes, constraints, target_lang, markup, split, return_scores)[0]
         request = Request(1, prefixes, constraints, target_lang, markup, split)
         request.check(self.decoding)
+        if return_scores:
+            return self._scored(list(texts), request)
         if split:
             return self._translate_documents(list(texts), request)
         return [hypotheses[0][0] for hypotheses, _ in self._translations(list(texts), request, 1)]
+
+    def _scored(self, texts: list[str], request: Request) -> list[confidence.Scored]:
+        """`translate(..., return_scores=True)`: sentences translated with their alignments in one
+        search (documents or markup: translated, then aligned by a new search), then scored."""
+        inputs = (request.prefixes, request.constraints, request.target_lang)
+        if request.split or request.markup:
+            translations, aligned = self.translate(texts, *inputs, request.markup, request.split), None
+        else:
+            aligned = self.translate_with_alignments(texts, *inputs)
+            translations = [translation for translation, _ in aligned]
+        found = confidence.confidence(self, texts, translations, self.length_ratio, request.target_lang, aligned)
+        return [confidence.Scored(translation, c) for translation, c in zip(translations, found)]
 
     def _translate_documents(self, texts: list[str], request: Request) -> list[str]:
         """Each text a document: `Pipeline.split`, its sentences translated as a list, `Pipeline.join`."""
