@@ -3,6 +3,7 @@
     python bench/serving.py load --model-dir runs/small --clients 1 8 32 --requests 500
     python bench/serving.py load --export runs/export --artifact tflite --clients 1 32 --requests 500
     python bench/serving.py confidence --model-dir runs/small
+    python bench/serving.py choose --export runs/export
 
 `load` starts `keras-transformer serve` in a process of its own on 127.0.0.1 (a free port), sends
 warm-up requests, then for each client count C: C threads, each sending single-sentence POST
@@ -12,7 +13,13 @@ translations' SentencePiece tokens), latency p50/p95/p99, errors by status, the 
 and after (/proc/PID/status VmRSS). The issue's goals: 32 clients >= 3x one client's throughput;
 RSS growth < 50 MB over 5,000 requests.
 
-`confidence`: the held-out verses translated, their confidence (`service/confidence.py`) against
+`choose`: each artifact of the export (the float and int8 SavedModels, the TFLite models run by
+LiteRT: those it holds) translates the held-out verses in one process, one artifact after another
+(a warm-up batch first); its sentences/s and corpus BLEU, and the choice `serve --export` then runs
+by default: the fastest whose BLEU is within 0.5 of float's, written to EXPORT/serving_choice.json
+(`keras_transformer/service/choice.py`).
+
+`confidence`: the held-out verses translated, their confidence (`translation/confidence.py`) against
 sentence chrF (Spearman), and the share flagged of clean verses vs degenerate inputs: the
 references as sources (another language), a word repeated, text that is empty after cleaning
 (punctuation and symbols only); also the share of each that language detection refuses.
@@ -200,8 +207,8 @@ def confidence_run(args) -> None:
     import sacrebleu
     from scipy.stats import spearmanr
 
-    from keras_transformer.service.confidence import LengthRatio, confidence
     from keras_transformer.service.languages import Detector, model_dir_languages
+    from keras_transformer.translation.confidence import LengthRatio, confidence
     from keras_transformer.translation.translator import Translator
 
     pairs = held_out_pairs(args.model_dir, args.limit)
@@ -241,11 +248,45 @@ def confidence_run(args) -> None:
     )
 
 
+def choose_arguments(parser) -> None:
+    parser.add_argument("--export", required=True, help="an export's OUT (keras-transformer export)")
+    parser.add_argument("--limit", type=int, default=793, help="held-out verses (default: all 793)")
+
+
+def choose_run(args) -> None:
+    from keras_transformer.cli.serve import export_translator
+    from keras_transformer.evaluation.evaluation import corpus_scores
+    from keras_transformer.service.choice import ARTIFACTS, write_choice
+
+    args.model_dir = None
+    pairs = held_out_pairs(model_dir_of(args), args.limit)
+    sources, references = pairs.sources, pairs.references
+    figures = {}
+    for artifact in ARTIFACTS:
+        try:
+            translator = export_translator(args.export, artifact)
+        except (ValueError, OSError) as error:  # not in this export (--no-tflite)
+            print(f"{artifact}: skipped ({' '.join(str(error).split())})", file=sys.stderr)
+            continue
+        translator.translate(sources[:WARMUP_REQUESTS])
+        start = time.perf_counter()
+        translations = translator.translate(sources)
+        seconds = time.perf_counter() - start
+        figures[artifact] = {
+            "sentences_per_s": round(len(sources) / seconds, 2),
+            "bleu": round(corpus_scores(translations, references)["bleu"], 2),
+            "seconds": round(seconds, 3),
+        }
+    chosen = write_choice(args.export, figures, verses=len(sources), measured=record(benchmark="serving_choice"))
+    emit(record(benchmark="serving_choice", verses=len(sources), choice=chosen["choice"], artifacts=figures))
+
+
 main = command_line(
     __doc__,
     {
         "load": (load_arguments, load, "throughput, latency, errors and RSS of `serve` under C concurrent clients"),
         "confidence": (confidence_arguments, confidence_run, "confidence vs chrF, flags on degenerate inputs"),
+        "choose": (choose_arguments, choose_run, "each artifact's sentences/s and BLEU; serve's default artifact"),
     },
 )
 

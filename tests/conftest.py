@@ -222,7 +222,17 @@ def cli_export(translating, tmp_path_factory):
     def make(root):
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
-            status = main(["export", "--model-dir", translating.model_dir, "--out", str(root / "model"), "--no-tflite"])
+            status = main(
+                [
+                    "export",
+                    "--model-dir",
+                    translating.model_dir,
+                    "--out",
+                    str(root / "model"),
+                    "--no-tflite",
+                    "--batching",
+                ]
+            )
         assert status == 0
         (root / "stdout").write_text(printed.getvalue(), encoding="utf-8")
 

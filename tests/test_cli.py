@@ -181,6 +181,27 @@ def test_translate_nbest(trained, capsys):
     assert fields[2][1:] == ["0.0000", ""] == fields[3][1:]
 
 
+def test_translate_scores_prints_a_json_line_per_input(trained, capsys):
+    """`translate --scores`: one JSON line per input, the numbers of `Translator.translate(...,
+    return_scores=True)` (`translation/confidence.py`); --nbest refused."""
+    from keras_transformer.translation.translator import Translator
+
+    texts = ["Jesus wept.", "", "Amen."]
+    status, out, err = run_here(capsys, "translate", "--model-dir", trained.model_dir, "--scores", *texts)
+    assert status == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    translator = Translator.from_model_dir(trained.model_dir)
+    expected = translator.translate(texts, markup=True, split=True, return_scores=True)
+    assert [line["translation"] for line in lines] == [found.translation for found in expected]
+    assert [set(line) for line in lines] == [{"translation", "confidence", "words", "flags", "uncovered"}] * 3
+    for line, found in zip(lines, expected):
+        assert line["confidence"] == pytest.approx(found.confidence.score, abs=1e-4)
+        assert [word for word, _ in line["words"]] == line["translation"].split()
+    assert lines[1]["flags"] == ["empty"] and 0 < lines[0]["confidence"] <= 1
+    status, _, err = run_here(capsys, "translate", "--model-dir", trained.model_dir, "--scores", "--nbest", "2", "a")
+    assert status == 2 and "--scores scores the best translation of each input: drop --nbest" in err
+
+
 @pytest.mark.slow
 def test_average_then_evaluate_greedy_on_the_averaged_weights(trained, tmp_path, capsys):
     model_dir = str(tmp_path / "model")

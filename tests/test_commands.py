@@ -20,6 +20,7 @@ from marian_maker import fixture_spm, write_marian
 from keras_transformer.cli.main import main
 from keras_transformer.model_dir import ModelDir, load_model
 from keras_transformer.model_dir.checkpoints import checkpoint_step
+from keras_transformer.translation.alignment import format_pharaoh
 from keras_transformer.translation.translator import Translator
 
 
@@ -51,6 +52,57 @@ def test_export_check_passes_an_exported_saved_model(cli_export, tmp_path, capsy
         f"{out}: every SavedModel meets the TF Serving contract",
         f"{out / ids}: 100% identical, BLEU {lines[1].split(' BLEU ')[1]}",
     ]
+
+
+def batching_parameters_message():
+    """TF Serving's `tensorflow.serving.BatchingParameters` (tensorflow_serving/servables/tensorflow/
+    session_bundle_config.proto, its fields as of TF Serving 2.21), built here: PyPI's
+    tensorflow-serving-api ships the model-config protos but not this one."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
+
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="kt_test_session_bundle_config.proto",
+        package="tensorflow.serving",
+        syntax="proto3",
+        dependency=["google/protobuf/wrappers.proto"],
+    )
+    message = proto.message_type.add(name="BatchingParameters")
+    field = descriptor_pb2.FieldDescriptorProto
+    for number, name in enumerate(("max_batch_size", "batch_timeout_micros", "max_enqueued_batches"), 1):
+        message.field.add(name=name, number=number, type=field.TYPE_MESSAGE, type_name=".google.protobuf.Int64Value")
+    message.field.add(
+        name="num_batch_threads", number=4, type=field.TYPE_MESSAGE, type_name=".google.protobuf.Int64Value"
+    )
+    message.field.add(
+        name="thread_pool_name", number=5, type=field.TYPE_MESSAGE, type_name=".google.protobuf.StringValue"
+    )
+    message.field.add(name="allowed_batch_sizes", number=6, type=field.TYPE_INT64, label=field.LABEL_REPEATED)
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters"))
+
+
+def test_export_batching_writes_tf_servings_text_protos(cli_export):
+    """`export --batching` (conftest's `cli_export`): OUT/saved_model/batching_parameters.txt parses as
+    TF Serving's BatchingParameters with serve's policy (4096 tokens / 32 per text, 5 ms), and
+    OUT/saved_model/models.config as its ModelServerConfig, naming the three SavedModels at the paths
+    the docker line mounts (OUT/saved_model as /models)."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    base = os.path.join(cli_export.out, "saved_model")
+    assert cli_export.paths["batching_parameters"] == os.path.join(base, "batching_parameters.txt")
+    with open(cli_export.paths["batching_parameters"], encoding="utf-8") as f:
+        parameters = text_format.Parse(f.read(), batching_parameters_message()())
+    assert parameters.max_batch_size.value == 128 and parameters.batch_timeout_micros.value == 5000
+    assert parameters.max_enqueued_batches.value == 64 and parameters.num_batch_threads.value >= 1
+    with open(cli_export.paths["models_config"], encoding="utf-8") as f:
+        config = text_format.Parse(f.read(), model_server_config_pb2.ModelServerConfig())
+    served = [(c.name, c.base_path, c.model_platform) for c in config.model_config_list.config]
+    names = ("translator", "translator_ids", "translator_int8")
+    assert served == [(name, f"/models/{name}", "tensorflow") for name in names]
+    assert all(os.path.isdir(os.path.join(base, name, "1")) for name in names)
 
 
 # The reloaded SavedModel's per-request settings: the export's own (translate's: §6.1's beam 4,
@@ -106,6 +158,27 @@ def test_the_reloaded_translate_document_translates_as_python_does_with_split(re
     translated = [t.decode("utf-8") for t in out]
     assert translated == python.translate(documents, split=True)
     assert translated[0] != python.translate(documents[0])  # sentence by sentence, not as one text
+
+
+def test_the_reloaded_translate_with_scores_gives_pythons_return_scores(reloaded, translating):
+    """The SavedModel's `translate_with_scores` (reloaded with `tf.saved_model.load`) and
+    `Translator.translate(..., return_scores=True)`: the same translations, alignments, sentence
+    confidence and word scores (`translation/confidence.py`)."""
+    saved, python = reloaded
+    texts = [*translating.sources[:5], ""]
+    out = saved.signatures["translate_with_scores"](text=tf.constant(texts))
+    scored = python.translate(texts, return_scores=True)
+    aligned = python.translate_with_alignments(texts)
+    assert [t.decode() for t in out["translation"].numpy()] == [s.translation for s in scored]
+    assert [t.decode() for t in out["alignment"].numpy()] == [format_pharaoh(pairs) for _, pairs in aligned]
+    np.testing.assert_allclose(out["confidence"].numpy(), [s.confidence.score for s in scored], atol=1e-5)
+    words = out["word_scores"].numpy()  # [B, W]
+    for row, found in zip(words, scored):
+        values = [value for _, value in found.confidence.words]
+        np.testing.assert_allclose(row[: len(values)], values, atol=1e-5)
+        assert not row[len(values) :].any()  # 0 past the words
+    assert all(0 < s.confidence.score <= 1 for s in scored)
+    assert scored[-1].confidence.flags == ("empty",) and scored[-1].translation == ""
 
 
 def test_import_from_marian_writes_a_model_dir_of_its_weights(tmp_path, capsys):

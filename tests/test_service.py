@@ -68,18 +68,27 @@ def test_translate_keeps_shape_and_order(client, translator):
     assert client.get("/health").json() == {"status": "ok", "queued": 0}
 
 
-def test_translate_file(client, translator):
-    text = "Jesus wept.\n\nAmen.\n"
-    answer = client.post("/translate_file", data={"source": "en", "target": "de"}, files={"file": ("a.txt", text)})
-    assert answer.status_code == 200, answer.text
-    url = answer.json()["translatedFileUrl"]
-    assert url.startswith("http://testserver/download_file/") and url.endswith(".txt")
-    expected = "\n".join(translator.translate(text.split("\n"), split=True))
-    assert client.get(url).text == expected
-    wrong = client.post("/translate_file", data={"source": "en", "target": "de"}, files={"file": ("a.pdf", b"%")})
-    assert wrong.status_code == 400 and wrong.json() == {
-        "error": "cannot translate .pdf: the formats are .txt, .html, .htm"
+def test_translate_file_is_kt_translate_file(client, translator, tmp_path):
+    """POST /translate_file translates through `kt.translate_file`: its formats (here SRT, which the
+    service's own reader lacked, and text), its output byte for byte."""
+    from keras_transformer.files import translate_file
+
+    documents = {
+        "a.srt": "1\n00:00:01,000 --> 00:00:02,000\nJesus wept.\n\n2\n00:00:03,000 --> 00:00:04,000\nAmen.\n",
+        "a.txt": "Jesus wept.\n\nAmen.\n",
     }
+    for name, text in documents.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        translate_file(translator, str(tmp_path / name), str(tmp_path / f"out-{name}"))
+        answer = client.post("/translate_file", data={"source": "en", "target": "de"}, files={"file": (name, text)})
+        assert answer.status_code == 200, answer.text
+        url = answer.json()["translatedFileUrl"]
+        assert url.startswith("http://testserver/download_file/") and url.endswith(name[1:])
+        assert client.get(url).content == (tmp_path / f"out-{name}").read_bytes(), name
+    wrong = client.post("/translate_file", data={"source": "en", "target": "de"}, files={"file": ("a.pdf", b"%")})
+    assert wrong.status_code == 400 and wrong.json()["error"].startswith("cannot translate .pdf: the formats are .po,")
+    bad = client.post("/translate_file", data={"source": "en", "target": "de"}, files={"file": ("b.srt", "1\nno")})
+    assert bad.status_code == 400, bad.text  # the format's one-line error (`FileFormatError`)
 
 
 @pytest.mark.parametrize(
@@ -155,7 +164,7 @@ def test_full_queue_is_503(translator):
 
 def test_batching_merges_requests_and_equals_unbatched(translator):
     from keras_transformer.service.batching import Batcher
-    from keras_transformer.service.streaming import token_counter
+    from keras_transformer.translation.streaming import token_counter
 
     texts = [line.split("\t")[0] for line in FIXTURE.read_text(encoding="utf-8").splitlines()[:12]]
     unbatched = [translator.translate(text) for text in texts]
@@ -215,21 +224,16 @@ def test_detection_per_item(client, translator):
     assert alone.status_code == 400 and alone.json() == {"error": "the text is in fr: this model translates from en"}
 
 
-def test_translate_iterable_in_order_with_bounded_memory(translator):
-    from keras_transformer.service.streaming import score_iterable, translate_iterable
-
+def test_translate_iterable_in_order_with_bounded_memory(translator, monkeypatch):
     texts = SOURCES * 3
-    assert list(translate_iterable(translator, iter(texts), max_batch_tokens=20)) == translator.translate(texts)
-    scores = list(score_iterable(translator, iter(SOURCES), iter(SOURCES), max_batch_tokens=20))
+    assert list(translator.translate_iterable(iter(texts), max_batch_tokens=20)) == translator.translate(texts)
+    scores = list(translator.score_iterable(iter(SOURCES), iter(SOURCES), max_batch_tokens=20))
     assert [s.score for s in scores] == pytest.approx([s.score for s in translator.score(SOURCES, SOURCES)], abs=1e-5)
+    with pytest.raises(ValueError, match="sources and targets have different lengths"):
+        list(translator.score_iterable(["a", "b"], ["a"]))
 
-    class Echo:  # a translator that records the largest chunk it was given
-        largest = 0
-
-        def translate(self, chunk):
-            Echo.largest = max(Echo.largest, len(chunk))
-            return [text.upper() for text in chunk]
-
+    chunks = []  # the real translator's token counts, its search replaced by an echo (fast)
+    monkeypatch.setattr(translator, "translate", lambda chunk: chunks.append(len(chunk)) or [t.upper() for t in chunk])
     read = []
 
     def lines():  # many lines, never all in memory: each one read is recorded
@@ -237,12 +241,13 @@ def test_translate_iterable_in_order_with_bounded_memory(translator):
             read.append(i)
             yield f"line {i}"
 
-    for i, output in enumerate(translate_iterable(Echo(), lines(), max_batch_tokens=64)):
+    budget = 64  # a line is at least 2 tokens (a piece and EOS): at most 32 lines a chunk
+    for i, output in enumerate(translator.translate_iterable(lines(), max_batch_tokens=budget)):
         assert output == f"LINE {i}"
-        assert len(read) - i <= 64  # read ahead by one chunk at most
-    assert Echo.largest <= 64 // 2  # a line of 6 bytes estimated as 2 tokens
-    with pytest.raises(ValueError, match="sources and targets have different lengths"):
-        list(score_iterable(translator, ["a", "b"], ["a"]))
+        assert len(read) - i <= budget // 2 + 1  # read ahead by one chunk (and the line that closed it) at most
+        if i == 5000:
+            break
+    assert max(chunks) <= budget // 2 and len(chunks) > 100  # chunks of the budget, translated as they fill
 
 
 def test_confidence_separates_right_from_wrong_translations(translating):
@@ -252,7 +257,7 @@ def test_confidence_separates_right_from_wrong_translations(translating):
     import sacrebleu
     from scipy.stats import spearmanr
 
-    from keras_transformer.service.confidence import confidence, repeated
+    from keras_transformer.translation.confidence import confidence, repeated
     from keras_transformer.translation.translator import Translator
 
     translator = Translator.from_model_dir(translating.model_dir)
@@ -398,8 +403,74 @@ def test_sigterm_answers_what_is_in_flight_and_exits_0(translating):
 
 def test_the_length_ratio_of_a_model_dir_is_its_training_pairs(translating):
     """`serve --model-dir` flags a translation of an odd length against the training pairs' ratio."""
-    from keras_transformer.service.confidence import LengthRatio
+    from keras_transformer.translation.confidence import LengthRatio
 
     found = LengthRatio.from_model_dir(translating.model_dir)
     want = LengthRatio.from_pairs(translating.sources, translating.targets)
     assert (found.mean, found.std) == pytest.approx((want.mean, want.std)) and found.std > 0
+
+
+def test_serve_runs_the_exports_chosen_artifact_else_float(tmp_path, capsys):
+    """`serve --export DIR` without --artifact: DIR/serving_choice.json's choice (hand-written here:
+    `bench/serving.py choose` measures it), else the float SavedModel with one note; --artifact wins."""
+    from keras_transformer.cli.serve import served_artifact
+    from keras_transformer.service.choice import choose, write_choice
+
+    figures = {
+        "saved_model": {"sentences_per_s": 10.0, "bleu": 20.0},
+        "saved_model_int8": {"sentences_per_s": 14.0, "bleu": 19.6},
+        "tflite": {"sentences_per_s": 30.0, "bleu": 19.4},  # fastest, but 0.6 BLEU below float
+        "tflite_int8": {"sentences_per_s": 12.0, "bleu": 20.1},
+    }
+    assert choose(figures) == "saved_model_int8"
+    assert choose(figures, tolerance=1.0) == "tflite"
+    assert served_artifact(str(tmp_path), None) == "saved_model"
+    assert capsys.readouterr().err == (
+        f"keras-transformer: note: {tmp_path} has no serving_choice.json (bench/serving.py choose writes it): "
+        "serving the float SavedModel (saved_model)\n"
+    )
+    (tmp_path / "serving_choice.json").write_text('{"choice": "tflite_int8", "artifacts": {}}', encoding="utf-8")
+    assert served_artifact(str(tmp_path), None) == "tflite_int8"
+    assert served_artifact(str(tmp_path), "saved_model") == "saved_model"
+    assert write_choice(str(tmp_path), figures)["choice"] == "saved_model_int8"
+    assert served_artifact(str(tmp_path), None) == "saved_model_int8"
+    assert json.loads((tmp_path / "serving_choice.json").read_text())["artifacts"] == figures
+    (tmp_path / "serving_choice.json").write_text('{"choice": "onnx"}', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"serving_choice.json: choice 'onnx' is not an artifact \(saved_model, "):
+        served_artifact(str(tmp_path), None)
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmRSS from /proc (Linux)")
+def test_the_servers_memory_stays_flat_over_2000_requests(translating):
+    """LibreTranslate#545, #693: a server whose memory grows until it is killed. 2,000 short requests
+    (single texts and lists of two, some with a new word each time), 200 of them a warm-up; the RSS
+    after must be within 50 MB of the RSS after the warm-up."""
+    process, url = start_server(translating.model_dir)
+
+    def ask(i: int) -> None:
+        q = SOURCES[i % len(SOURCES)] if i % 3 else [f"{SOURCES[0]} {i}", SOURCES[1]]  # new texts, lists
+        request = urllib.request.Request(
+            url + "translate",
+            json.dumps({"q": q, "source": "en", "target": "de"}).encode(),
+            {"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            assert answer.status == 200
+
+    try:
+        for i in range(200):
+            ask(i)
+        warm = rss_mb(process.pid)
+        for i in range(200, 2000):
+            ask(i)
+        grown = rss_mb(process.pid) - warm
+        assert grown < 50, f"RSS grew by {grown:.1f} MB over 1,800 requests after the warm-up ({warm:.1f} MB)"
+    finally:
+        process.kill()
+        process.wait(timeout=30)

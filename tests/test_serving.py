@@ -40,6 +40,7 @@ def test_signatures_equal_the_python_translator(served):
         "translate_ids",
         "translate_nbest",
         "translate_with_alignments",
+        "translate_with_scores",
         "translate_markup",
         "translate_with_prefix",
         "translate_constrained",

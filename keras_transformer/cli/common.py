@@ -123,5 +123,18 @@ def chunks(items, size: int):
         yield chunk
 
 
+def training_length_ratio(model_dir: str):
+    """The training pairs' `confidence.LengthRatio` (the `length_ratio` flag of a translation's
+    confidence), or None with a note where the training data cannot be read."""
+    from keras_transformer.data.errors import DataError
+    from keras_transformer.translation.confidence import LengthRatio
+
+    try:
+        return LengthRatio.from_model_dir(model_dir)
+    except (DataError, OSError, ValueError) as error:
+        print(f"keras-transformer: note: no length-ratio flag ({error})", file=sys.stderr)
+        return None
+
+
 def log(message: str) -> None:
     print(f"keras-transformer: {message}", file=sys.stderr, flush=True)

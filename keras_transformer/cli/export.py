@@ -41,6 +41,18 @@ def add(subparsers):
         "pairs against the checkpoint's (the model dir: --model-dir, or the one OUT was exported from)",
     )
     p.add_argument("--sample", type=int, default=100, help="with --check: held-out pairs translated (default 100)")
+    p.add_argument(
+        "--batching",
+        action="store_true",
+        help="also write TF Serving's batching_parameters.txt and models.config into OUT/saved_model: server-side "
+        "batching with serve's policy (export/README.md)",
+    )
+    p.add_argument(
+        "--max-batch-tokens", type=int, default=4096, metavar="N", help="with --batching: source tokens per batch"
+    )
+    p.add_argument(
+        "--batch-timeout-ms", type=float, default=5.0, metavar="T", help="with --batching: wait for more texts (5 ms)"
+    )
 
 
 def _check_export(args) -> int:
@@ -87,6 +99,8 @@ def run(args):
         raise ValueError("export needs --model-dir and --out (or --check OUT)")
     if args.quantization and args.format != "ctranslate2":
         raise ValueError("--quantization applies to --format ctranslate2 only")
+    if args.batching and args.format != "tensorflow":
+        raise ValueError("--batching applies to --format tensorflow only (TF Serving)")
     from keras_transformer.model_dir import ModelDir, load_model
     from keras_transformer.model_dir.shortlist import model_dir_shortlist
     from keras_transformer.search.ensemble import Ensemble
@@ -119,6 +133,9 @@ def run(args):
             checkpoint={"name": args.checkpoint, "paths": [os.path.abspath(path) for path in exported]},
             glossary=read_glossary(args),
             lexical_shortlist=shortlist,
+            batching=dict(max_batch_tokens=args.max_batch_tokens, batch_timeout_ms=args.batch_timeout_ms)
+            if args.batching
+            else None,
         )
     for artifact, path in paths.items():
         print(f"{artifact}\t{path}")

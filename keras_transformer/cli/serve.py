@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import signal
 
+from keras_transformer.cli.common import training_length_ratio
+
 DEFAULT_PORT = 5000  # LibreTranslate's
-ARTIFACTS = ("saved_model", "saved_model_int8", "tflite", "tflite_int8")
 
 
 def add(subparsers):
+    from keras_transformer.service.choice import ARTIFACTS, CHOICE
+
     p = subparsers.add_parser("serve", help="a translation HTTP service (LibreTranslate's API)")
     model = p.add_mutually_exclusive_group(required=True)
     model.add_argument("--model-dir", metavar="DIR", help="serve the model of a model directory")
@@ -24,8 +27,9 @@ def add(subparsers):
     p.add_argument(
         "--artifact",
         choices=ARTIFACTS,
-        default="saved_model",
-        help="with --export: the float or int8 SavedModel, or the TFLite model run by LiteRT (default saved_model)",
+        help="with --export: the float or int8 SavedModel, or the TFLite model run by LiteRT (default: the "
+        f"export's {CHOICE}, written by bench/serving.py choose: the fastest within 0.5 BLEU of float; without "
+        "it saved_model)",
     )
     p.add_argument("--checkpoint", default="latest", help="with --model-dir: latest (default), averaged, best, ema")
     p.add_argument("--languages", metavar="SRC-TGT", help="the language pair (default: from the training data's name)")
@@ -51,7 +55,6 @@ def run(args) -> int:
     import uvicorn
 
     from keras_transformer.service.app import ServiceConfig, create_app
-    from keras_transformer.service.confidence import LengthRatio
     from keras_transformer.service.languages import export_languages, model_dir_languages
     from keras_transformer.service.limits import read_api_keys
 
@@ -73,10 +76,10 @@ def run(args) -> int:
         languages = model_dir_languages(args.model_dir, args.languages)
         translator = Translator.from_model_dir(args.model_dir, args.checkpoint)
         if not args.no_length_ratio:
-            length_ratio = _length_ratio(LengthRatio, args.model_dir)
+            length_ratio = training_length_ratio(args.model_dir)
     else:
         languages = export_languages(args.export, args.languages)
-        translator = export_translator(args.export, args.artifact)
+        translator = export_translator(args.export, served_artifact(args.export, args.artifact))
     app = create_app(translator, languages, config, length_ratio)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
     stopped = []
@@ -86,6 +89,27 @@ def run(args) -> int:
     print(f"serving {args.model_dir or args.export} on http://{args.host}:{args.port}", flush=True)
     server.run()
     return 0 if server.started else 1
+
+
+def served_artifact(export_dir: str, artifact: str | None) -> str:
+    """`artifact` if given, else the export's chosen one (`service/choice.py`), else the float
+    SavedModel, with a note on stderr."""
+    import sys
+
+    from keras_transformer.service.choice import CHOICE, FLOAT, read_choice
+
+    if artifact is not None:
+        return artifact
+    chosen = read_choice(export_dir)
+    if chosen is None:
+        print(
+            f"keras-transformer: note: {export_dir} has no {CHOICE} (bench/serving.py choose writes it): "
+            f"serving the float SavedModel ({FLOAT})",
+            file=sys.stderr,
+        )
+        return FLOAT
+    print(f"keras-transformer: serving {chosen}, the choice of {export_dir}/{CHOICE}", file=sys.stderr)
+    return chosen
 
 
 def export_translator(path: str, artifact: str):
@@ -98,16 +122,3 @@ def export_translator(path: str, artifact: str):
     from keras_transformer.translation.exported import SavedModelTranslator
 
     return SavedModelTranslator(path, int8=int8)
-
-
-def _length_ratio(length_ratio, model_dir: str):
-    """The training pairs' `LengthRatio`, or None (with a note) where the training data cannot be read."""
-    import sys
-
-    from keras_transformer.data.errors import DataError
-
-    try:
-        return length_ratio.from_model_dir(model_dir)
-    except (DataError, OSError, ValueError) as error:
-        print(f"keras-transformer: note: no length-ratio flag ({error})", file=sys.stderr)
-        return None

@@ -5,6 +5,7 @@ library's (`Translator`), not this module's."""
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 
 from keras_transformer.cli import common
@@ -37,6 +38,12 @@ def add(subparsers):
         "--alignments",
         action="store_true",
         help="after a tab on each line, the word alignment in Pharaoh format (source-target word indices: 0-0 2-1)",
+    )
+    output.add_argument(
+        "--scores",
+        action="store_true",
+        help="one JSON line per input: the translation, its confidence (the geometric mean of its token "
+        "probabilities), each word's score and the failure flags (repetition, length_ratio, uncovered, empty)",
     )
     p.add_argument(
         "--no-split",
@@ -113,6 +120,11 @@ def run(args):
     n = decoding.sampling.num_samples if decoding.sampling else decoding.search.nbest or 1  # 1: one line per input
     if args.alignments:  # of the one best translation: --nbest or --num-samples refused by the library's check
         Request(n, alignments=True).check(decoding)
+    if args.scores:
+        if n > 1:
+            raise ValueError("--scores scores the best translation of each input: drop --nbest, --num-samples")
+        if len(args.model_dir) == 1:
+            translator.length_ratio = common.training_length_ratio(args.model_dir[0])
     index = 0
     for chunk, prefixes, constraints in batches:  # each chunk sorted by length inside the translator, in input order
         inputs = dict(prefixes=prefixes, constraints=constraints, target_lang=args.target_lang)
@@ -121,6 +133,12 @@ def run(args):
         elif args.alignments:
             for translation, pairs in translator.translate_with_alignments(chunk, **inputs):
                 print(f"{translation}\t{format_pharaoh(pairs)}")
+        elif args.scores:
+            plain = all(value is None for value in inputs.values())
+            split = args.split and prefixes is None and constraints is None
+            options = dict(markup=args.markup == "on" and plain, split=split, return_scores=True)
+            for scored in translator.translate(chunk, **inputs, **options):
+                print(json.dumps(scored.to_dict(), ensure_ascii=False))
         elif n == 1 and args.markup == "on" and all(value is None for value in inputs.values()):
             for translation in translator.translate(chunk, markup=True, split=args.split):
                 print(translation)

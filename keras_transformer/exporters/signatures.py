@@ -20,6 +20,12 @@ request's own constraints); a user's modifiers (`export(..., modifiers=)`) run i
 - `translate_nbest(text [B]) -> {translations [B, beam] string, scores [B, beam] float32}`.
 - `translate_with_alignments(text [B]) -> {translation [B] string, score [B] float32, alignment
   [B] string}`: the alignment in Pharaoh format ("0-0 2-1 ..."; `translation/alignment.py`).
+- `translate_with_scores(text [B]) -> {translation [B] string, score [B] float32, confidence [B]
+  float32, word_scores [B, W] float32, alignment [B] string}`: the translation with how far to
+  trust it (`translation/confidence.py`): `confidence`, exp of the mean log-probability of its
+  tokens (EOS included), and each word's (of `translation.split()`, 0 past its words), by teacher
+  forcing the translation; the numbers of `Translator.translate(..., return_scores=True)`, whose
+  flags (repetition, length ratio, uncovered source words) a client derives from these outputs.
 - `translate_markup(text [B]) -> {translation [B] string, score [B] float32}`: tags, entities,
   placeholders, URLs, e-mail addresses and the characters the vocabulary cannot write (the
   tokenizer's `span_rule`, a constant of the graph) kept exactly, placed by the word alignments
@@ -76,6 +82,7 @@ from keras_transformer.search.inputs import SearchInputs, user_modifiers
 from keras_transformer.search.scoring import score_targets
 from keras_transformer.search.search import DecodeResult, graph_function, search
 from keras_transformer.special_tokens import EOS_ID, PAD_ID, never_generated
+from keras_transformer.translation.confidence import word_probabilities
 from keras_transformer.translation.glossary import Glossary
 from keras_transformer.translation.pipeline import Pipeline
 
@@ -215,6 +222,7 @@ class TranslationModule(tf.Module):
             self.translate_with_alignments = graph_function(
                 self._translate_with_alignments, input_signature=[TEXT_SPEC]
             )
+            self.translate_with_scores = graph_function(self._translate_with_scores, input_signature=[TEXT_SPEC])
             self.translate_markup = graph_function(self._translate_markup, input_signature=[TEXT_SPEC])
             if tokenizer.target_langs:
                 self.translate_to = graph_function(self._translate_to, input_signature=[TEXT_SPEC, TARGET_LANG_SPEC])
@@ -315,6 +323,25 @@ class TranslationModule(tf.Module):
         found = self.pipeline.translate(text, 1, alignments=True)
         return {**self._best(found), "alignment": found.alignment}  # [B] each
 
+    def _translate_with_scores(self, text):
+        found = self.pipeline.translate(text, 1, alignments=True)
+        translation = found.translations[:, 0]  # [B]
+        source_ids, _ = self.pipeline.source_ids(self.pipeline.repaired(text))  # [B, S]
+        target_ids = self.pipeline.target_ids(translation)  # [B, T]
+        _, log_prob, tokens, token_log_probs = score_targets(
+            self.model,
+            source_ids,
+            target_ids,
+            alpha=self._decoding.search.alpha,
+            disable_unk=self._decoding.search.disable_unk,
+        )  # [B], [B], [B, T + 1]
+        return {
+            **self._best(found),
+            "confidence": tf.exp(log_prob / tf.cast(tokens, tf.float32)),  # [B]
+            "word_scores": word_probabilities(target_ids, token_log_probs, self.pipeline.pieces),  # [B, W]
+            "alignment": found.alignment,  # [B]
+        }
+
     def _translate_markup(self, text):
         return self._best(self.pipeline.translate(text, 1, markup=True))
 
@@ -336,6 +363,7 @@ class TranslationModule(tf.Module):
             "sample": self.sample,
             "translate_with_options": self.translate_with_options,
             "translate_with_alignments": self.translate_with_alignments,
+            "translate_with_scores": self.translate_with_scores,
             "translate_markup": self.translate_markup,
             **({"translate_to": self.translate_to} if self.tokenizer.target_langs else {}),
             **({} if self.tokenizer.target_langs else {"translate_document": self.translate_document}),

@@ -3,7 +3,8 @@
     OUT/saved_model/<name>/N/        serving_default (text -> translation, score), translate_ids,
                                      translate_nbest, translate_with_prefix, translate_constrained,
                                      score, sample, translate_with_options,
-                                     translate_with_alignments, translate_markup
+                                     translate_with_alignments, translate_with_scores,
+                                     translate_markup
                                      (exporters/signatures.py); needs
                                      tensorflow-text's ops (TF Serving links them);
                                      assets.extra/tf_serving_warmup_requests
@@ -21,6 +22,10 @@
     OUT/translator.json              what a device needs besides the models (`tflite_metadata`)
     OUT/glossary.tsv                 with `export --glossary FILE`: the terms the text SavedModels'
                                      `translate` holds (the ids-only and TFLite models hold none)
+    OUT/saved_model/batching_parameters.txt, OUT/saved_model/models.config
+                                     with `export --batching`: TF Serving's server-side batching with
+                                     `serve`'s policy, and the three SavedModels' model config
+                                     (`exporters/batching.py`)
 
 With the `shortlist` setting (by default where the model dir has one) both SavedModels hold the model dir's
 vocabulary shortlist and search over it (`search/shortlist.py`; translator.json's
@@ -52,6 +57,7 @@ from tensorflow.python.framework.convert_to_constants import (
 
 from keras_transformer.config import DecodingConfig
 from keras_transformer.data.tokenizer import UNK_ID, target_path
+from keras_transformer.exporters.batching import write_batching
 from keras_transformer.exporters.signatures import IDS_SPEC, TEXT_SPEC, TranslationModule, variables
 from keras_transformer.search.controls import suppressed_ids
 from keras_transformer.search.decoding import beam_search, search_beams
@@ -254,6 +260,7 @@ def export_tensorflow(
     glossary: Glossary | None = None,
     lexical_shortlist=None,
     modifiers=(),
+    batching: dict | None = None,
     **overrides,
 ) -> dict:
     """Write every artifact (see the module docstring) to `out`, decoding with `decoding` and
@@ -275,7 +282,10 @@ def export_tensorflow(
     `shortlist`: the SavedModels (float and int8) search over `lexical_shortlist` (a
     `data.shortlist.Shortlist`, the model dir's), saved in them. `modifiers`: the user's
     `kt.Modifier`s, traced into every search of every artifact (a ValueError of one line for one
-    that cannot be traced: `traceable`)."""
+    that cannot be traced: `traceable`). `batching`: the policy of `exporters.batching.write_batching`
+    ({} for `serve`'s defaults, or `max_batch_tokens=`, `batch_timeout_ms=`, ...): its
+    batching_parameters.txt and models.config written to OUT/saved_model, which TF Serving mounts
+    as /models (keys "batching_parameters" and "models_config")."""
     decoding = (decoding or DecodingConfig()).replace(**overrides).replace(int8=False)
     check_shortlist(decoding, lexical_shortlist)
     shortlist = variables(lexical_shortlist) if decoding.search.shortlist else None
@@ -341,4 +351,9 @@ def export_tensorflow(
             metadata["glossary"] = {"path": GLOSSARY, "case_sensitive": glossary.case_sensitive}
         json.dump(metadata, f, indent=2)
         f.write("\n")
+    if batching is not None:
+        names = [name, f"{name}_ids", f"{name}{INT8_SUFFIX}"]
+        written = write_batching(os.path.join(out, "saved_model"), names, **batching)
+        paths["batching_parameters"], paths["models_config"] = written["parameters"], written["config"]
+        log(f"TF Serving with batching: {written['command']}")
     return paths

@@ -5,7 +5,4 @@ batching.py    dynamic batching: concurrent requests merged by token budget and 
 limits.py      API keys, requests per minute, characters per request
 metrics.py     Prometheus counters and histograms (GET /metrics)
 languages.py   the model's languages, and per-item language detection for source=auto (lingua)
-confidence.py  sentence confidence, per-word scores and failure flags of a translation
-streaming.py   translate_iterable / score_iterable: any number of lines, in order, bounded memory
-files.py       POST /translate_file: the formats it reads
 """

@@ -7,7 +7,8 @@
                           language) is "" with its message in `errors` (null for the others)
     POST /detect          q -> [{language, confidence}]
     GET  /languages       [{code, name, targets}]
-    POST /translate_file  file (multipart), source, target, api_key -> {translatedFileUrl}
+    POST /translate_file  file (multipart: a format of `keras_transformer.files`, kt.translate_file),
+                          source, target, api_key -> {translatedFileUrl}
     GET  /download_file/NAME, GET /frontend/settings, GET /health, GET /metrics (Prometheus text)
 
 Bodies as LibreTranslate reads them: JSON, or a form (urlencoded or multipart), or query parameters.
@@ -33,15 +34,16 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from keras_transformer.service import files
+from keras_transformer import files
 from keras_transformer.service.batching import Batcher
-from keras_transformer.service.confidence import LengthRatio, confidence
 from keras_transformer.service.languages import Detector, Languages
 from keras_transformer.service.limits import LimitError, RateLimiter, check_chars, check_key
 from keras_transformer.service.metrics import CONTENT_TYPE, Metrics
-from keras_transformer.service.streaming import token_counter
+from keras_transformer.translation.confidence import LengthRatio, confidence
+from keras_transformer.translation.streaming import token_counter
 
 KEPT_FILES = 32  # translated files kept for download, the newest
+EXTENSIONS = tuple(extension for _, extensions in files.FORMATS.values() for extension in extensions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +107,9 @@ def create_app(
 
     def run(options: Options, texts: list[str]) -> list[dict]:  # on the model thread
         target_lang = options.target_lang
-        if options.kind == "file":
+        if options.kind == "file":  # target_lang: the request's target, which a file may name (XLIFF, TMX)
             for source in texts:
-                translate = lambda texts, html: translate_texts(translator, texts, html, target_lang)
-                files.translate_path(translate, source, options.target_path)
+                files.translate_file(translator, source, options.target_path, target_lang=target_lang)
             return [{}] * len(texts)
         alternatives = [[] for _ in texts]
         if options.alternatives:
@@ -255,11 +256,14 @@ def create_app(
         values = await fields(request)
         admit(request, values)
         source_of(values)
-        target_lang = target_of(values)
+        target_of(values)
         upload = values.get("file")
         if upload is None or isinstance(upload, str) or not hasattr(upload, "read"):
             raise BadRequest("invalid request: missing file (multipart/form-data)")
-        extension = files.check_format(upload.filename or "")
+        extension = os.path.splitext(upload.filename or "")[1].lower()
+        if extension not in EXTENSIONS:
+            formats = ", ".join(EXTENSIONS)
+            raise BadRequest(f"cannot translate {extension or 'files without an extension'}: the formats are {formats}")
         data = await upload.read()
         check_chars([data.decode("utf-8", errors="replace")], config.char_limit)
         name = f"{uuid.uuid4().hex}{extension}"
@@ -268,7 +272,7 @@ def create_app(
             f.write(data)
         target_path = os.path.join(downloads, name)
         try:
-            await batcher.submit(Options("file", target_lang, target_path=target_path), [source_path])
+            await batcher.submit(Options("file", values["target"], target_path=target_path), [source_path])
         finally:
             os.remove(source_path)
         kept.append(target_path)
@@ -293,7 +297,7 @@ def create_app(
                 "charLimit": config.char_limit if config.char_limit is not None else -1,
                 "keyRequired": config.api_keys is not None,
                 "suggestions": False,
-                "supportedFilesFormat": list(files.FORMATS),
+                "supportedFilesFormat": list(EXTENSIONS),
                 "language": {"source": {"code": languages.source}, "target": {"code": languages.targets[0]}},
             }
         )

@@ -13,6 +13,7 @@ kt.Translator.from_model_dir("runs/small", glossary=kt.Glossary.from_tsv("terms.
 translator.translate("Jesus wept.", target_lang="fr")  # a multilingual model: into French (or one per text)
 translator.score(["Jesus wept."], ["Jesus weinte."])   # -> [Score(score, log_prob, tokens, token_log_probs)]
 translator.translate_with_alignments("Jesus wept.")  # -> (str, [(source word, target word)])
+translator.translate_iterable(open("big.txt"), max_batch_tokens=4096)  # any number of lines, in order, lazily
 translator.translate("Click <b>here</b>, {name}.", markup=True)  # tags and placeholders kept (markup_restore.py)
 kt.Translator.from_model_dir(["runs/a", "runs/b"])  # an ensemble (search/ensemble.py)
 kt.Translator.from_model_dir("runs/small", shortlist=False)  # the whole vocabulary, not the dir's shortlist
@@ -24,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple, overload
 
@@ -40,7 +41,7 @@ from keras_transformer.search.inputs import user_modifiers
 from keras_transformer.search.scoring import score as score_pairs
 from keras_transformer.search.shortlist import check_shortlist
 from keras_transformer.special_tokens import PAD_ID
-from keras_transformer.translation import alignment
+from keras_transformer.translation import alignment, confidence, streaming
 from keras_transformer.translation.glossary import Glossary
 from keras_transformer.translation.pipeline import Pipeline, Request
 
@@ -141,6 +142,7 @@ class Translator:
             self.model, tokenizer, self.decoding, glossary, self.lexical_shortlist, user_modifiers(modifiers)
         )
         self.suppress_ids = self.pipeline.suppress_ids
+        self.length_ratio = None  # a `confidence.LengthRatio`: return_scores' length_ratio flag
 
     @property
     def modifiers(self) -> tuple:
@@ -254,7 +256,9 @@ class Translator:
     @overload
     def translate(self, texts: Sequence[str]) -> list[str]: ...
 
-    def translate(self, texts, prefixes=None, constraints=None, target_lang=None, markup=False, split=False):
+    def translate(
+        self, texts, prefixes=None, constraints=None, target_lang=None, markup=False, split=False, return_scores=False
+    ):
         """The best translation of a text (a str), or of each text of a list (a list of str). With
         `markup`, the tags, entities, placeholders, URLs and e-mail addresses of a text, and the
         characters the vocabulary cannot write (an emoji, a CJK name: `span_rule`), are kept
@@ -264,15 +268,33 @@ class Translator:
         translated (with `markup` too), all of them in one go, and their translations joined in
         order with the whitespace that was between them; a document takes no prefix and no
         constraints (a glossary applies to each sentence). `pipeline.Request.check` says which
-        combinations are refused."""
+        combinations are refused. With `return_scores`, each translation comes as a
+        `confidence.Scored(translation, confidence)`: its sentence confidence, per-word scores and
+        failure flags (`translation/confidence.py`; the `length_ratio` flag where `self.length_ratio`
+        is set, e.g. to `LengthRatio.from_model_dir(path)`), the numbers of the SavedModel's
+        `translate_with_scores`."""
         if isinstance(texts, str):
             constraints = None if constraints is None else [constraints]
-            return self.translate([texts], prefixes, constraints, target_lang, markup, split)[0]
+            return self.translate([texts], prefixes, constraints, target_lang, markup, split, return_scores)[0]
         request = Request(1, prefixes, constraints, target_lang, markup, split)
         request.check(self.decoding)
+        if return_scores:
+            return self._scored(list(texts), request)
         if split:
             return self._translate_documents(list(texts), request)
         return [hypotheses[0][0] for hypotheses, _ in self._translations(list(texts), request, 1)]
+
+    def _scored(self, texts: list[str], request: Request) -> list[confidence.Scored]:
+        """`translate(..., return_scores=True)`: sentences translated with their alignments in one
+        search (documents or markup: translated, then aligned by a new search), then scored."""
+        inputs = (request.prefixes, request.constraints, request.target_lang)
+        if request.split or request.markup:
+            translations, aligned = self.translate(texts, *inputs, request.markup, request.split), None
+        else:
+            aligned = self.translate_with_alignments(texts, *inputs)
+            translations = [translation for translation, _ in aligned]
+        found = confidence.confidence(self, texts, translations, self.length_ratio, request.target_lang, aligned)
+        return [confidence.Scored(translation, c) for translation, c in zip(translations, found)]
 
     def _translate_documents(self, texts: list[str], request: Request) -> list[str]:
         """Each text a document: `Pipeline.split`, its sentences translated as a list, `Pipeline.join`."""
@@ -350,6 +372,26 @@ class Translator:
             (hypotheses[0][0], alignment.parse_pharaoh(pharaoh))
             for hypotheses, pharaoh in self._translations(list(texts), request, 1)
         ]
+
+    def translate_iterable(
+        self, lines: Iterable[str], max_batch_tokens: int = streaming.DEFAULT_MAX_BATCH_TOKENS, **options
+    ):
+        """The translation of each of `lines` (any iterable, read lazily), in order, as
+        `translate(chunk, **options)` gives it, `max_batch_tokens` source tokens read at a time:
+        memory holds one chunk whatever the input's length (CTranslate2's name;
+        `translation/streaming.py`)."""
+        return streaming.translate_iterable(self, lines, max_batch_tokens, **options)
+
+    def score_iterable(
+        self,
+        sources: Iterable[str],
+        targets: Iterable[str],
+        max_batch_tokens: int = streaming.DEFAULT_MAX_BATCH_TOKENS,
+        **options,
+    ):
+        """The `Score` of each (source, target) pair, in order, `max_batch_tokens` tokens read at a
+        time (`score(**options)`); a ValueError where one iterable ends before the other."""
+        return streaming.score_iterable(self, sources, targets, max_batch_tokens, **options)
 
     def _batches(self, texts: list[str]):
         """(indices into `texts`, the batch's start in the sorted order) per search: the non-empty

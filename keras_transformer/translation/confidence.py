@@ -4,8 +4,10 @@ Confidence is the model's own probability of its output, per token: exp of the m
 of the translation's tokens, EOS included (the "TP" glass-box estimate of Fomicheva et al., 2020,
 "Unsupervised Quality Estimation for Neural Machine Translation"), from `Translator.score` (teacher
 forcing the translation). A word's score is exp of the mean log-probability of its subwords (words as
-`translation/alignment.py` counts them). The flags name the failures peers' users report
-(CTranslate2#836, #1236, LibreTranslate#670):
+`translation/alignment.py` counts them: `word_probabilities`, which the SavedModel's
+`translate_with_scores` signature runs too). `Translator.translate(..., return_scores=True)`, the
+service's `confidence` field and `translate --scores` all come from `confidence` here. The flags
+name the failures peers' users report (CTranslate2#836, #1236, LibreTranslate#670):
 
     repetition     a word n-gram (n <= 4) repeated REPEATS times in a row in the translation and
                    not in the source (a decoding loop)
@@ -24,8 +26,10 @@ import re
 import statistics
 import weakref
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
+import tensorflow as tf
 
 from keras_transformer.translation import alignment
 
@@ -94,20 +98,41 @@ def repeated(words: Sequence[str]) -> bool:
     return False
 
 
-def word_scores(translator, translation: str, token_log_probs: Sequence[float]) -> list[tuple[str, float]]:
-    """(word, exp(mean log-prob of its subwords)) for each word of `translation` (`alignment.token_words`)."""
-    ids = translator.target_ids([translation])[0]  # [T]
-    if len(ids) == 0:
+def word_probabilities(target_ids, token_log_probs, table: alignment.Pieces):
+    """target_ids [B, T] int32 (pad-padded, no EOS) and their token_log_probs [B, T + 1]
+    (`scoring.score_targets`, EOS last) -> each word's exp(mean log-prob of its subwords) [B, W]
+    (0 past a row's words, and for a word without tokens), W the batch's most words
+    (`alignment.token_words`). Traceable: the `translate_with_scores` signature runs it too."""
+    word_of, words = alignment.token_words(target_ids, table)  # [B, T], [B]
+    batch, length = tf.shape(target_ids)[0], tf.shape(target_ids)[1]
+    width = tf.reduce_max(tf.concat([words, [0]], axis=0))  # W
+    counted = word_of >= 0  # [B, T]
+    dump = batch * width  # the segment of tokens without a word (EOS, pads, reserved pieces)
+    segment = tf.where(counted, word_of + tf.range(batch)[:, None] * width, dump)  # [B, T]
+    log_probs = tf.cast(token_log_probs, tf.float32)[:, :length]  # [B, T]: the EOS's has no word
+    sums = tf.math.unsorted_segment_sum(log_probs, segment, dump + 1)[:dump]  # [B * W]
+    counts = tf.math.unsorted_segment_sum(tf.cast(counted, tf.float32), segment, dump + 1)[:dump]  # [B * W]
+    probabilities = tf.where(counts > 0, tf.exp(tf.math.divide_no_nan(sums, counts)), 0.0)  # [B * W]
+    return tf.reshape(probabilities, [batch, width])  # [B, W]
+
+
+def word_scores(translator, translations: Sequence[str], scores: Sequence) -> list[list[tuple[str, float]]]:
+    """(word, `word_probabilities`) for each word of each translation (`translation.split()`), from
+    its `Score` (`Translator.score`)."""
+    if not translations:
         return []
-    word_of, _ = alignment.token_words(ids[None, :], _pieces(translator))  # [1, T]
-    word_of = word_of.numpy()[0]
-    words = translation.split()
-    sums, counts = np.zeros(len(words)), np.zeros(len(words))
-    for j, log_prob in zip(word_of, token_log_probs):  # the EOS's has no word
-        if 0 <= j < len(words):
-            sums[j] += log_prob
-            counts[j] += 1
-    return [(word, float(np.exp(s / c)) if c else 0.0) for word, s, c in zip(words, sums, counts)]
+    rows = translator.target_ids(list(translations))  # [T] each
+    width = max([1, *map(len, rows)])
+    target_ids = np.zeros((len(rows), width), np.int32)  # PAD_ID 0
+    token_log_probs = np.zeros((len(rows), width + 1), np.float32)
+    for i, (row, score) in enumerate(zip(rows, scores)):
+        target_ids[i, : len(row)] = row
+        token_log_probs[i, : len(score.token_log_probs)] = score.token_log_probs
+    found = word_probabilities(target_ids, token_log_probs, _pieces(translator)).numpy()  # [B, W]
+    return [
+        [(word, float(found[i, j]) if j < found.shape[1] else 0.0) for j, word in enumerate(text.split())]
+        for i, text in enumerate(translations)
+    ]
 
 
 _PIECES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> its Pieces, built once
@@ -134,15 +159,21 @@ def confidence(
     translations: Sequence[str],
     length_ratio: LengthRatio | None = None,
     target_lang=None,
+    aligned: Sequence[tuple[str, list[tuple[int, int]]]] | None = None,
 ) -> list[Confidence]:
     """The `Confidence` of each translation of `sources`: scored by `translator.score`, aligned by
+    `aligned` (`translate_with_alignments`' output, where the translations came from it) or else by
     `translator.translate_with_alignments` (a new search, whose output is checked against the
     translation: coverage is judged only where they agree; not for a multilingual `target_lang`)."""
     sources, translations = list(sources), list(translations)
     scores = translator.score(sources, translations, target_lang=target_lang)
-    aligned = translator.translate_with_alignments(sources) if target_lang is None else [("", [])] * len(sources)
+    if target_lang is not None:
+        aligned = [("", [])] * len(sources)
+    elif aligned is None:
+        aligned = translator.translate_with_alignments(sources)
+    words_of = word_scores(translator, translations, scores)
     results = []
-    for source, translation, score, found in zip(sources, translations, scores, aligned):
+    for source, translation, score, found, scored in zip(sources, translations, scores, aligned, words_of):
         flags = []
         source_words, words = source.split(), translation.split()
         if not source_words or not words:
@@ -156,6 +187,18 @@ def confidence(
         if uncovered is not None and counted and len(uncovered) > UNCOVERED_SHARE * len(counted):
             flags.append("uncovered")
         value = math.exp(score.log_prob / score.tokens) if score.tokens else 0.0
-        words = word_scores(translator, translation, score.token_log_probs)
-        results.append(Confidence(value, words, tuple(flags), uncovered))
+        results.append(Confidence(value, scored, tuple(flags), uncovered))
     return results
+
+
+class Scored(NamedTuple):
+    """A translation and its `Confidence` (`Translator.translate(..., return_scores=True)`)."""
+
+    translation: str
+    confidence: Confidence
+
+    def to_dict(self) -> dict:
+        """{"translation", "confidence" (the sentence's), "words", "flags", "uncovered"}: a JSON line of
+        `translate --scores`."""
+        found = self.confidence.to_dict()
+        return {"translation": self.translation, "confidence": found.pop("score"), **found}

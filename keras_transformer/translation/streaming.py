@@ -3,8 +3,9 @@
 at a time; each chunk is translated (the translator sorts it by length into its batches) and its
 results yielded before the next chunk is read. Memory holds one chunk, whatever the input's length.
 
-At merge these become `Translator.translate_iterable(lines, max_batch_tokens=...)` and
-`Translator.score_iterable(sources, targets, max_batch_tokens=...)`.
+`Translator.translate_iterable(lines, max_batch_tokens=...)` and
+`Translator.score_iterable(sources, targets, max_batch_tokens=...)` call these; the service's batcher
+counts tokens with `token_counter`.
 """
 
 from __future__ import annotations
