@@ -24,8 +24,10 @@ $(VENV)/installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+# --no-compile: pip byte-compiles all ~20,000 modules of the dev install (~39 CPU-s, TensorFlow, PyTorch
+# and JAX the most); Python compiles on first import only the few thousand the tests import.
 $(VENV)/installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev]"
 	touch $@ $(VENV)/installed
 
 install: $(VENV)/installed

@@ -204,6 +204,9 @@ def test_no_retracing_on_new_shapes(model):
     assert function.experimental_get_tracing_count() == 1
 
 
+# ~8 CPU-s of compilation: `make test` holds XLA's beams to the graph's (the same model and search_beams, beam 3,
+# a fixed-length cache) in test_decoding.py's test_xla_on_bucket_shapes_gives_the_graphs_beams.
+@pytest.mark.slow
 def test_xla_gives_the_same_beams(model):
     expected = beam_search(model, SOURCE, beam_size=3, max_decode_length=12)
     xla = tf.function(
@@ -381,7 +384,7 @@ def test_patience_stops_after_round_p_k_ended_hypotheses(patience, steps, best):
     assert not result.ids.numpy()[0, 0, 2:].any()
 
 
-# XLA: ~12 CPU-s of compilation, slow (XLA's beams against the graph's: test_xla_gives_the_same_beams).
+# XLA: ~12 CPU-s of compilation, slow (XLA's beams against the graph's: test_decoding.py's bucket test).
 @pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_patience_counts_every_ended_hypothesis(model, jit_compile):
     """Stopping after more hypotheses than can ever end runs every sentence to its limit, which

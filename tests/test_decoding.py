@@ -116,11 +116,18 @@ def test_a_model_never_called_builds_itself_to_decode():
 
 def test_xla_on_bucket_shapes_gives_the_graphs_beams(model):
     """Batches padded to their bucket shape (extra rows and columns of pad) decode as the
-    TensorFlow graph decodes them unpadded, and come back cut to the same shape."""
+    TensorFlow graph decodes them unpadded, and come back cut to the same shape. Every batch here
+    pads to the one bucket [4, 16] (`test_bucket_shapes`), so XLA compiles once."""
     from keras_transformer import beam_search
+    from keras_transformer.inference.decoding import bucket_shape
 
-    sources = [SOURCE, SOURCE[:1, :2], np.array([[9, 8, 7, 6, 5, 2], [3, 2, 0, 0, 0, 0], [4, 4, 2, 0, 0, 0]], np.int32)]
+    sources = [
+        np.array([[9, 8, 7, 6, 5, 2], [3, 2, 0, 0, 0, 0], [4, 4, 2, 0, 0, 0]], np.int32),  # a row and 10 columns
+        np.array([[5, 6, 7, 2], [8, 2, 0, 0], [9, 4, 2, 0], [6, 2, 0, 0]], np.int32),  # 12 columns only
+        np.array([[5, 6], [8, 2], [7, 7]], np.int32),  # a row and 14 columns; rows without EOS
+    ]
     for source in sources:
+        assert tuple(int(n) for n in bucket_shape(*source.shape, max_length=20)) == (4, 16)
         expected = beam_search(model, source, beam_size=3, alpha=0.6, length_b=6)
         result = beam_search(model, source, beam_size=3, alpha=0.6, length_b=6, jit_compile=True)
         np.testing.assert_array_equal(result.ids, expected.ids)

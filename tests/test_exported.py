@@ -3,8 +3,6 @@ Python translator's outputs, and a directory without one SavedModel is refused i
 
 import pytest
 
-from keras_transformer.exporters.tensorflow import export_tensorflow
-from keras_transformer.model_dir import load_model
 from keras_transformer.translation.exported import SavedModelTranslator, saved_model_path
 from keras_transformer.translation.translator import Translator
 
@@ -12,11 +10,10 @@ TEXTS = ["In the beginning God created the heavens and the earth.", "Jesus wept.
 
 
 @pytest.fixture(scope="module")
-def export_and_python(trained, tmp_path_factory):
-    model, tokenizer, _ = load_model(trained.model_dir)
-    out = str(tmp_path_factory.mktemp("exported") / "export")
-    export_tensorflow(model, tokenizer, out, log=lambda message: None, tflite=False)
-    return out, Translator(model, tokenizer)
+def export_and_python(cli_export, translating):
+    """conftest's `cli_export` (`keras-transformer export` of `translating`, no TFLite), and the model
+    dir's `Translator` with the export's settings (`disable_unk`: `export_decoding`)."""
+    return cli_export.out, Translator.from_model_dir(translating.model_dir, disable_unk=True)
 
 
 def test_the_exports_translations_equal_the_python_translators(export_and_python):

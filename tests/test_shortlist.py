@@ -224,8 +224,9 @@ def test_translator_and_the_command_line_search_over_the_shortlist(shortlisted_d
     assert by_default.decoding.search.shortlist is True and by_default.translate(texts) == shortlisted
     full = kt.Translator.from_model_dir(shortlisted_dir, shortlist=False, beam_size=2)
     assert full.lexical_shortlist is None and full.decoding.search.shortlist is False
-    fixed = kt.Translator.from_model_dir(shortlisted_dir, max_decode_length=30)  # static shapes: off, no error
-    assert fixed.lexical_shortlist is None and fixed.decoding.search.shortlist is False
+    for static in ({"max_decode_length": 30}, {"jit_compile": True}):  # static shapes: off, no error
+        fixed = kt.Translator.from_model_dir(shortlisted_dir, **static)
+        assert fixed.lexical_shortlist is None and fixed.decoding.search.shortlist is False
     rows = translator.source_ids(texts)
     source_ids = np.stack([np.pad(row, (0, max(map(len, rows)) - len(row))) for row in rows]).astype(np.int32)
     ids, _ = translator.decode(source_ids, 1)
@@ -235,9 +236,17 @@ def test_translator_and_the_command_line_search_over_the_shortlist(shortlisted_d
     assert main(["translate", "--model-dir", shortlisted_dir, "--no-split", "--beam-size", "2", *texts]) == 0
     assert capsys.readouterr().out.splitlines() == shortlisted
     evaluate = ["evaluate", "--model-dir", shortlisted_dir, "--show", "0", "--limit", "2"]
-    for flags, setting in (([], True), (["--no-shortlist"], False), (["--jit-compile"], False)):
+    for flags, setting in (([], True), (["--no-shortlist"], False)):
         assert main([*evaluate, *flags]) == 0
         assert json.loads(capsys.readouterr().out)["shortlist"] is setting
+
+
+@pytest.mark.slow  # an XLA compilation; `jit_compile` turning the shortlist off: the test above, in-process
+def test_evaluate_with_jit_compile_searches_without_the_shortlist(shortlisted_dir, capsys):
+    from keras_transformer.cli.main import main
+
+    assert main(["evaluate", "--model-dir", shortlisted_dir, "--show", "0", "--limit", "2", "--jit-compile"]) == 0
+    assert json.loads(capsys.readouterr().out)["shortlist"] is False
 
 
 def test_the_saved_model_searches_over_the_shortlist_as_translator_does(shortlisted_dir, fixture_pairs, tmp_path):
