@@ -156,9 +156,8 @@ def test_translate_prints_pharaoh_alignments_after_a_tab(copier, capsys):
     assert lines[:-1] == [f"{translation}\t{format_pharaoh(pairs)}" for translation, pairs in want]
     assert lines[3] == "\t" and want[0][1] and all(len(line.split("\t")) == 2 for line in lines[:-1])
     assert main(["translate", "--model-dir", path, "--alignments", "--nbest", "2", "x"]) == 2
-    assert capsys.readouterr().err == (  # the library's refusal (`Translator.translate_with_alignments`)
-        "keras-transformer: error: alignments are of each text's one best translation: no nbest, num_samples, "
-        "prefixes, constraints or target_lang (start each text with its language's token, <2fr>, instead)\n"
+    assert capsys.readouterr().err == (  # the library's refusal (`pipeline.Request`)
+        "keras-transformer: error: alignments align the best translation of each text: drop n, nbest, num_samples\n"
     )
 
 

@@ -63,6 +63,32 @@ def test_the_forced_tokens_count_in_the_score(scrambled_model):
     np.testing.assert_allclose(scored.score.numpy(), result.scores.numpy()[ended, 0], atol=1e-4)
 
 
+@pytest.mark.parametrize("search", [functools.partial(beam_search, beam_size=1), beam_search], ids=["greedy", "beam"])
+def test_controls_leave_a_prefix_alone(scrambled_model, search):
+    """A prefix holding a suppressed token (or repeating a token under repetition controls) is still
+    written whole, with the forced tokens' own scores (CTranslate2's logits processors skip a prefix);
+    the controls apply after it: the suppressed token never follows it."""
+    plain = search(scrambled_model, SOURCE, target_prefix=PREFIX)
+    controlled = search(scrambled_model, SOURCE, target_prefix=PREFIX, suppress_ids=((4,),), no_repeat_ngram_size=1)
+    for hypotheses, prefix in zip(controlled.ids.numpy(), PREFIX):
+        for hypothesis in hypotheses:
+            assert tokens(hypothesis)[: len(tokens(prefix))] == tokens(prefix)
+            assert 4 not in tokens(hypothesis)[len(tokens(prefix)) :]
+    assert np.all(np.isfinite(controlled.scores.numpy()))
+    forced = beam_search(scrambled_model, SOURCE, beam_size=1, target_prefix=PREFIX[:, :1], max_decoding_length=1)
+    suppressed = beam_search(
+        scrambled_model,
+        SOURCE,
+        target_prefix=PREFIX[:, :1],
+        max_decoding_length=1,
+        beam_size=1,
+        suppress_ids=((4,), (10,)),
+    )
+    prefixed = PREFIX[:, 0] != PAD_ID  # row 2 has none: its token is chosen, by the controls
+    np.testing.assert_allclose(suppressed.scores.numpy()[prefixed], forced.scores.numpy()[prefixed], atol=1e-5)
+    assert not np.array_equal(plain.ids.numpy(), controlled.ids.numpy())
+
+
 def test_a_prefix_past_the_length_limit_is_cut_there(scrambled_model):
     prefix = np.array([[4, 5, 6, 7, 8, 9, 10]], np.int32)
     result = greedy_search(scrambled_model, SOURCE[:1], target_prefix=prefix, length_a=0.0, length_b=4)

@@ -62,6 +62,7 @@ import pytest
 import tensorflow as tf
 from conftest import FIXTURE
 from marian_maker import fixture_spm, write_marian
+from test_files import HTML, PO, SRT, XLIFF12
 
 import keras_transformer as kt
 from keras_transformer.model_dir import ModelDir
@@ -87,6 +88,7 @@ SKIPPED_SH = [
     (r"keras-transformer export --model-dir runs/small --out runs/export", "~20 s of exports; tests/test_export.py"),
     (r"keras-transformer export --check runs/export", "checks the export skipped above; tests/test_export.py"),
     (r"^keras-transformer (translate-corpus|backtranslate|clean) ", "Beam pipelines and files; tests/test_corpus.py"),
+    (r"^keras-transformer translate-file .* --export ", "an export; tests/test_files.py translates a file with one"),
 ]
 
 
@@ -166,9 +168,9 @@ def run_cells(code: str, first_line: int, namespace: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory, tokenizer):
-    """A working directory with `runs/demo`, `runs/small` and `DIR`: the same model dir, an untrained
-    tiny model in 5 checkpoints (`average --last 5` needs them), trained on the fixture TSV (whose
-    last 2%, 8 pairs, `evaluate` scores)."""
+    """A working directory with the files "Translating files" translates, `runs/demo`, `runs/small`
+    and `DIR`: the same model dir, an untrained tiny model in 5 checkpoints (`average --last 5` needs
+    them), trained on the fixture TSV (whose last 2%, 8 pairs, `evaluate` scores)."""
     path = tmp_path_factory.mktemp("readme")
     demo = ModelDir(str(path / "runs" / "demo"))
     config = kt.TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, num_layers=1, max_length=24)
@@ -181,6 +183,8 @@ def workspace(tmp_path_factory, tokenizer):
     for copy in ("runs/small", "DIR"):
         shutil.copytree(demo.path, path / copy)
     write_marian(path / "opus-mt-en-de", fixture_spm())  # "Start from a pretrained model": a tiny OPUS-MT model
+    for name, text in {"messages.po": PO, "app.xlf": XLIFF12, "film.srt": SRT, "page.html": HTML}.items():
+        (path / name).write_text(text, encoding="utf-8")  # "Translating files"
     return path
 
 

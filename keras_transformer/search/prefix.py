@@ -41,6 +41,10 @@ class Prefix(Modifier):
     def start(self, batch, hypotheses, length) -> ModifierState:
         return ModifierState(sentence=self.target_prefix)  # [B, P], the rows of the sentences still searching
 
+    def forces(self, state: ModifierState, step: Step):
+        lengths = tf.reduce_sum(tf.cast(state.sentence != PAD_ID, tf.int32), axis=1)  # [B]
+        return tf.repeat(step.position < lengths, step.hypotheses)  # [B*K]
+
     def log_probs(self, state: ModifierState, log_probs, step: Step):
         vocab_size = vocabulary_size(log_probs.logits)
         return log_probs.rule_out(forced_out(state.sentence, step.position, step.hypotheses, vocab_size))

@@ -132,6 +132,9 @@ class Modifier:
 
     - `start(batch, hypotheses, length)`: the initial `ModifierState` (L = `length` output positions).
     - `logits(state, logits [B*K, V], step)`: the next token's logits, before the softmax.
+    - `forces(state, step)`: [B*K] bool, the hypotheses whose next token this modifier forces (a
+      target prefix), which every modifier's `logits` leaves alone (CTranslate2's logits processors
+      skip a prefix alike: a suppressed token in a prefix is still written), or None.
     - `log_probs(state, log_probs: LogProbs, step)`: after it (rule tokens out without
       renormalising: a forced prefix keeps its tokens' own log-probabilities).
     - `candidates(state, log_probs, tokens [B, K, P], step)`: beam search only, more candidate
@@ -155,6 +158,9 @@ class Modifier:
 
     def logits(self, state: ModifierState, logits, step: Step):
         return logits
+
+    def forces(self, state: ModifierState, step: Step):
+        return None
 
     def log_probs(self, state: ModifierState, log_probs: LogProbs, step: Step) -> LogProbs:
         return log_probs
@@ -289,9 +295,16 @@ def search(
         token_ids = tf.reshape(state.alive_token, [-1])  # [B*K]
         logits, cache = model.decode_step(token_ids, state.position, state.cache, context._replace(rows=rows))
         here = Step(state.position, state.alive_ids, limits, strategy.hypotheses)
-        logits = tf.cast(logits, tf.float32)  # [B*K, V]
+        logits = own = tf.cast(logits, tf.float32)  # [B*K, V]
         for modifier, slot in zip(modifiers, state.modifiers):
             logits = modifier.logits(slot, logits, here)
+        forced = [
+            found
+            for modifier, slot in zip(modifiers, state.modifiers)
+            if (found := modifier.forces(slot, here)) is not None
+        ]
+        if forced:  # a forced token keeps its own logits: the controls do not rule out a prefix
+            logits = tf.where(tf.reduce_any(tf.stack(forced), axis=0)[:, None], own, logits)  # [B*K, V]
         log_probs = LogProbs.of(logits)  # over the full vocabulary
         for modifier, slot in zip(modifiers, state.modifiers):
             log_probs = modifier.log_probs(slot, log_probs, here)
