@@ -119,7 +119,8 @@ def test_a_model_trained_there_decodes_alike_with_the_tensorflow_tools(runs, dir
     decoded = tensorflow["decoded"][str(directory / f"{backend}.trained.weights.h5")]
     assert decoded["greedy"] == other["greedy"]
     assert decoded["greedy_scores"] == pytest.approx(other["greedy_scores"], abs=1e-4)
-    assert all(len(set(tokens)) >= 3 for tokens in other["greedy"])  # varied outputs, not one token repeated
+    # Varied outputs, not one token repeated: a weak model that wrote one token everywhere would match too.
+    assert len({tuple(tokens) for tokens in other["greedy"]}) > 1 and max(len(set(t)) for t in other["greedy"]) >= 3
 
 
 @installed("jax")
