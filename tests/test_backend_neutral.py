@@ -48,7 +48,7 @@ def source_of(module: str) -> pathlib.Path | None:
     return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
 
 
-ALLOWED = {"__future__", "keras", "numpy", "ml_dtypes", "dataclasses", "typing", "importlib", "os", "re", "gc"}
+ALLOWED = {"__future__", "keras", "numpy", "ml_dtypes", "dataclasses", "typing", "importlib", "os", "re", "gc", "math"}
 
 
 def reachable(modules: list[str]) -> tuple[set[pathlib.Path], set[str]]:

@@ -119,7 +119,7 @@ def test_xla_on_bucket_shapes_gives_the_graphs_beams(model):
     TensorFlow graph decodes them unpadded, and come back cut to the same shape. Every batch here
     pads to the one bucket [4, 16] (`test_bucket_shapes`), so XLA compiles once."""
     from keras_transformer import beam_search
-    from keras_transformer.inference.decoding import bucket_shape
+    from keras_transformer.search.decoding import bucket_shape
 
     sources = [
         np.array([[9, 8, 7, 6, 5, 2], [3, 2, 0, 0, 0, 0], [4, 4, 2, 0, 0, 0]], np.int32),  # a row and 10 columns
