@@ -18,15 +18,20 @@ from keras_transformer.special_tokens import PAD_ID
 PREFIX_SPEC = tf.TensorSpec([None, None], tf.int32, name="target_prefix")
 
 
-def forced_out(target_prefix, position, hypotheses: int, vocab_size):
-    """[N * H, V] bool: the tokens that step `position` rules out (H hypotheses per sentence,
-    sentence-major), every token but the prefix's at `position` for each sentence whose prefix
+def within(target_prefix, position, hypotheses: int):
+    """[N * H] bool: the hypotheses (H per sentence, sentence-major) whose sentence's prefix
     (`target_prefix` [N, P] int32, left-aligned, padded with PAD_ID) is longer than `position`."""
     lengths = tf.reduce_sum(tf.cast(target_prefix != PAD_ID, tf.int32), axis=1)  # [N]
+    return tf.repeat(position < lengths, hypotheses)  # [N * H]
+
+
+def forced_out(target_prefix, position, hypotheses: int, vocab_size):
+    """[N * H, V] bool: the tokens that step `position` rules out, every token but the prefix's at
+    `position` for the hypotheses `within` their prefix."""
     padded = tf.pad(target_prefix, [[0, 0], [0, 1]], constant_values=PAD_ID)  # [N, P + 1]
     forced = tf.gather(padded, tf.minimum(position, tf.shape(target_prefix)[1]), axis=1)  # [N]
     forced = tf.repeat(forced, hypotheses)  # [N * H]
-    active = tf.repeat(position < lengths, hypotheses)  # [N * H]
+    active = within(target_prefix, position, hypotheses)  # [N * H]
     other = tf.one_hot(forced, vocab_size, on_value=False, off_value=True, dtype=tf.bool)  # [N * H, V]
     return active[:, None] & other
 
@@ -42,8 +47,7 @@ class Prefix(Modifier):
         return ModifierState(sentence=self.target_prefix)  # [B, P], the rows of the sentences still searching
 
     def forces(self, state: ModifierState, step: Step):
-        lengths = tf.reduce_sum(tf.cast(state.sentence != PAD_ID, tf.int32), axis=1)  # [B]
-        return tf.repeat(step.position < lengths, step.hypotheses)  # [B*K]
+        return within(state.sentence, step.position, step.hypotheses)  # [B*K]
 
     def log_probs(self, state: ModifierState, log_probs, step: Step):
         vocab_size = vocabulary_size(log_probs.logits)
