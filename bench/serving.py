@@ -6,12 +6,15 @@
     python bench/serving.py choose --export runs/export
 
 `load` starts `keras-transformer serve` in a process of its own on 127.0.0.1 (a free port), sends
-warm-up requests, then for each client count C: C threads, each sending single-sentence POST
-/translate requests (held-out verses, cycled) until `--requests` have been sent in all; a bounded
-loop, one request in flight per client. One JSON line: per C, sentences/s, target tokens/s (the
-translations' SentencePiece tokens), latency p50/p95/p99, errors by status, the server's RSS before
-and after (/proc/PID/status VmRSS). The issue's goals: 32 clients >= 3x one client's throughput;
-RSS growth < 50 MB over 5,000 requests.
+`--warmup` requests (up to 32 clients: the searches trace their batch shapes), then for each client
+count C: C threads, each sending single-sentence POST /translate requests (held-out verses, cycled)
+until `--requests` have been sent in all; a bounded loop, one request in flight per client. One JSON
+line: per C, sentences/s, target tokens/s (the translations' SentencePiece tokens), latency
+p50/p95/p99, errors by status, the server's RSS (/proc/PID/status VmRSS) before the warm-up (cold),
+after it (start) and at the end. The issue's goals: 32 clients >= 3x one client's throughput; RSS
+growth < 50 MB over 5,000 requests.
+
+    python bench/serving.py load --model-dir runs/small --clients 32 --requests 5000 --warmup 1000
 
 `choose`: each artifact of the export (the float and int8 SavedModels, the TFLite models run by
 LiteRT: those it holds) translates the held-out verses in one process, one artifact after another
@@ -32,6 +35,7 @@ import json
 import math
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -141,6 +145,9 @@ def load_arguments(parser) -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--requests", type=int, default=500, help="requests per client count")
     parser.add_argument("--limit", type=int, default=793, help="held-out verses sent (cycled)")
+    parser.add_argument(
+        "--warmup", type=int, default=WARMUP_REQUESTS, help="requests (32 clients) before RSS's start is read"
+    )
 
 
 def load(args) -> None:
@@ -153,8 +160,8 @@ def load(args) -> None:
     try:
         source = json.loads(urllib.request.urlopen(url + "languages", timeout=10).read())[0]
         pair = {"source": source["code"], "target": source["targets"][0]}
-        for i in range(WARMUP_REQUESTS):
-            post(url + "translate", {"q": sentences[i % len(sentences)], **pair})
+        rss_cold = rss_mb(process.pid)
+        run_clients(url, sentences, pair, min(32, args.warmup), args.warmup)
         rss_start, runs = rss_mb(process.pid), []
         for clients in args.clients:
             found = run_clients(url, sentences, pair, clients, args.requests)
@@ -182,6 +189,8 @@ def load(args) -> None:
             artifact="model_dir" if args.model_dir else args.artifact,
             runs=runs,
             speedup_over_first=[round(run["sentences_per_s"] / first, 2) if first else None for run in runs],
+            rss_cold_mb=rss_cold,
+            warmup_requests=args.warmup,
             rss_start_mb=rss_start,
             rss_end_mb=rss_end,
             requests_total=args.requests * len(args.clients),
@@ -192,6 +201,19 @@ def load(args) -> None:
 def confidence_arguments(parser) -> None:
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--limit", type=int, default=793, help="held-out verses (default: all 793)")
+    parser.add_argument("--split", default="test", choices=("validation", "test"), help="the verses' split")
+
+
+def flagged_chrf(clean, chrf: list[float]) -> dict:
+    """Mean sentence chrF of the clean verses each flag picks, of those no flag picks, and of all:
+    whether a flag finds the worse translations."""
+
+    def mean(values):
+        return round(statistics.fmean(values), 2) if values else None
+
+    names = sorted({flag for c in clean for flag in c.flags})
+    found = {name: mean([f for c, f in zip(clean, chrf) if name in c.flags]) for name in names}
+    return {**found, "none": mean([f for c, f in zip(clean, chrf) if not c.flags]), "all": mean(chrf)}
 
 
 def shares(found) -> float:
@@ -211,7 +233,7 @@ def confidence_run(args) -> None:
     from keras_transformer.translation.confidence import LengthRatio, confidence
     from keras_transformer.translation.translator import Translator
 
-    pairs = held_out_pairs(args.model_dir, args.limit)
+    pairs = held_out_pairs(args.model_dir, args.limit, split=args.split)
     sources, references = pairs.sources, pairs.references
     translator = Translator.from_model_dir(args.model_dir)
     length_ratio = LengthRatio.from_model_dir(args.model_dir)
@@ -238,10 +260,12 @@ def confidence_run(args) -> None:
     emit(
         record(
             benchmark="serving_confidence",
+            split=args.split,
             verses=len(sources),
             spearman_confidence_chrf=correlation(spearmanr([c.score for c in clean], chrf).statistic),
             clean_flagged_share=shares(clean),
             clean_flags=dict(collections.Counter(flag for c in clean for flag in c.flags)),
+            clean_chrf_by_flag=flagged_chrf(clean, chrf),
             clean_mean_confidence=round(sum(c.score for c in clean) / len(clean), 4),
             degenerate=groups,
         )

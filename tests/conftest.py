@@ -11,6 +11,7 @@ import pathlib  # noqa: E402
 import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
@@ -62,13 +63,16 @@ def _cpu_seconds() -> float:
 def pytest_runtest_protocol(item, nextitem):
     """With KT_TEST_CPU=PATH, append one JSON line per test to PATH: its CPU seconds (this process's
     and its waited-for children's) for setup, call and teardown, which the machine's load does not
-    inflate as it does wall time. A session or module fixture counts for the first test that uses it."""
+    inflate as it does wall time, its xdist worker and the wall-clock time it ended (how evenly the
+    workers' loads end). A session or module fixture counts for the first test that uses it."""
     path = os.environ.get("KT_TEST_CPU")
     start = _cpu_seconds() if path else 0.0
     yield
     if path:
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - start, 2)}) + "\n")
+            found = {"test": item.nodeid, "cpu_s": round(_cpu_seconds() - start, 2)}
+            found.update(worker=os.environ.get("PYTEST_XDIST_WORKER", "main"), ended=round(time.time(), 1))
+            f.write(json.dumps(found) + "\n")
 
 
 @pytest.fixture(autouse=True)

@@ -413,6 +413,7 @@ def test_data_memory(capsys, tmp_path):
     assert run["peak_rss_mb"] > 100 and 0 < run["first_step_s"] < run["total_s"]
 
 
+@pytest.mark.slow
 def test_int8_matmul_times_each_precision_on_the_same_weights(capsys):
     argv = ["int8-matmul", "--models", "tiny", "--rows", "2", "--repeats", "1"]
     line = run_main("profiles", argv, capsys)

@@ -140,6 +140,39 @@ def test_a_text_the_model_fails_on_costs_its_own_line_only():
         ExportHandler("unused", mode="html")
 
 
+def test_a_translation_with_a_line_break_is_a_dead_letter_not_two_lines():
+    """A sampled byte piece can write a newline (seen: 2 of 15,009 back-translated verses broke the
+    TSV, and `train` refused it): such a translation goes to the dead letters with its reason in both
+    pipelines, and the lines around it are written."""
+    from apache_beam import pvalue
+    from apache_beam.ml.inference.base import PredictionResult
+
+    from keras_transformer.corpus.backtranslate import SyntheticPairs
+    from keras_transformer.corpus.translate import SplitResults
+
+    translations = ["Und es ward Licht.", "Und es\nward", "a\rb", "a\u2028b", "a\x85b", "Amen."]
+    ids = [f"m.txt:{n}" for n in range(1, len(translations) + 1)]
+    lines = [f"line {n}" for n in range(1, len(translations) + 1)]
+    chunk = PredictionResult(("m.txt:0", list(zip(ids, lines))), [(t, None) for t in translations])
+    pairs = list(SyntheticPairs(tag="<BT>", noise=False, seed=0).process(chunk))
+    split = [
+        out
+        for line_id, text, translation in zip(ids, lines, translations)
+        for out in SplitResults().process(PredictionResult((line_id, text), (translation, None)))
+    ]
+    reasons = {
+        "m.txt:2": "a line break (U+000A) in the translation",
+        "m.txt:3": "a line break (U+000D) in the translation",
+        "m.txt:4": "a line break (U+2028) in the translation",
+        "m.txt:5": "a line break (U+0085) in the translation",
+    }
+    for outputs, written in ((pairs, ["<BT> Und es ward Licht.\tline 1", "<BT> Amen.\tline 6"]), (split, None)):
+        letters = {o.value[0]: o.value[1] for o in outputs if isinstance(o, pvalue.TaggedOutput)}
+        assert letters == reasons
+        kept = [o for o in outputs if not isinstance(o, pvalue.TaggedOutput)]
+        assert kept == (written or ["m.txt:1\tUnd es ward Licht.", "m.txt:6\tAmen."])
+
+
 def test_directrunner_gets_two_worker_processes_unless_told_otherwise():
     from keras_transformer.corpus.beam_io import pipeline_options
 

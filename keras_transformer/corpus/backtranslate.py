@@ -14,8 +14,8 @@ Reproducible with a seed: lines go to the model in fixed chunks of `CHUNK` lines
 in Beam's batches, which depend on timing), each chunk one `Translator` call sampled with the seed
 as `translate` samples, and the noise of a line is drawn from the seed and the line's id.
 The output's order is the runner's; a line that cannot be used (not UTF-8, over the size limit,
-empty, holding a tab, or one the model fails on) goes to OUTPUT.failed-SSSSS-of-NNNNN as
-`ID<TAB>reason`.
+empty, holding a tab, or one the model fails on or translates with a tab or a line break) goes to
+OUTPUT.failed-SSSSS-of-NNNNN as `ID<TAB>reason`.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ class SyntheticPairs(beam.DoFn):
         for (line_id, line), (translation, reason) in zip(result.example[1], result.inference):
             if not reason and "\t" in translation:
                 reason = "a tab in the translation"
+            reason = reason or beam_io.output_fault(translation)
             if reason:
                 yield beam_io.dead_letter(line_id, reason)
                 continue

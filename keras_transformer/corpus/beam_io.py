@@ -10,6 +10,7 @@ any order by any worker can be put back in the input's order. A file is read by 
 from __future__ import annotations
 
 import os
+import re
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -19,6 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 NAMESPACE = "keras_transformer"
 FAILED = "failed"  # the tagged output of dead letters: (id, reason)
 MAX_LINE_BYTES = 65_536  # a longer line is a dead letter, not a model call
+LINE_BREAK = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")  # where str.splitlines splits
 # DirectRunner on this machine's 2 cores: two worker processes, each with its own TensorFlow and model
 # (threads of one process share the GIL between batches; processes do not).
 DIRECT_DEFAULTS = {"runner": "DirectRunner", "direct_num_workers": 2, "direct_running_mode": "multi_processing"}
@@ -68,6 +70,15 @@ def line_fault(raw: bytes, max_bytes: int) -> tuple[str | None, str | None]:
         return raw.decode("utf-8"), None
     except UnicodeDecodeError as error:
         return None, f"invalid UTF-8 at byte {error.start}"
+
+
+def output_fault(translation: str) -> str | None:
+    """Why `translation` cannot be one line of an output, or None: a line break in it (any at which
+    `str.splitlines` splits; a byte-fallback piece can write one, sampling especially), which would cut
+    its line in two and the reader's count of fields and lines with it."""
+    if found := LINE_BREAK.search(translation):
+        return f"a line break (U+{ord(found.group()):04X}) in the translation"
+    return None
 
 
 def count(name: str, n: int = 1) -> None:

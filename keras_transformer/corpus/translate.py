@@ -51,10 +51,12 @@ class ParseLine(beam.DoFn):
 
 
 class SplitResults(beam.DoFn):
-    """PredictionResult((id, text), (translation, reason)) -> "ID<TAB>translation", or a dead letter."""
+    """PredictionResult((id, text), (translation, reason)) -> "ID<TAB>translation", or a dead letter
+    (the model's reason, or `beam_io.output_fault`'s)."""
 
     def process(self, result):
         (line_id, _), (translation, reason) = result.example, result.inference
+        reason = reason or beam_io.output_fault(translation)
         if reason:
             yield beam_io.dead_letter(line_id, reason)
         else:
