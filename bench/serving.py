@@ -22,10 +22,12 @@ LiteRT: those it holds) translates the held-out verses in one process, one artif
 by default: the fastest whose BLEU is within 0.5 of float's, written to EXPORT/serving_choice.json
 (`keras_transformer/service/choice.py`).
 
-`confidence`: the held-out verses translated, their confidence (`translation/confidence.py`) against
-sentence chrF (Spearman), and the share flagged of clean verses vs degenerate inputs: the
-references as sources (another language), a word repeated, text that is empty after cleaning
-(punctuation and symbols only); also the share of each that language detection refuses.
+`confidence`: the held-out verses (`--split`: test, or validation to choose by) translated, their
+confidence (`translation/confidence.py`) against sentence chrF (Spearman), the mean chrF of the
+clean verses each flag picks against those none picks, and the share flagged of clean verses vs
+degenerate inputs: the references as sources (another language), a word repeated, text that is
+empty after cleaning (punctuation and symbols only); also the share of each that language
+detection refuses.
 """
 
 from __future__ import annotations
