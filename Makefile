@@ -53,7 +53,7 @@ demo: install
 # mounted, and fails instead under CI=true).
 # Both write the bytecode of what they import into .venv (installed with --no-compile): where
 # PYTHONDONTWRITEBYTECODE is set, as on our machines, every test process and each subprocess a test
-# starts compiled TensorFlow's modules again (`import tensorflow, keras, tensorflow_text` took 11.1
+# starts compiled TensorFlow's modules again (`import tensorflow, keras, tensorflow_text`: 10.7 user
 # CPU-s, 4.4 from bytecode).
 WRITE_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 test: install-dev lint

@@ -167,11 +167,9 @@ def constrained_brute_force(limit, alpha, phrase, vocab_size=5):
 
 
 # `make test` runs the longest phrase (a repeated token, the most steps); the shorter two are the slow tests'.
-SHORTER = pytest.mark.slow
-
-
 @pytest.mark.parametrize(
-    "phrase, limit", [pytest.param([4], 3, marks=SHORTER), pytest.param([4, 3], 4, marks=SHORTER), ([3, 3, 4], 5)]
+    "phrase, limit",
+    [pytest.param([4], 3, marks=pytest.mark.slow), pytest.param([4, 3], 4, marks=pytest.mark.slow), ([3, 3, 4], 5)],
 )
 @pytest.mark.parametrize("static", [True, False], ids=["static", "growing"])
 def test_a_beam_wider_than_every_candidate_finds_the_exhaustive_best(phrase, limit, static):
