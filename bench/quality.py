@@ -12,7 +12,18 @@ budget"), e.g. `--no-norm-first --learning-rate-scale 2`. Training goes through
 `keras_transformer.training.trainer.train`, exactly as `keras-transformer train --preset small
 --time-budget 30m` does. Epochs and target tokens/s are estimated: the real (non-pad) target
 tokens per batch are averaged over `--sample-batches` batches of the same pipeline, times the
-steps trained, over the training split's target tokens.
+steps trained, over the training split's target tokens. Besides the last weights, beam 4 scores
+the last `--average-last` (5) checkpoints averaged (§6.1) and, with `--ema-decay`, the moving
+average of the weights: which the recipe should end with. The line also holds the validation loss
+at each epoch end ([step, loss]) and its lowest: where a recipe starts to overfit.
+
+`search-grid`: the beam size and length penalty that `evaluate` and `translate` use by default
+(issue 54 item 2), chosen on the validation split, never the test books: sacreBLEU BLEU and chrF
+of a trained model's validation pairs (as `evaluate --split validation` reads them) translated at
+each beam size K and length penalty alpha (Wu et al., 2016, §7; greedy only at alpha 0), with the
+seconds of each after an untimed warm-up; the best BLEU's settings in "best":
+
+    python bench/quality.py search-grid --model-dir runs/small30 [--beam-sizes 1 4 6 8] [--alphas 0 0.6 1 1.4]
 
 `score-compare`: scoring given translations: ours (`Translator.score`, `keras-transformer score`)
 against CTranslate2's `score_batch` on the same weights (our `export --format ctranslate2`), each
@@ -160,6 +171,7 @@ import tempfile
 import time
 from collections import Counter
 
+import keras
 import numpy as np
 import tensorflow as tf
 from common import command_line, emit, held_out_pairs, load_average, median, record
@@ -177,6 +189,7 @@ from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 from keras_transformer.model_dir import ModelDir, load_model
 from keras_transformer.search.constraints import phrase_rows
 from keras_transformer.special_tokens import PAD_ID
+from keras_transformer.training.averaging import average_last as average_last_checkpoints
 from keras_transformer.training.schedules import trained_steps
 from keras_transformer.training.trainer import train
 from keras_transformer.translation.translator import Translator
@@ -242,8 +255,39 @@ def table_arguments(parser) -> None:
     )
     parser.add_argument("--limit", type=int, help="score only the first N test verses (default: all 793)")
     parser.add_argument("--searches", nargs="+", choices=["greedy", "beam4"], default=["greedy", "beam4"])
+    parser.add_argument(
+        "--average-last",
+        type=int,
+        default=5,
+        help="also score the last N checkpoints averaged (and, with --ema-decay, the moving average), beam 4; 0: not",
+    )
     add_train_flags(parser)
     parser.set_defaults(time_budget_s="30m")  # the table's budget
+
+
+class ValidationCurve(keras.callbacks.Callback):
+    """The validation loss at each epoch end, as [step, loss] pairs."""
+
+    def __init__(self):
+        super().__init__()
+        self.points = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs and "val_loss" in logs:
+            self.points.append([trained_steps(self.model), round(float(logs["val_loss"]), 4)])
+
+
+def final_weights_scored(model_dir: str, training: TrainingConfig, average_last: int, limit: int | None) -> dict:
+    """Beam-4 scores of the weights a run could end with besides its last: the moving average
+    (ema/, when the run kept one) and the last `average_last` checkpoints averaged (§6.1)."""
+    names = (["ema"] if training.ema_decay is not None else []) + (["averaged"] if average_last else [])
+    if average_last:
+        average_last_checkpoints(model_dir, average_last)
+    scores = {}
+    for name in names:
+        model, tokenizer, _ = load_model(model_dir, checkpoint=name)
+        scores[name] = scored(model, tokenizer, 4, 0.6, limit)
+    return scores
 
 
 def table(args) -> None:
@@ -252,8 +296,9 @@ def table(args) -> None:
         raise SystemExit(f"{model_dir} exists: the table's runs start from scratch; remove it or pass --model-dir")
     config, training = configs(args, args.preset)
     load_before = load_average()
+    curve = ValidationCurve()
     start = time.perf_counter()
-    model = train(model_dir, config, training, DATA, verbose=0, log=lambda message: None)
+    model = train(model_dir, config, training, DATA, verbose=0, callbacks=[curve], log=lambda message: None)
     train_s = time.perf_counter() - start
     steps = trained_steps(model)
     tokenizer = ModelDir(model_dir).tokenizer()
@@ -271,10 +316,49 @@ def table(args) -> None:
             epochs=round(steps * per_batch / split_tokens, 2),
             tgt_tokens_per_s=round(steps * per_batch / train_s, 1),
             **{name: scored(model, tokenizer, *searches[name], args.limit) for name in args.searches},
+            final_weights=final_weights_scored(model_dir, training, args.average_last, args.limit),
+            validation_loss=curve.points,
+            lowest_validation_loss=min(curve.points, key=lambda point: point[1], default=None),
             config=model.config.to_dict(),
             training={k: v for k, v in vars(training).items() if v is not None},
             load_before=load_before,
             load_after=load_average(),
+        )
+    )
+
+
+def search_grid_arguments(p) -> None:
+    model_dir_arguments(p, limit="only the first N pairs of the split")
+    p.add_argument("--split", choices=["validation", "test"], default="validation")
+    p.add_argument("--beam-sizes", type=int, nargs="+", default=[1, 4, 6, 8])
+    p.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.6, 1.0, 1.4])
+
+
+def search_grid(args) -> None:
+    pairs = held_out_pairs(args.model_dir, args.limit, args.split)
+    model, tokenizer, _ = load_model(args.model_dir, args.checkpoint)
+    translator = Translator(model, tokenizer, batch_size=64)
+    settings = [(1, 0.0)] if 1 in args.beam_sizes else []
+    settings += [(beam, alpha) for beam in args.beam_sizes if beam > 1 for alpha in args.alphas]
+    grid = []
+    for beam_size, alpha in settings:
+        search = dict(beam_size=beam_size, alpha=alpha)
+        kt.evaluate(translator, (pairs.sources[:2], pairs.references[:2]), **search)  # the tracing, untimed
+        start = time.perf_counter()
+        scores = kt.evaluate(translator, (pairs.sources, pairs.references), **search)
+        seconds = time.perf_counter() - start
+        grid.append(
+            dict(beam_size=beam_size, alpha=alpha, bleu=scores["bleu"], chrf=scores["chrf"], seconds=round(seconds, 1))
+        )
+    emit(
+        record(
+            benchmark="search-grid",
+            model_dir=args.model_dir,
+            checkpoint=args.checkpoint,
+            split=args.split,
+            pairs=len(pairs.sources),
+            grid=grid,
+            best=max(grid, key=lambda point: (point["bleu"], point["chrf"])),
         )
     )
 
@@ -1148,6 +1232,7 @@ def backtranslation(args) -> None:
 
 COMMANDS = {
     "table": (table_arguments, table, "the README's quality table: train a preset for a budget, then score it"),
+    "search-grid": (search_grid_arguments, search_grid, "beam size and length penalty on the validation split"),
     "score-compare": (score_compare_arguments, score_compare, "scoring given pairs: ours against CTranslate2"),
     "alignment-names": (alignment_names_arguments, alignment_names, "how well word alignments pair names"),
     "constraints": (constraints_arguments, constraints, "lexically constrained decoding: inclusion, BLEU, cost"),

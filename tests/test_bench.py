@@ -494,6 +494,27 @@ def test_score_compare(capsys, trained):
 
 
 @pytest.mark.slow
+def test_search_grid_scores_each_setting_on_the_validation_split(capsys, trained):
+    argv = [
+        "search-grid",
+        "--model-dir",
+        trained.model_dir,
+        "--limit",
+        "3",
+        "--beam-sizes",
+        "1",
+        "2",
+        "--alphas",
+        "0",
+        "1",
+    ]
+    line = run_main("quality", argv, capsys)
+    assert line["split"] == "validation" and line["pairs"] == 3
+    assert [(point["beam_size"], point["alpha"]) for point in line["grid"]] == [(1, 0.0), (2, 0.0), (2, 1.0)]
+    assert line["best"]["bleu"] == max(point["bleu"] for point in line["grid"])
+
+
+@pytest.mark.slow
 def test_constraints_puts_every_phrase_in_the_outputs(capsys, trained):
     line = run_main("quality", ["constraints", "--model-dir", trained.model_dir, "--limit", "4"], capsys)
     assert line["verses"] == 4 and line["phrases"] >= 4 and line["inclusion_share"] == 1.0
