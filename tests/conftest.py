@@ -13,7 +13,6 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-import keras  # noqa: E402
 import pytest  # noqa: E402
 from filelock import FileLock  # noqa: E402
 
@@ -77,6 +76,8 @@ def pytest_runtest_protocol(item, nextitem):
 
 @pytest.fixture(autouse=True)
 def _seed():
+    import keras  # here, not at the top: xdist's controller loads this file and runs no test
+
     keras.utils.set_random_seed(0)
 
 

@@ -269,6 +269,7 @@ def test_translator_outputs_hold_reference_phrases(verses):
         assert meets(tokens, [phrase.tolist()]) or len(tokens) + 1 >= limit, tokens
 
 
+@pytest.mark.slow  # the command line's twin of the Translator tests above (issue 50: make test's time)
 def test_cli_outputs_hold_reference_phrases(verses, trained, tmp_path, capsys, monkeypatch):
     translator, sources, phrases = verses
     model_dir = ["translate", "--model-dir", trained.model_dir]

@@ -141,6 +141,7 @@ def test_model_dirs_of_other_tokenizers_are_refused(tmp_path, model_dirs, fixtur
     assert error.count("\n") == 1 and message in error
 
 
+@pytest.mark.slow  # the command line's twin of the Translator tests above (issue 50: make test's time)
 def test_translate_and_evaluate_take_several_model_dirs(model_dirs, capsys):
     assert (
         main(["translate", "--no-split", "--model-dir", model_dirs[0], "--model-dir", model_dirs[1], *SENTENCES]) == 0

@@ -105,13 +105,18 @@ def test_terms_the_search_cannot_hold_are_refused_at_once(held_out):
         kt.Translator(plain.model, plain.tokenizer, glossary=Glossary(TERMS), sampling_topk=0)
 
 
-def test_the_command_line_translates_and_evaluates_with_a_glossary(held_out, trained, tmp_path, capsys):
+@pytest.mark.slow  # the command line's twin of the Translator tests above (issue 50: make test's time)
+def test_the_command_line_translates_with_a_glossary(held_out, trained, tmp_path, capsys):
     plain, sources = held_out
     path = tmp_path / "terms.tsv"
     Glossary(TERMS).save(str(path))
     assert main(["translate", "--model-dir", trained.model_dir, "--glossary", str(path), *sources]) == 0
     expected = kt.Translator(plain.model, plain.tokenizer, glossary=Glossary(TERMS)).translate(sources)
     assert capsys.readouterr().out.splitlines() == expected
+
+
+def test_the_command_lines_glossary_errors_are_one_line(trained, tmp_path, capsys):
+    path = tmp_path / "terms.tsv"
     path.write_text("king König\n", encoding="utf-8")
     assert main(["translate", "--model-dir", trained.model_dir, "--glossary", str(path), "x"]) == 2
     assert capsys.readouterr().err == (

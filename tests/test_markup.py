@@ -173,6 +173,7 @@ def test_the_signature_equals_the_python_path(translator):
     assert out["score"].shape == (len(TEXTS + UNKNOWN_TEXTS),) and out["score"].numpy()[2] == 0.0
 
 
+@pytest.mark.slow  # the command line's twin of the Translator tests above (issue 50: make test's time)
 def test_the_command_line_protects_spans_unless_markup_is_off(untrained_model_dir, translator, capsys):
     assert main(["translate", "--model-dir", untrained_model_dir, TEXTS[0], TEXTS[4]]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -143,6 +143,7 @@ def test_a_target_language_for_a_model_of_one_language_is_an_error(untrained_mod
         Translator.from_model_dir(untrained_model_dir).translate("Amen.", target_lang="fr")
 
 
+@pytest.mark.slow  # the command line's twin of the Translator tests above (issue 50: make test's time)
 def test_translate_and_evaluate_take_the_target_language(multilingual, capsys):
     flags = ["--model-dir", multilingual, "--beam-size", "1", "--alpha", "0"]
     assert main(["translate", *flags, "--target-lang", "fr", SOURCES[1]]) == 0

@@ -108,7 +108,7 @@ def test_bad_prefixes_are_refused(scrambled_model):
 SENTENCES = ["In the beginning God created the heavens and the earth.", "Jesus wept."]
 
 
-def test_translator_and_cli_continue_text_prefixes(untrained_model_dir, tmp_path, capsys, monkeypatch):
+def test_translator_continues_text_prefixes(untrained_model_dir):
     translator = kt.Translator.from_model_dir(untrained_model_dir, beam_size=2)
     for translation in translator.translate(SENTENCES, prefixes="Im Anfang"):
         assert translation.startswith("Im Anfang")
@@ -120,6 +120,11 @@ def test_translator_and_cli_continue_text_prefixes(untrained_model_dir, tmp_path
     with pytest.raises(ValueError, match="^2 texts but 1 prefixes$"):
         translator.translate(SENTENCES, prefixes=["Da"])
 
+
+@pytest.mark.slow  # the command line's twin of the test above (issue 50: make test's time)
+def test_the_command_line_continues_prefixes_as_the_translator_does(untrained_model_dir, tmp_path, capsys, monkeypatch):
+    translator = kt.Translator.from_model_dir(untrained_model_dir, beam_size=2)
+    one_each = translator.translate(SENTENCES, prefixes=["Und Gott", ""])
     assert (
         main(["translate", "--model-dir", untrained_model_dir, "--beam-size", "2", "--prefix", "Im Anfang", *SENTENCES])
         == 0

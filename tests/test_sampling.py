@@ -129,7 +129,7 @@ def test_sampling_settings_are_checked():
 SENTENCES = ["In the beginning God created the heavens and the earth.", "Jesus wept.", ""]
 
 
-def test_translator_and_cli_sample_reproducibly(untrained_model_dir, capsys, monkeypatch):
+def test_translator_samples_reproducibly(untrained_model_dir):
     settings = dict(sampling_topk=20, sampling_topp=0.9, num_samples=3, seed=5)
     translator = kt.Translator.from_model_dir(untrained_model_dir, **settings)
     samples = translator.translate_nbest(SENTENCES)
@@ -140,6 +140,11 @@ def test_translator_and_cli_sample_reproducibly(untrained_model_dir, capsys, mon
     prefixed = translator.translate_nbest(SENTENCES[:2], prefixes="Im")  # sampling continues a prefix (issue 49)
     assert all(text.startswith("Im") for hypotheses in prefixed for text, _ in hypotheses)
 
+
+@pytest.mark.slow  # the command line's twin of the test above (issue 50: make test's time)
+def test_the_command_line_samples_as_the_translator_does(untrained_model_dir, capsys, monkeypatch):
+    settings = dict(sampling_topk=20, sampling_topp=0.9, num_samples=3, seed=5)
+    samples = kt.Translator.from_model_dir(untrained_model_dir, **settings).translate_nbest(SENTENCES)
     flags = ["--sampling-topk", "20", "--sampling-topp", "0.9", "--num-samples", "3", "--seed", "5"]
     monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{s}\n" for s in SENTENCES)))
     assert main(["translate", "--model-dir", untrained_model_dir, *flags]) == 0

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 from conftest import scramble
 
+import keras_transformer as kt
 from keras_transformer import DecodingConfig, Transformer, TransformerConfig
 from keras_transformer.data.shortlist import Shortlist, count_pairs
 from keras_transformer.search.decoding import beam_search, greedy_search
@@ -213,10 +214,7 @@ def test_the_shortlist_counts_the_training_pairs_into_the_model_dir(shortlisted_
         load_shortlist(shortlisted_dir, 400)
 
 
-def test_translator_and_the_command_line_search_over_the_shortlist(shortlisted_dir, fixture_pairs, capsys):
-    import keras_transformer as kt
-    from keras_transformer.cli.main import main
-
+def test_the_translator_searches_over_the_shortlist(shortlisted_dir, fixture_pairs):
     texts = fixture_pairs[0][:6]
     translator = kt.Translator.from_model_dir(shortlisted_dir, shortlist=True, beam_size=2)
     shortlisted = translator.translate(texts)
@@ -233,6 +231,14 @@ def test_translator_and_the_command_line_search_over_the_shortlist(shortlisted_d
     shortlist = translator.lexical_shortlist
     union = {0, 1, 2, 3, *shortlist.frequent.tolist(), *shortlist.table[source_ids].ravel().tolist()}
     assert set(ids.numpy().ravel().tolist()) <= union < set(range(300))
+
+
+@pytest.mark.slow  # the command line's twin of the test above (issue 50: make test's time)
+def test_the_command_line_searches_over_the_shortlist_unless_told_not_to(shortlisted_dir, fixture_pairs, capsys):
+    from keras_transformer.cli.main import main
+
+    texts = fixture_pairs[0][:6]
+    shortlisted = kt.Translator.from_model_dir(shortlisted_dir, shortlist=True, beam_size=2).translate(texts)
     assert main(["translate", "--model-dir", shortlisted_dir, "--no-split", "--beam-size", "2", *texts]) == 0
     assert capsys.readouterr().out.splitlines() == shortlisted
     evaluate = ["evaluate", "--model-dir", shortlisted_dir, "--show", "0", "--limit", "2"]
