@@ -32,26 +32,30 @@ def compiled(training, dtype=None, weights=None):
 @pytest.fixture(scope="module")
 def float32_steps():
     """The float32 reference of both tests below, trained once: (initial weights, the weights after
-    its first step, the losses of its first 3 steps) on the same batch, from seed 0."""
+    its first step, the losses of its first 2 steps) on the same batch, from seed 0."""
     keras.utils.set_random_seed(0)
     reference = compiled(TrainingConfig(warmup_steps=2))
     initial = reference.get_weights()
     losses = []
-    for step in range(3):
+    for step in range(2):
         losses.append(reference.train_on_batch((SOURCE, TARGET_IN), TARGET_OUT, return_dict=True)["loss"])
         if step == 0:
             after_first = reference.get_weights()
-    assert int(reference.optimizer.iterations) == 3
+    assert int(reference.optimizer.iterations) == 2
     return initial, after_first, losses
 
 
 def test_mixed_bfloat16_steps_are_finite_and_close_to_float32(float32_steps):
+    """The loss of the same weights and the loss after one update, each within 1% of float32's
+    (bfloat16 keeps 8 significant bits). Not later steps: at the schedule's peak float32's own loss
+    jumps (3.52 -> 4.37 at step 3), and a 2-core AVX2 CPU, whose bfloat16 matmuls round otherwise
+    than AVX-512's, was 4.9% off there against 0.4% at step 2."""
     initial, _, expected_losses = float32_steps
     mixed = compiled(TrainingConfig(warmup_steps=2), "mixed_bfloat16", initial)
     assert mixed.encoder.compute_dtype == "bfloat16" and mixed.embedding.embeddings.dtype == "float32"
     for expected in expected_losses:
         loss = mixed.train_on_batch((SOURCE, TARGET_IN), TARGET_OUT, return_dict=True)["loss"]
-        assert np.isfinite(loss) and loss == pytest.approx(expected, rel=2e-2)
+        assert np.isfinite(loss) and loss == pytest.approx(expected, rel=1e-2)
     assert mixed((SOURCE, TARGET_IN)).dtype == "float32"  # logits stay float32
 
 
