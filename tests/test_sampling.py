@@ -127,24 +127,23 @@ def test_sampling_settings_are_checked():
 
 
 SENTENCES = ["In the beginning God created the heavens and the earth.", "Jesus wept.", ""]
+SETTINGS = dict(sampling_topk=20, sampling_topp=0.9, num_samples=3, seed=5)  # the flags below say the same
 
 
 def test_translator_samples_reproducibly(untrained_model_dir):
-    settings = dict(sampling_topk=20, sampling_topp=0.9, num_samples=3, seed=5)
-    translator = kt.Translator.from_model_dir(untrained_model_dir, **settings)
+    translator = kt.Translator.from_model_dir(untrained_model_dir, **SETTINGS)
     samples = translator.translate_nbest(SENTENCES)
     assert [len(s) for s in samples] == [3, 3, 3] and samples[2] == [("", 0.0)] * 3
     assert len({text for text, _ in samples[0]}) > 1  # three different draws
     assert translator.translate(SENTENCES) == [s[0][0] for s in samples]  # the best-scoring sample
-    assert kt.Translator.from_model_dir(untrained_model_dir, **settings).translate_nbest(SENTENCES) == samples
+    assert kt.Translator.from_model_dir(untrained_model_dir, **SETTINGS).translate_nbest(SENTENCES) == samples
     prefixed = translator.translate_nbest(SENTENCES[:2], prefixes="Im")  # sampling continues a prefix (issue 49)
     assert all(text.startswith("Im") for hypotheses in prefixed for text, _ in hypotheses)
 
 
 @pytest.mark.slow  # the command line's twin of the test above (issue 50: make test's time)
 def test_the_command_line_samples_as_the_translator_does(untrained_model_dir, capsys, monkeypatch):
-    settings = dict(sampling_topk=20, sampling_topp=0.9, num_samples=3, seed=5)
-    samples = kt.Translator.from_model_dir(untrained_model_dir, **settings).translate_nbest(SENTENCES)
+    samples = kt.Translator.from_model_dir(untrained_model_dir, **SETTINGS).translate_nbest(SENTENCES)
     flags = ["--sampling-topk", "20", "--sampling-topp", "0.9", "--num-samples", "3", "--seed", "5"]
     monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{s}\n" for s in SENTENCES)))
     assert main(["translate", "--model-dir", untrained_model_dir, *flags]) == 0
