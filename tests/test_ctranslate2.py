@@ -207,12 +207,26 @@ def test_export_writes_the_model_dir_with_our_special_tokens(tokenizer, tmp_path
     assert tokens[4:] == [processor.id_to_piece(i) for i in range(4, tokenizer.vocab_size)]
 
 
+def rounded_to_4_bits(model):
+    """`model` with every matrix rounded to 15 levels per output column: a control that int8's
+    bounds must tell from int8 (a broken quantization loses at least as much)."""
+    for weight in model.weights:
+        value = weight.numpy()
+        if value.ndim >= 2:
+            scale = np.max(np.abs(value), axis=tuple(range(value.ndim - 1)), keepdims=True) / 7 + 1e-12
+            weight.assign(np.round(value / scale) * scale)
+    return model
+
+
 @pytest.mark.slow
 def test_cli_exports_int8_weights_that_keep_the_translations(translating, tmp_path, capsys):
-    """int8 weights round: on a model that translates its 32 pairs (conftest's `translating`;
-    CTranslate2's float32 greedy search gives 30 of their 32 references, measured), the int8
-    export's greedy translation is the float32 one's for at least 90% of them. Measured (2026-12-04):
-    32 of 32 (weights rounded to 4 bits before the int8 conversion: 20)."""
+    """int8 weights round: on a model that translates its 32 pairs (conftest's `translating`), the
+    int8 export scores float32's greedy translations within 0.02 nats a token of float32 (a bound
+    that does not cascade as a greedy search does: one changed token changes the rest of its
+    sentence), and gives float32's greedy translation for at least 2/3 of the sentences.
+    Measured (2026-12-06, AVX-512 with AMX): 0.0031 nats and 31 of 32 sentences; the model trained
+    on the CI machine gave 24 of 32 (so a 90% bound failed there). The same weights rounded to
+    4 bits before the int8 conversion: 0.089 nats and 18 sentences, outside both bounds."""
     out = str(tmp_path / "int8")
     ctranslate2_int8 = ["--format", "ctranslate2", "--quantization", "int8"]
     assert main(["export", "--model-dir", translating.model_dir, "--out", out, *ctranslate2_int8]) == 0
@@ -221,18 +235,38 @@ def test_cli_exports_int8_weights_that_keep_the_translations(translating, tmp_pa
     model, tokenizer, _ = load_model(translating.model_dir)
     fp32 = Exported(model, tokenizer, tmp_path / "fp32")
     assert os.path.getsize(printed["model"]) < 0.5 * os.path.getsize(fp32.paths["model"])
-    translator = ctranslate2.Translator(out, intra_threads=1)
-    assert translator.compute_type == "int8_float32"
     batch = [fp32.source_tokens(row) for row in fp32.source_rows(translating.sources)]
-    int8 = [r.hypotheses[0] for r in translator.translate_batch(batch, beam_size=1, max_decoding_length=48)]
-    floats = [r.hypotheses[0] for r in fp32.translator.translate_batch(batch, beam_size=1, max_decoding_length=48)]
-    assert all(hypothesis and all(token in fp32.ids for token in hypothesis) for hypothesis in int8)
+
+    def greedy(translator):
+        return [r.hypotheses[0] for r in translator.translate_batch(batch, beam_size=1, max_decoding_length=48)]
+
+    floats = greedy(fp32.translator)
     processor = sentencepiece.SentencePieceProcessor(model_file=fp32.paths["tokenizer"])
-    translations = [processor.decode_pieces(hypothesis) for hypothesis in floats]
-    references = sum(t == r for t, r in zip(translations, translating.targets))
+    references = sum(processor.decode_pieces(h) == t for h, t in zip(floats, translating.targets))
     assert references >= 0.8 * len(batch), f"float32 gives {references} references: the model does not translate"
-    same = sum(a == b for a, b in zip(int8, floats))
-    assert same >= 0.9 * len(batch), f"{same} of {len(batch)} int8 translations equal float32's"
+    scored = [i for i, hypothesis in enumerate(floats) if len(hypothesis) < 46]  # ended ones: <s> and </s> fit in 48
+
+    def scores(translator):
+        results = translator.score_batch([batch[i] for i in scored], [floats[i] for i in scored])
+        return np.concatenate([r.log_probs for r in results])
+
+    float_scores = scores(fp32.translator)
+
+    def drift(translator):
+        """(mean |log p - float32's| per token of float32's translations, sentences equal to float32's)."""
+        same = sum(a == b for a, b in zip(greedy(translator), floats))
+        return float(np.mean(np.abs(scores(translator) - float_scores))), same
+
+    int8 = ctranslate2.Translator(out, intra_threads=1)
+    assert int8.compute_type == "int8_float32"
+    for hypothesis in greedy(int8):
+        assert hypothesis and all(token in fp32.ids for token in hypothesis)
+    nats, same = drift(int8)
+    assert nats <= 0.02 and same >= 2 / 3 * len(batch), f"int8: {nats:.4f} nats a token, {same} of {len(batch)} equal"
+    control = tmp_path / "4-bit"
+    export_ctranslate2(rounded_to_4_bits(model), tokenizer, str(control), quantization="int8")
+    nats, same = drift(ctranslate2.Translator(str(control), intra_threads=1))
+    assert nats > 0.02 and same < 2 / 3 * len(batch), f"the 4-bit control: {nats:.4f} nats, {same} equal"
 
 
 def error_of(capsys, *argv):
