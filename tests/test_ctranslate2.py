@@ -253,19 +253,20 @@ def test_cli_exports_int8_weights_that_keep_the_translations(translating, tmp_pa
     float_scores = scores(fp32.translator)
 
     def drift(translator):
-        """(mean |log p - float32's| per token of float32's translations, sentences equal to float32's)."""
-        same = sum(a == b for a, b in zip(greedy(translator), floats))
-        return float(np.mean(np.abs(scores(translator) - float_scores))), same
+        """(mean |log p - float32's| per token of float32's translations, sentences equal to float32's,
+        the greedy translations)."""
+        hypotheses = greedy(translator)
+        same = sum(a == b for a, b in zip(hypotheses, floats))
+        return float(np.mean(np.abs(scores(translator) - float_scores))), same, hypotheses
 
     int8 = ctranslate2.Translator(out, intra_threads=1)
     assert int8.compute_type == "int8_float32"
-    for hypothesis in greedy(int8):
-        assert hypothesis and all(token in fp32.ids for token in hypothesis)
-    nats, same = drift(int8)
+    nats, same, hypotheses = drift(int8)
+    assert all(hypothesis and all(token in fp32.ids for token in hypothesis) for hypothesis in hypotheses)
     assert nats <= 0.02 and same >= 2 / 3 * len(batch), f"int8: {nats:.4f} nats a token, {same} of {len(batch)} equal"
     control = tmp_path / "4-bit"
     export_ctranslate2(rounded_to_4_bits(model), tokenizer, str(control), quantization="int8")
-    nats, same = drift(ctranslate2.Translator(str(control), intra_threads=1))
+    nats, same, _ = drift(ctranslate2.Translator(str(control), intra_threads=1))
     assert nats > 0.02 and same < 2 / 3 * len(batch), f"the 4-bit control: {nats:.4f} nats, {same} equal"
 
 
