@@ -168,7 +168,7 @@ class Uncached:
         return tf.gather(logits, position, axis=1), {"fed": fed}
 
 
-@pytest.mark.parametrize("b", [5, 30], ids=["short", "long"])
+@pytest.mark.parametrize("b", [5, pytest.param(30, marks=pytest.mark.slow)], ids=["short", "long"])  # issue 50 item 10
 def test_n_best_contract_and_cached_equals_uncached(model, b):
     result = beam_search(model, SOURCE, beam_size=3, alpha=0.6, length_b=b)
     ids, scores = result.ids.numpy(), result.scores.numpy()

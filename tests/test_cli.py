@@ -181,6 +181,9 @@ def test_translate_nbest(trained, capsys):
     assert fields[2][1:] == ["0.0000", ""] == fields[3][1:]
 
 
+# Slow (issue 50 item 10): `make test` holds `return_scores=True`'s numbers to the SavedModel's in
+# tests/test_commands.py.
+@pytest.mark.slow
 def test_translate_scores_prints_a_json_line_per_input(trained, capsys):
     """`translate --scores`: one JSON line per input, the numbers of `Translator.translate(...,
     return_scores=True)` (`translation/confidence.py`); --nbest refused."""

@@ -486,6 +486,8 @@ def test_a_full_disk_while_early_stopping_writes_the_best_loss_weights_ends_trai
 # --- stdin that is not UTF-8, streamed ------------------------------------------------------------
 
 
+# Slow (issue 50 item 10): a process of its own; `make test` reads stdin in tests/test_cli.py.
+@pytest.mark.slow
 def test_translate_streams_stdin_one_line_out_per_line_in_bad_bytes_replaced(untrained, fixture_pairs):
     sources = [" ".join(source.split()[:2]).encode() for source in fixture_pairs[0][:30]]  # within max_length
     # 2,100 lines, three chunks of stdin: one in ten a sentence (decoded), the others blank.

@@ -89,7 +89,14 @@ def pooled(observed, expected, smallest: float = 5.0):
 
 @pytest.mark.parametrize(
     "temperature, topk, topp",
-    [(1.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 5, 1.0), (3.0, 0, 0.8), (2.0, 6, 0.85)],
+    # `make test`: the softmax and top-k with top-p and a temperature; the rest in `make test-slow` (issue 50 item 10).
+    [
+        (1.0, 0, 1.0),
+        pytest.param(0.7, 0, 1.0, marks=pytest.mark.slow),
+        pytest.param(1.0, 5, 1.0, marks=pytest.mark.slow),
+        pytest.param(3.0, 0, 0.8, marks=pytest.mark.slow),
+        (2.0, 6, 0.85),
+    ],
 )
 def test_first_token_frequencies_follow_the_softmax(scrambled_model, temperature, topk, topp):
     draws = 20000

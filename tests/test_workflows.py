@@ -181,6 +181,8 @@ class ScriptedScores(keras.callbacks.Callback):
         logs["val_loss"] = self.scores[epoch]
 
 
+# Slow (issue 50 item 10): `make test` counts the evaluations on the callback itself (the two tests above).
+@pytest.mark.slow
 def test_train_stops_early_at_the_right_evaluation(tmp_path):
     model_dir = str(tmp_path / "model")
     training = tiny_training(steps_per_epoch=2, max_steps=40, early_stopping=2)
@@ -351,6 +353,8 @@ def updated_vocabulary(ema_run, tmp_path_factory):
     return child_dir, at_start
 
 
+# Slow (issue 50 item 10): `make test` maps the rows on a tokenizer pair in the test below.
+@pytest.mark.slow
 def test_a_vocabulary_update_copies_the_rows_of_the_pieces_both_vocabularies_have(ema_run, updated_vocabulary):
     parent_dir, (child_dir, at_start) = ema_run[0], updated_vocabulary
     parent, parent_tokenizer, _ = load_model(parent_dir)
