@@ -63,14 +63,12 @@ def test_the_forced_tokens_count_in_the_score(scrambled_model):
     np.testing.assert_allclose(scored.score.numpy(), result.scores.numpy()[ended, 0], atol=1e-4)
 
 
+GREEDY_BEAM = functools.partial(beam_search, beam_size=1)
+
+
+# Beam 1 in `make test-slow` (issue 50 item 10).
 @pytest.mark.parametrize(
-    "search",
-    [
-        pytest.param(
-            functools.partial(beam_search, beam_size=1), id="greedy", marks=pytest.mark.slow
-        ),  # issue 50 item 10
-        pytest.param(beam_search, id="beam"),
-    ],
+    "search", [pytest.param(GREEDY_BEAM, id="greedy", marks=pytest.mark.slow), pytest.param(beam_search, id="beam")]
 )
 def test_controls_leave_a_prefix_alone(scrambled_model, search):
     """A prefix holding a suppressed token (or repeating a token under repetition controls) is still
