@@ -17,17 +17,24 @@ PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# uv installs what pip would (the same pins; of 160 packages, one backport at another patch
+# release), downloading and unpacking in parallel: the dev install into a fresh venv took 12 s from an
+# empty cache where pip took 40 s (bench/RESULTS.md, "The test suite's time"). It byte-compiles
+# nothing: Python compiles on first import only the few thousand modules the tests import, of
+# ~20,000. uv reads no pip.conf: the find-links that hold PyTorch's CPU build (on our machines) go to
+# it from PIP_FIND_LINKS.
+$(BIN)/uv: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet uv==0.13.9
+UV_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python $(foreach links,$(PIP_FIND_LINKS),--find-links $(links))
 
 # The editable install sees code changes; it is redone only when pyproject.toml changes.
-$(VENV)/installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+$(VENV)/installed: pyproject.toml | $(BIN)/uv
+	$(UV_INSTALL) -e .
 	touch $@
 
-# --no-compile: pip byte-compiles all ~20,000 modules of the dev install (~39 CPU-s, TensorFlow, PyTorch
-# and JAX the most); Python compiles on first import only the few thousand the tests import.
-$(VENV)/installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev]"
+$(VENV)/installed-dev: pyproject.toml | $(BIN)/uv
+	$(UV_INSTALL) -e ".[dev]"
 	touch $@ $(VENV)/installed
 
 install: $(VENV)/installed
@@ -51,7 +58,7 @@ demo: install
 # KT_TEST_CPU=cpu.jsonl make test: one JSON line per test, its CPU seconds (tests/conftest.py's recorder).
 # -rs: every skipped test's reason is printed (a full-disk test on a tmpfs skips where none can be
 # mounted, and fails instead under CI=true).
-# Both write the bytecode of what they import into .venv (installed with --no-compile): where
+# Both write the bytecode of what they import into .venv (installed without it): where
 # PYTHONDONTWRITEBYTECODE is set, as on our machines, every test process and each subprocess a test
 # starts compiled TensorFlow's modules again (`import tensorflow, keras, tensorflow_text`: 10.7 user
 # CPU-s, 4.4 from bytecode).
