@@ -23,10 +23,11 @@ $(BIN)/python:
 # lint took 17 s from an empty uv cache where pip's took 44 s (bench/RESULTS.md, "The test suite's
 # time"). It byte-compiles nothing: Python compiles on first import only the few thousand modules the
 # tests import, of ~20,000. uv reads no pip.conf: the find-links that hold PyTorch's CPU build (on
-# our machines) go to it from PIP_FIND_LINKS.
+# our machines) go to it from PIP_FIND_LINKS, or else from pip's configuration.
 $(BIN)/uv: | $(BIN)/python
 	$(BIN)/python -m pip install --quiet uv==0.13.9
-UV_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python $(foreach links,$(PIP_FIND_LINKS),--find-links $(links))
+FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV_INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python $(foreach links,$(FIND_LINKS),--find-links $(links))
 
 # The editable install sees code changes; it is redone only when pyproject.toml changes.
 $(VENV)/installed: pyproject.toml | $(BIN)/uv
