@@ -11,7 +11,6 @@ import dataclasses
 import datetime
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import TransformerConfig  # noqa: E402
+from keras_transformer.cpu import cpu_flags  # noqa: E402
 from keras_transformer.special_tokens import RESERVED_IDS, START_ID  # noqa: E402
 
 FIRST_TOKEN = len(RESERVED_IDS)  # synthetic batches use no reserved id (pad, start, EOS, unknown)
@@ -114,17 +114,6 @@ def cpu_model() -> str:
         if line.startswith("Model name:"):
             return line.split(":", 1)[1].strip()
     return platform.processor()
-
-
-def cpu_flags() -> list[str]:
-    """The CPU's vector and matrix ISA flags (AVX2, AVX-512 and its bf16/VNNI parts, AMX), as
-    `grep -o 'avx512[a-z_0-9]*\\|avx2\\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u` lists them."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
-        return []
-    return sorted(set(re.findall(r"avx512[a-z_0-9]*|avx2|amx[a-z_0-9]*", text)))
 
 
 def held_out_pairs(model_dir: str, limit: int | None = None, split: str = "test"):

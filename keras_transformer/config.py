@@ -29,13 +29,33 @@ STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")  # tf.dis
 
 
 @dataclasses.dataclass(frozen=True)
+class AmxBudget:
+    """What a preset changes for a wall-clock budget of at least `min_budget_s` seconds where
+    TensorFlow runs bfloat16 matmuls on AMX (`keras_transformer.cpu.tensorflow_uses_amx`): settings
+    measured to win there and only there."""
+
+    min_budget_s: float
+    model: dict[str, Any]
+    training: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
 class Preset:
     """A named model and the training settings that go with it: the `TransformerConfig` and
     `TrainingConfig` fields that differ from their defaults (the paper's base model, §3, and
-    training, §5)."""
+    training, §5); `amx_budget`: what changes for long budgets on a CPU with AMX (`for_run`)."""
 
     model: dict[str, Any]
     training: dict[str, Any]
+    amx_budget: AmxBudget | None = None
+
+    def for_run(self, time_budget_s: float | None, amx: bool) -> Preset:
+        """These settings for a run of `time_budget_s` seconds (None: no wall-clock budget) where
+        TensorFlow does (`amx`) or does not run bfloat16 on AMX: with `amx_budget`'s where it applies."""
+        fit = self.amx_budget
+        if fit is None or not amx or time_budget_s is None or time_budget_s < fit.min_budget_s:
+            return self
+        return Preset({**self.model, **fit.model}, {**self.training, **fit.training})
 
 
 PRESETS = {
@@ -51,10 +71,16 @@ PRESETS = {
     # dropout 0.1 for long runs). Small token batches buy many updates
     # in few minutes; Eq. 3 is fitted to the step budget (StepBudgetSchedule) with its peak at 2x
     # the paper's (this pre-LN model trains well at 2-4x; at 8x it stalls).
+    # From 30 minutes on a CPU with AMX: twice the width (heads of 64, as the paper's) in bfloat16,
+    # which AMX runs: 0.80x the steps, +1.42 BLEU over two runs each at 30 minutes, no gain at 6
+    # (bench/RESULTS.md, "The 30-minute recipe re-fitted: width and bfloat16 on the Xeon with AMX").
     "small": Preset(
         model=dict(num_layers=3, d_model=128, d_ff=512, num_heads=4, dropout=0.0, norm_first=True),
         training=dict(
             batch_tokens=1024, learning_rate_scale=2.0, warmup_fraction=0.1, cooldown_fraction=0.2, steps_per_epoch=200
+        ),
+        amx_budget=AmxBudget(
+            min_budget_s=30 * 60, model=dict(d_model=256, d_ff=1024), training=dict(mixed_precision=True)
         ),
     ),
     # Transformer (base model), Table 3: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1; Eq. 3 with warmup_steps 4000.

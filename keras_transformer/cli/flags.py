@@ -26,7 +26,9 @@ from keras_transformer.config import (
     DecodingConfig,
     TrainingConfig,
     TransformerConfig,
+    preset,
 )
+from keras_transformer.cpu import tensorflow_uses_amx
 
 SECONDS = "_s"  # the suffix of fields in seconds
 METAVARS = {int: "N", float: "X", str: "TEXT"}
@@ -177,15 +179,32 @@ def recipe_settings(args: argparse.Namespace, config_class, recipe: dict[str, ty
 
 
 def configs(
-    args: argparse.Namespace, preset: str, recipe: dict[str, typing.Any] | None = None
+    args: argparse.Namespace,
+    preset_name: str,
+    recipe: dict[str, typing.Any] | None = None,
+    log: typing.Callable[[str], None] | None = None,
 ) -> tuple[TransformerConfig, TrainingConfig]:
-    """The model and training settings of `preset`, overridden by `recipe` (`read_recipe`), then
-    by the flags given in `args`."""
+    """The model and training settings of `preset_name` for this run (`Preset.for_run`: its time
+    budget, and whether TensorFlow runs bfloat16 on AMX here), overridden by `recipe`
+    (`read_recipe`), then by the flags given in `args`. `log` hears what the run's budget changed."""
     recipe = recipe or {}
-    return (
-        TransformerConfig.preset(preset, **recipe_settings(args, TransformerConfig, recipe)),
-        TrainingConfig.preset(preset, **recipe_settings(args, TrainingConfig, recipe)),
-    )
+    model, training = recipe_settings(args, TransformerConfig, recipe), recipe_settings(args, TrainingConfig, recipe)
+    named = preset(preset_name)
+    chosen = named.for_run(training.get("time_budget_s"), amx=tensorflow_on_amx())
+    if chosen is not named and log is not None:
+        fit, given = named.amx_budget, {**model, **training}
+        taken = [f"{name}={value}" for name, value in {**fit.model, **fit.training}.items() if name not in given]
+        if taken:
+            budget = f"a budget of {fit.min_budget_s / 60:g} minutes or more with AMX"
+            log(f"preset {preset_name}, {budget}: {', '.join(taken)}")
+    return TransformerConfig(**{**chosen.model, **model}), TrainingConfig(**{**chosen.training, **training})
+
+
+def tensorflow_on_amx() -> bool:
+    """Whether this run trains on TensorFlow with bfloat16 on AMX (`keras_transformer.cpu`)."""
+    import keras
+
+    return keras.backend.backend() == "tensorflow" and tensorflow_uses_amx()
 
 
 def parent_model_settings(model_dir: str) -> dict[str, typing.Any]:
@@ -199,7 +218,7 @@ def parent_model_settings(model_dir: str) -> dict[str, typing.Any]:
 
 
 def train_configs(
-    args: argparse.Namespace, default_preset: str
+    args: argparse.Namespace, default_preset: str, log: typing.Callable[[str], None] | None = None
 ) -> tuple[TransformerConfig, TrainingConfig, DataConfig]:
     """`train`'s settings: `--preset` (else the recipe's, else `default_preset`), overridden by the
     `--config` recipe, then by the other flags given. Fine-tuning (`--init-from DIR`), the model's
@@ -209,7 +228,7 @@ def train_configs(
     init_from = overrides(args, TrainingConfig).get("init_from") or recipe.get("init_from")
     if init_from:
         recipe = {**parent_model_settings(init_from), **recipe}
-    config, training = configs(args, args.preset or recipe.get("preset", default_preset), recipe)
+    config, training = configs(args, args.preset or recipe.get("preset", default_preset), recipe, log)
     return config, training, DataConfig(**recipe_settings(args, DataConfig, recipe))
 
 

@@ -57,7 +57,7 @@ def run(args):
     from keras_transformer.training.distribute import resolve_strategy, use_cpu_devices
     from keras_transformer.training.trainer import train
 
-    config, training, data = train_configs(args, "small")
+    config, training, data = train_configs(args, "small", log)
     if keras.backend.backend() != "tensorflow":  # Keras' distribution; `train` refuses what TensorFlow alone does
         if args.cpu_devices:
             raise ValueError(
