@@ -190,7 +190,7 @@ def configs(
     recipe = recipe or {}
     model, training = recipe_settings(args, TransformerConfig, recipe), recipe_settings(args, TrainingConfig, recipe)
     named = preset(preset_name)
-    chosen = named.for_run(training.get("time_budget_s"), amx=tensorflow_on_amx())
+    chosen = named.for_run(training.get("time_budget_s"), amx=named.amx_budget is not None and tensorflow_on_amx())
     if chosen is not named and log is not None:
         fit, given = named.amx_budget, {**model, **training}
         taken = [f"{name}={value}" for name, value in {**fit.model, **fit.training}.items() if name not in given]
