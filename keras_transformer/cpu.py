@@ -12,7 +12,7 @@ import os
 import re
 
 CPUINFO = "/proc/cpuinfo"
-# oneDNN's ISA names that include AMX's bfloat16 tiles; "ALL" and "DEFAULT" (or unset) cap nothing.
+# ONEDNN_MAX_CPU_ISA values that cap nothing; the levels that keep AMX name it (AVX512_CORE_AMX, ...).
 ONEDNN_UNCAPPED = ("", "ALL", "DEFAULT")
 
 
