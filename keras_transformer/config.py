@@ -72,8 +72,9 @@ PRESETS = {
     # in few minutes; Eq. 3 is fitted to the step budget (StepBudgetSchedule) with its peak at 2x
     # the paper's (this pre-LN model trains well at 2-4x; at 8x it stalls).
     # From 30 minutes on a CPU with AMX: twice the width (heads of 64, as the paper's) in bfloat16,
-    # which AMX runs: 0.77x the steps, +1.25 BLEU over three runs each at 30 minutes, no gain at 6
-    # (bench/RESULTS.md, "The 30-minute recipe re-fitted: the preset widens on AMX").
+    # which AMX runs: 0.78x the steps, +1.38 BLEU at 30 minutes (four runs against three), no gain
+    # at 6; at that width two layers, label smoothing 0.2 and other batch sizes lose
+    # (bench/RESULTS.md, "The 30-minute recipe re-fitted: depth, batch and label smoothing at d_model 256").
     "small": Preset(
         model=dict(num_layers=3, d_model=128, d_ff=512, num_heads=4, dropout=0.0, norm_first=True),
         training=dict(
