@@ -29,10 +29,10 @@ STRATEGIES = ("auto", "one-device", "mirrored", "multi-worker", "tpu")  # tf.dis
 
 
 @dataclasses.dataclass(frozen=True)
-class AmxBudget:
+class Bfloat16Budget:
     """What a preset changes for a wall-clock budget of at least `min_budget_s` seconds where
-    TensorFlow runs bfloat16 matmuls on AMX (`keras_transformer.cpu.tensorflow_uses_amx`): settings
-    measured to win there and only there."""
+    TensorFlow runs bfloat16 matmuls on one of the CPU's units (`keras_transformer.cpu.
+    tensorflow_bfloat16_unit`): settings measured to win there and only there."""
 
     min_budget_s: float
     model: dict[str, Any]
@@ -43,17 +43,25 @@ class AmxBudget:
 class Preset:
     """A named model and the training settings that go with it: the `TransformerConfig` and
     `TrainingConfig` fields that differ from their defaults (the paper's base model, §3, and
-    training, §5); `amx_budget`: what changes for long budgets on a CPU with AMX (`for_run`)."""
+    training, §5); `bfloat16_budgets`: what changes for long budgets, by the CPU flag of the unit
+    that runs bfloat16 (`for_run`)."""
 
     model: dict[str, Any]
     training: dict[str, Any]
-    amx_budget: AmxBudget | None = None
+    bfloat16_budgets: dict[str, Bfloat16Budget] = dataclasses.field(default_factory=dict)
 
-    def for_run(self, time_budget_s: float | None, amx: bool) -> Preset:
-        """These settings for a run of `time_budget_s` seconds (None: no wall-clock budget) where
-        TensorFlow does (`amx`) or does not run bfloat16 on AMX: with `amx_budget`'s where it applies."""
-        fit = self.amx_budget
-        if fit is None or not amx or time_budget_s is None or time_budget_s < fit.min_budget_s:
+    def budget_fit(self, time_budget_s: float | None, bfloat16_unit: str | None) -> Bfloat16Budget | None:
+        """What changes for a run of `time_budget_s` seconds (None: no wall-clock budget) where
+        TensorFlow runs bfloat16 on `bfloat16_unit` (a CPU flag; None: on none); None: nothing."""
+        fit = self.bfloat16_budgets.get(bfloat16_unit)
+        if fit is None or time_budget_s is None or time_budget_s < fit.min_budget_s:
+            return None
+        return fit
+
+    def for_run(self, time_budget_s: float | None, bfloat16_unit: str | None) -> Preset:
+        """These settings for such a run: with `budget_fit`'s changes where there are any."""
+        fit = self.budget_fit(time_budget_s, bfloat16_unit)
+        if fit is None:
             return self
         return Preset({**self.model, **fit.model}, {**self.training, **fit.training})
 
@@ -71,18 +79,28 @@ PRESETS = {
     # dropout 0.1 for long runs). Small token batches buy many updates
     # in few minutes; Eq. 3 is fitted to the step budget (StepBudgetSchedule) with its peak at 2x
     # the paper's (this pre-LN model trains well at 2-4x; at 8x it stalls).
-    # From 30 minutes on a CPU with AMX: twice the width (heads of 64, as the paper's) in bfloat16,
-    # which AMX runs: 0.78x the steps, +1.38 BLEU at 30 minutes (four runs against three), no gain
-    # at 6; at that width two layers, label smoothing 0.2 and other batch sizes lose
+    # From 30 minutes where TensorFlow runs bfloat16 on a CPU unit: twice the width (heads of 64, as
+    # the paper's) in bfloat16. With AMX: 0.78x the steps, +1.38 BLEU at 30 minutes (four runs against
+    # three), no gain at 6; at that width two layers, label smoothing 0.2 and other batch sizes lose
     # (bench/RESULTS.md, "The 30-minute recipe re-fitted: depth, batch and label smoothing at d_model 256").
+    # With AVX512_BF16 alone the 2-core EPYC trains 1.5x the steps the Xeon with AMX does, past where
+    # the wide model overfits, so dropout 0.1 (§5.4) comes back: +2.78 BLEU (two runs against two)
+    # (bench/RESULTS.md, "The 30-minute recipe re-fitted: width and dropout on AVX512_BF16").
     "small": Preset(
         model=dict(num_layers=3, d_model=128, d_ff=512, num_heads=4, dropout=0.0, norm_first=True),
         training=dict(
             batch_tokens=1024, learning_rate_scale=2.0, warmup_fraction=0.1, cooldown_fraction=0.2, steps_per_epoch=200
         ),
-        amx_budget=AmxBudget(
-            min_budget_s=30 * 60, model=dict(d_model=256, d_ff=1024), training=dict(mixed_precision=True)
-        ),
+        bfloat16_budgets={
+            "amx_bf16": Bfloat16Budget(
+                min_budget_s=30 * 60, model=dict(d_model=256, d_ff=1024), training=dict(mixed_precision=True)
+            ),
+            "avx512_bf16": Bfloat16Budget(
+                min_budget_s=30 * 60,
+                model=dict(d_model=256, d_ff=1024, dropout=0.1),
+                training=dict(mixed_precision=True),
+            ),
+        },
     ),
     # Transformer (base model), Table 3: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1; Eq. 3 with warmup_steps 4000.
     "base": Preset(model={}, training={}),

@@ -1,9 +1,10 @@
 """The CPU's vector and matrix units, as the recipe and the benchmarks need to know them.
 
 Linux names them in /proc/cpuinfo; elsewhere (macOS, Windows) no flag is known and every answer is
-the conservative one. TensorFlow reaches AMX, Intel's bfloat16 tile units (Sapphire Rapids and
-later), through oneDNN, which `TF_ENABLE_ONEDNN_OPTS=0` turns off and `ONEDNN_MAX_CPU_ISA` can cap
-below AMX (for example at AVX2, to measure an AVX2 machine's speed on this one).
+the conservative one. TensorFlow reaches the CPU's bfloat16 units, AMX's tiles (Intel Xeon from
+Sapphire Rapids on) and AVX-512's bfloat16 instructions (AVX512_BF16: AMD from Zen 4 on, Intel from
+Cooper Lake on), through oneDNN, which `TF_ENABLE_ONEDNN_OPTS=0` turns off and `ONEDNN_MAX_CPU_ISA`
+can cap below them (for example at AVX2, to measure an AVX2 machine's speed on this one).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import os
 import re
 
 CPUINFO = "/proc/cpuinfo"
-# ONEDNN_MAX_CPU_ISA values that cap nothing; the levels that keep AMX name it (AVX512_CORE_AMX, ...).
+# ONEDNN_MAX_CPU_ISA values that cap nothing; the levels that keep AMX name it (AVX512_CORE_AMX, ...),
+# and those below AMX that keep AVX-512's bfloat16 instructions begin with one of these.
 ONEDNN_UNCAPPED = ("", "ALL", "DEFAULT")
+ONEDNN_BFLOAT16_LEVELS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10")
 
 
 def cpu_flags(cpuinfo: str = CPUINFO) -> list[str]:
@@ -28,13 +31,19 @@ def cpu_flags(cpuinfo: str = CPUINFO) -> list[str]:
     return sorted(set(re.findall(r"avx512[a-z_0-9]*|avx2|amx[a-z_0-9]*", text)))
 
 
-def tensorflow_uses_amx(cpuinfo: str = CPUINFO, environ: dict[str, str] | None = None) -> bool:
-    """Whether TensorFlow's bfloat16 matmuls run on AMX here: the CPU has `amx_bf16`, oneDNN is on
-    (TF_ENABLE_ONEDNN_OPTS is not 0) and ONEDNN_MAX_CPU_ISA, where set, names an AMX level."""
+def tensorflow_bfloat16_unit(cpuinfo: str = CPUINFO, environ: dict[str, str] | None = None) -> str | None:
+    """The CPU flag of the unit that runs TensorFlow's bfloat16 matmuls here: `amx_bf16` (AMX's
+    tiles), else `avx512_bf16` (AVX-512's bfloat16 dot products); None where neither does. oneDNN
+    must be on (TF_ENABLE_ONEDNN_OPTS is not 0), and ONEDNN_MAX_CPU_ISA, where set, must keep the unit:
+    a level that names AMX keeps both, one of `ONEDNN_BFLOAT16_LEVELS` keeps `avx512_bf16`."""
     environ = os.environ if environ is None else environ
     if environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip() == "0":
-        return False
+        return None
     cap = environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
-    if cap not in ONEDNN_UNCAPPED and "AMX" not in cap:
-        return False
-    return "amx_bf16" in cpu_flags(cpuinfo)
+    flags = cpu_flags(cpuinfo)
+    capped = cap not in ONEDNN_UNCAPPED
+    if "amx_bf16" in flags and (not capped or "AMX" in cap):
+        return "amx_bf16"
+    if "avx512_bf16" in flags and (not capped or "AMX" in cap or cap.startswith(ONEDNN_BFLOAT16_LEVELS)):
+        return "avx512_bf16"
+    return None

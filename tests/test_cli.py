@@ -303,24 +303,24 @@ def test_corrupt_config(capsys, trained, tmp_path):
 def test_train_takes_the_presets_model_and_training_settings_and_flags_override_them(monkeypatch, tmp_path, capsys):
     from keras_transformer import TrainingConfig, TransformerConfig
 
-    calls, amx = [], [False]
+    calls, unit = [], [None]
     monkeypatch.setattr(
         "keras_transformer.training.trainer.train",
         lambda model_dir, config, training, data, **_: calls.append((config, training)),
     )
-    monkeypatch.setattr("keras_transformer.cli.flags.tensorflow_on_amx", lambda: amx[0])
+    monkeypatch.setattr("keras_transformer.cli.flags.tensorflow_bfloat16", lambda: unit[0])
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "small", "--time-budget", "30m"])
     assert calls[-1] == (TransformerConfig.small(), TrainingConfig.preset("small", time_budget_s=1800.0))
-    amx[0] = True  # the same command on a CPU with AMX: wider, in bfloat16, and it says so
+    unit[0] = "amx_bf16"  # the same command on a CPU with AMX: wider, in bfloat16, and it says so
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "small", "--time-budget", "30m"])
     assert calls[-1] == (
         TransformerConfig.small(d_model=256, d_ff=1024),
         TrainingConfig.preset("small", time_budget_s=1800.0, mixed_precision=True),
     )
-    assert "keras-transformer: preset small, a budget of 30 minutes or more with AMX: d_model=256" in (
+    assert "keras-transformer: preset small, a budget of 30 minutes or more with AMX_BF16: d_model=256" in (
         capsys.readouterr().err
     )
-    amx[0] = False
+    unit[0] = None
     main(
         [
             "train",

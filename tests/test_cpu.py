@@ -1,14 +1,16 @@
-"""What the recipe and the benchmarks read of the CPU: its ISA flags, and whether TensorFlow's
-bfloat16 matmuls reach AMX (keras_transformer/cpu.py)."""
+"""What the recipe and the benchmarks read of the CPU: its ISA flags, and which of its units, if
+any, runs TensorFlow's bfloat16 matmuls (keras_transformer/cpu.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from keras_transformer.cpu import cpu_flags, tensorflow_uses_amx
+from keras_transformer.cpu import cpu_flags, tensorflow_bfloat16_unit
 
 SAPPHIRE_RAPIDS = "flags\t\t: fpu sse avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile amx_int8 avx512_vnni\n"
 ZEN_4 = "flags\t\t: fpu sse avx2 avx512f avx512bw avx512_bf16 avx512_vnni\n"
+SKYLAKE = "flags\t\t: fpu sse avx2 avx512f avx512bw avx512_vnni\n"
+ZEN_3 = "flags\t\t: fpu sse avx2 fma\n"
 
 
 @pytest.fixture
@@ -28,17 +30,22 @@ def test_the_flags_are_the_vector_and_matrix_ones_each_once(cpuinfo, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text, environ, uses",
+    "text, environ, unit",
     [
-        (SAPPHIRE_RAPIDS, {}, True),
-        (SAPPHIRE_RAPIDS, {"ONEDNN_MAX_CPU_ISA": "ALL"}, True),
-        (SAPPHIRE_RAPIDS, {"ONEDNN_MAX_CPU_ISA": "avx512_core_amx"}, True),
-        (SAPPHIRE_RAPIDS, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, False),  # capped below AMX
-        (SAPPHIRE_RAPIDS, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, False),
-        (SAPPHIRE_RAPIDS, {"TF_ENABLE_ONEDNN_OPTS": "0"}, False),  # oneDNN off: Eigen, no AMX
-        (SAPPHIRE_RAPIDS, {"TF_ENABLE_ONEDNN_OPTS": "1"}, True),
-        (ZEN_4, {}, False),  # AVX512_BF16 without AMX
+        (SAPPHIRE_RAPIDS, {}, "amx_bf16"),
+        (SAPPHIRE_RAPIDS, {"ONEDNN_MAX_CPU_ISA": "ALL"}, "amx_bf16"),
+        (SAPPHIRE_RAPIDS, {"ONEDNN_MAX_CPU_ISA": "avx512_core_amx"}, "amx_bf16"),
+        (SAPPHIRE_RAPIDS, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, "avx512_bf16"),  # capped below AMX
+        (SAPPHIRE_RAPIDS, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, None),  # and below bfloat16
+        (SAPPHIRE_RAPIDS, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, None),
+        (SAPPHIRE_RAPIDS, {"TF_ENABLE_ONEDNN_OPTS": "0"}, None),  # oneDNN off: Eigen, no bfloat16 unit
+        (SAPPHIRE_RAPIDS, {"TF_ENABLE_ONEDNN_OPTS": "1"}, "amx_bf16"),
+        (ZEN_4, {}, "avx512_bf16"),  # AVX512_BF16 without AMX
+        (ZEN_4, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, "avx512_bf16"),  # a cap adds no unit
+        (ZEN_4, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, None),
+        (SKYLAKE, {}, None),  # AVX-512 without its bfloat16 instructions
+        (ZEN_3, {}, None),
     ],
 )
-def test_tensorflow_uses_amx_where_the_cpu_has_it_and_onednn_may(cpuinfo, text, environ, uses):
-    assert tensorflow_uses_amx(cpuinfo(text), environ) is uses
+def test_the_bfloat16_unit_is_the_best_the_cpu_has_and_onednn_may_use(cpuinfo, text, environ, unit):
+    assert tensorflow_bfloat16_unit(cpuinfo(text), environ) == unit

@@ -145,40 +145,54 @@ def test_an_export_never_generates_unk_unless_told_to():
     assert parser().parse_args(["translate", "--model-dir", "m"]).disable_unk is None
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-def test_small_widens_in_bfloat16_from_30_minutes_where_tensorflow_runs_it_on_amx(monkeypatch, backend):
+@pytest.mark.parametrize(
+    "backend, unit, widened",
+    [
+        ("tensorflow", "amx_bf16", (256, 1024, 64, 0.0, True)),
+        ("tensorflow", "avx512_bf16", (256, 1024, 64, 0.1, True)),  # more steps: dropout against overfitting
+        ("tensorflow", None, None),
+        ("jax", "amx_bf16", None),
+    ],
+)
+def test_small_widens_in_bfloat16_from_30_minutes_where_tensorflow_runs_it_on_a_cpu_unit(
+    monkeypatch, backend, unit, widened
+):
     import keras
 
-    monkeypatch.setattr("keras_transformer.cli.flags.tensorflow_uses_amx", lambda: True)
+    monkeypatch.setattr("keras_transformer.cli.flags.tensorflow_bfloat16_unit", lambda: unit)
     monkeypatch.setattr(keras.backend, "backend", lambda: backend)
     heard = []
     args = argparse.ArgumentParser()
     add_train_flags(args)
     model, training = configs(args.parse_args(["--time-budget", "30m"]), "small", log=heard.append)
-    widened = backend == "tensorflow"
-    assert (model.d_model, model.d_ff, model.d_k, training.mixed_precision) == (
-        (256, 1024, 64, True) if widened else (128, 512, 32, False)
+    assert (model.d_model, model.d_ff, model.d_k, model.dropout, training.mixed_precision) == (
+        widened or (128, 512, 32, 0.0, False)
     )
     assert (model.num_layers, training.batch_tokens, training.time_budget_s) == (3, 1024, 1800.0)
+    dropout = ", dropout=0.1" if unit == "avx512_bf16" else ""
     assert heard == (
-        ["preset small, a budget of 30 minutes or more with AMX: d_model=256, d_ff=1024, mixed_precision=True"]
+        [
+            f"preset small, a budget of 30 minutes or more with {unit.upper()}: d_model=256, d_ff=1024"
+            f"{dropout}, mixed_precision=True"
+        ]
         if widened
         else []
     )
 
 
-def test_small_keeps_its_width_below_30_minutes_without_amx_and_where_a_flag_says(monkeypatch):
-    amx = [True]
-    monkeypatch.setattr("keras_transformer.cli.flags.tensorflow_on_amx", lambda: amx[0])
+@pytest.mark.parametrize("unit", ["amx_bf16", "avx512_bf16"])
+def test_small_keeps_its_width_below_30_minutes_without_a_bfloat16_unit_and_where_a_flag_says(monkeypatch, unit):
+    units = [unit]
+    monkeypatch.setattr("keras_transformer.cli.flags.tensorflow_bfloat16", lambda: units[0])
     assert parse("--time-budget", "29m")[0] == TransformerConfig.small()  # `make demo`'s 6 minutes too
     assert parse("--max-steps", "100000") == (
         TransformerConfig.small(),
         TrainingConfig.preset("small", max_steps=100000),
     )
     assert parse("--time-budget", "2h")[0].d_model == 256
-    model, training = parse("--time-budget", "2h", "--d-model", "192", "--no-mixed-precision")
-    assert (model.d_model, model.d_ff, training.mixed_precision) == (192, 1024, False)  # the flags win, one by one
-    amx[0] = False
+    model, training = parse("--time-budget", "2h", "--d-model", "192", "--no-mixed-precision", "--dropout", "0.2")
+    assert (model.d_model, model.d_ff, model.dropout, training.mixed_precision) == (192, 1024, 0.2, False)  # flags win
+    units[0] = None
     assert parse("--time-budget", "2h") == (
         TransformerConfig.small(),
         TrainingConfig.preset("small", time_budget_s=7200.0),

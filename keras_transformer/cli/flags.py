@@ -28,7 +28,7 @@ from keras_transformer.config import (
     TransformerConfig,
     preset,
 )
-from keras_transformer.cpu import tensorflow_uses_amx
+from keras_transformer.cpu import tensorflow_bfloat16_unit
 
 SECONDS = "_s"  # the suffix of fields in seconds
 METAVARS = {int: "N", float: "X", str: "TEXT"}
@@ -185,26 +185,29 @@ def configs(
     log: typing.Callable[[str], None] | None = None,
 ) -> tuple[TransformerConfig, TrainingConfig]:
     """The model and training settings of `preset_name` for this run (`Preset.for_run`: its time
-    budget, and whether TensorFlow runs bfloat16 on AMX here), overridden by `recipe`
+    budget, and which CPU unit, if any, runs TensorFlow's bfloat16 here), overridden by `recipe`
     (`read_recipe`), then by the flags given in `args`. `log` hears what the run's budget changed."""
     recipe = recipe or {}
     model, training = recipe_settings(args, TransformerConfig, recipe), recipe_settings(args, TrainingConfig, recipe)
     named = preset(preset_name)
-    chosen = named.for_run(training.get("time_budget_s"), amx=named.amx_budget is not None and tensorflow_on_amx())
-    if chosen is not named and log is not None:
-        fit, given = named.amx_budget, {**model, **training}
+    unit = tensorflow_bfloat16() if named.bfloat16_budgets else None
+    fit = named.budget_fit(training.get("time_budget_s"), unit)
+    chosen = named.for_run(training.get("time_budget_s"), unit)
+    if fit is not None and log is not None:
+        given = {**model, **training}
         taken = [f"{name}={value}" for name, value in {**fit.model, **fit.training}.items() if name not in given]
         if taken:
-            budget = f"a budget of {fit.min_budget_s / 60:g} minutes or more with AMX"
+            budget = f"a budget of {fit.min_budget_s / 60:g} minutes or more with {unit.upper()}"
             log(f"preset {preset_name}, {budget}: {', '.join(taken)}")
     return TransformerConfig(**{**chosen.model, **model}), TrainingConfig(**{**chosen.training, **training})
 
 
-def tensorflow_on_amx() -> bool:
-    """Whether this run trains on TensorFlow with bfloat16 on AMX (`keras_transformer.cpu`)."""
+def tensorflow_bfloat16() -> str | None:
+    """The CPU flag of the unit that runs this run's bfloat16 matmuls where it trains on TensorFlow
+    (`keras_transformer.cpu`); None on other backends or where no unit does."""
     import keras
 
-    return keras.backend.backend() == "tensorflow" and tensorflow_uses_amx()
+    return tensorflow_bfloat16_unit() if keras.backend.backend() == "tensorflow" else None
 
 
 def parent_model_settings(model_dir: str) -> dict[str, typing.Any]:
