@@ -9,7 +9,7 @@ detokenized, cased) with greedy decoding and with beam 4 (alpha 0.6):
 The flags of `keras-transformer train` override the preset's `TransformerConfig` and
 `TrainingConfig` fields (how the recipe was chosen: bench/JOURNAL.md, "Quality on a CPU
 budget"), e.g. `--no-norm-first --learning-rate-scale 2`; the preset is the run's own
-(`Preset.for_run`): from 30 minutes, where TensorFlow runs bfloat16 on AMX or AVX512_BF16, `small`
+(`Preset.budget_fit`): from 30 minutes, where TensorFlow runs bfloat16 on AMX or AVX512_BF16, `small`
 is d_model 256 in bfloat16 (with dropout 0.1 on AVX512_BF16 alone), and `--d-model 128 --d-ff 512
 --no-mixed-precision --dropout 0` is the narrow recipe. Training goes through
 `keras_transformer.training.trainer.train`, exactly as `keras-transformer train --preset small

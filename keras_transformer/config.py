@@ -44,7 +44,7 @@ class Preset:
     """A named model and the training settings that go with it: the `TransformerConfig` and
     `TrainingConfig` fields that differ from their defaults (the paper's base model, §3, and
     training, §5); `bfloat16_budgets`: what changes for long budgets, by the CPU flag of the unit
-    that runs bfloat16 (`for_run`)."""
+    that runs bfloat16 (`budget_fit`)."""
 
     model: dict[str, Any]
     training: dict[str, Any]
@@ -58,13 +58,17 @@ class Preset:
             return None
         return fit
 
-    def for_run(self, time_budget_s: float | None, bfloat16_unit: str | None) -> Preset:
-        """These settings for such a run: with `budget_fit`'s changes where there are any."""
-        fit = self.budget_fit(time_budget_s, bfloat16_unit)
+    def with_fit(self, fit: Bfloat16Budget | None) -> Preset:
+        """These settings with `fit`'s changes (`budget_fit`; None: none)."""
         if fit is None:
             return self
         return Preset({**self.model, **fit.model}, {**self.training, **fit.training})
 
+
+# `small` from 30 minutes where TensorFlow runs bfloat16 on a CPU unit (the comment on `small`).
+SMALL_WIDE = Bfloat16Budget(
+    min_budget_s=30 * 60, model=dict(d_model=256, d_ff=1024), training=dict(mixed_precision=True)
+)
 
 PRESETS = {
     # For tests and smoke runs (not in the paper).
@@ -83,7 +87,7 @@ PRESETS = {
     # the paper's) in bfloat16. With AMX: 0.78x the steps, +1.38 BLEU at 30 minutes (four runs against
     # three), no gain at 6; at that width two layers, label smoothing 0.2 and other batch sizes lose
     # (bench/RESULTS.md, "The 30-minute recipe re-fitted: depth, batch and label smoothing at d_model 256").
-    # With AVX512_BF16 alone the 2-core EPYC trains 1.5x the steps the Xeon with AMX does, past where
+    # With AVX512_BF16 alone the 2-core EPYC trains 1.47x the steps the Xeon with AMX does, past where
     # the wide model overfits, so dropout 0.1 (§5.4) comes back: +2.78 BLEU (two runs against two)
     # (bench/RESULTS.md, "The 30-minute recipe re-fitted: width and dropout on AVX512_BF16").
     "small": Preset(
@@ -92,14 +96,8 @@ PRESETS = {
             batch_tokens=1024, learning_rate_scale=2.0, warmup_fraction=0.1, cooldown_fraction=0.2, steps_per_epoch=200
         ),
         bfloat16_budgets={
-            "amx_bf16": Bfloat16Budget(
-                min_budget_s=30 * 60, model=dict(d_model=256, d_ff=1024), training=dict(mixed_precision=True)
-            ),
-            "avx512_bf16": Bfloat16Budget(
-                min_budget_s=30 * 60,
-                model=dict(d_model=256, d_ff=1024, dropout=0.1),
-                training=dict(mixed_precision=True),
-            ),
+            "amx_bf16": SMALL_WIDE,
+            "avx512_bf16": dataclasses.replace(SMALL_WIDE, model={**SMALL_WIDE.model, "dropout": 0.1}),
         },
     ),
     # Transformer (base model), Table 3: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1; Eq. 3 with warmup_steps 4000.

@@ -40,10 +40,9 @@ def tensorflow_bfloat16_unit(cpuinfo: str = CPUINFO, environ: dict[str, str] | N
     if environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip() == "0":
         return None
     cap = environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
-    flags = cpu_flags(cpuinfo)
-    capped = cap not in ONEDNN_UNCAPPED
-    if "amx_bf16" in flags and (not capped or "AMX" in cap):
+    flags, keeps_amx = cpu_flags(cpuinfo), cap in ONEDNN_UNCAPPED or "AMX" in cap
+    if "amx_bf16" in flags and keeps_amx:
         return "amx_bf16"
-    if "avx512_bf16" in flags and (not capped or "AMX" in cap or cap.startswith(ONEDNN_BFLOAT16_LEVELS)):
+    if "avx512_bf16" in flags and (keeps_amx or cap.startswith(ONEDNN_BFLOAT16_LEVELS)):
         return "avx512_bf16"
     return None

@@ -184,7 +184,7 @@ def configs(
     recipe: dict[str, typing.Any] | None = None,
     log: typing.Callable[[str], None] | None = None,
 ) -> tuple[TransformerConfig, TrainingConfig]:
-    """The model and training settings of `preset_name` for this run (`Preset.for_run`: its time
+    """The model and training settings of `preset_name` for this run (`Preset.budget_fit`: its time
     budget, and which CPU unit, if any, runs TensorFlow's bfloat16 here), overridden by `recipe`
     (`read_recipe`), then by the flags given in `args`. `log` hears what the run's budget changed."""
     recipe = recipe or {}
@@ -192,7 +192,7 @@ def configs(
     named = preset(preset_name)
     unit = tensorflow_bfloat16() if named.bfloat16_budgets else None
     fit = named.budget_fit(training.get("time_budget_s"), unit)
-    chosen = named.for_run(training.get("time_budget_s"), unit)
+    chosen = named.with_fit(fit)
     if fit is not None and log is not None:
         given = {**model, **training}
         taken = [f"{name}={value}" for name, value in {**fit.model, **fit.training}.items() if name not in given]
