@@ -9,16 +9,18 @@ detokenized, cased) with greedy decoding and with beam 4 (alpha 0.6):
 The flags of `keras-transformer train` override the preset's `TransformerConfig` and
 `TrainingConfig` fields (how the recipe was chosen: bench/JOURNAL.md, "Quality on a CPU
 budget"), e.g. `--no-norm-first --learning-rate-scale 2`; the preset is the run's own
-(`Preset.budget_fit`): from 30 minutes, where TensorFlow runs bfloat16 on AMX or AVX512_BF16, `small`
-is d_model 256 in bfloat16 (with dropout 0.1 on AVX512_BF16 alone), and `--d-model 128 --d-ff 512
---no-mixed-precision --dropout 0` is the narrow recipe. Training goes through
+(`Preset.budget_fit`): from 30 minutes `small` takes dropout 0.1 where the budget buys 9,000 steps
+or more (`dropout_from_steps`), and where TensorFlow runs bfloat16 on AMX or AVX512_BF16 it is
+d_model 256 in bfloat16; `--d-model 128 --d-ff 512 --no-mixed-precision --dropout 0` is the narrow
+recipe without dropout. Training goes through
 `keras_transformer.training.trainer.train`, exactly as `keras-transformer train --preset small
 --time-budget 30m` does. Epochs and target tokens/s are estimated: the real (non-pad) target
 tokens per batch are averaged over `--sample-batches` batches of the same pipeline, times the
 steps trained, over the training split's target tokens. Besides the last weights, beam 4 scores
 the last `--average-last` (5) checkpoints averaged (§6.1) and, with `--ema-decay`, the moving
 average of the weights: which the recipe should end with. The line also holds the validation loss
-at each epoch end ([step, loss]) and its lowest: where a recipe starts to overfit.
+at each epoch end ([step, loss]) and its lowest: where a recipe starts to overfit, and what `train`
+logged (`train_log`: the budget's step estimate, what the preset's budget changed, dropout turned off).
 
 `search-grid`: the beam size and length penalty that `evaluate` and `translate` use by default
 (issue 54 item 2), chosen on the validation split, never the test books: sacreBLEU BLEU and chrF
@@ -297,11 +299,12 @@ def table(args) -> None:
     model_dir = args.model_dir or f"runs/quality-{args.time_budget_s}"
     if ModelDir(model_dir).exists():
         raise SystemExit(f"{model_dir} exists: the table's runs start from scratch; remove it or pass --model-dir")
-    config, training = configs(args, args.preset)
+    train_log = []  # what `train` and the preset's budget say (`configs`)
+    config, training = configs(args, args.preset, log=train_log.append)
     load_before = load_average()
     curve = ValidationCurve()
     start = time.perf_counter()
-    model = train(model_dir, config, training, DATA, verbose=0, callbacks=[curve], log=lambda message: None)
+    model = train(model_dir, config, training, DATA, verbose=0, callbacks=[curve], log=train_log.append)
     train_s = time.perf_counter() - start
     steps = trained_steps(model)
     tokenizer = ModelDir(model_dir).tokenizer()
@@ -324,6 +327,7 @@ def table(args) -> None:
             lowest_validation_loss=min(curve.points, key=lambda point: point[1], default=None),
             config=model.config.to_dict(),
             training={k: v for k, v in vars(training).items() if v is not None},
+            train_log=train_log,
             load_before=load_before,
             load_after=load_average(),
         )

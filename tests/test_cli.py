@@ -310,15 +310,17 @@ def test_train_takes_the_presets_model_and_training_settings_and_flags_override_
     )
     monkeypatch.setattr("keras_transformer.cli.flags.tensorflow_bfloat16", lambda: unit[0])
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "small", "--time-budget", "30m"])
-    assert calls[-1] == (TransformerConfig.small(), TrainingConfig.preset("small", time_budget_s=1800.0))
+    long = dict(time_budget_s=1800.0, dropout_from_steps=9000)  # dropout where the budget buys 9,000 steps
+    assert calls[-1] == (TransformerConfig.small(dropout=0.1), TrainingConfig.preset("small", **long))
     unit[0] = "amx_bf16"  # the same command on a CPU with AMX: wider, in bfloat16, and it says so
     main(["train", "--model-dir", str(tmp_path / "m"), "--preset", "small", "--time-budget", "30m"])
     assert calls[-1] == (
-        TransformerConfig.small(d_model=256, d_ff=1024),
-        TrainingConfig.preset("small", time_budget_s=1800.0, mixed_precision=True),
+        TransformerConfig.small(d_model=256, d_ff=1024, dropout=0.1),
+        TrainingConfig.preset("small", mixed_precision=True, **long),
     )
-    assert "keras-transformer: preset small, a budget of 30 minutes or more with AMX_BF16: d_model=256" in (
-        capsys.readouterr().err
+    assert (
+        "keras-transformer: preset small, a budget of 30 minutes or more with AMX_BF16: dropout=0.1, d_model=256"
+        in (capsys.readouterr().err)
     )
     unit[0] = None
     main(

@@ -146,16 +146,12 @@ def test_an_export_never_generates_unk_unless_told_to():
 
 
 @pytest.mark.parametrize(
-    "backend, unit, widened",
-    [
-        ("tensorflow", "amx_bf16", (256, 1024, 64, 0.0, True)),
-        ("tensorflow", "avx512_bf16", (256, 1024, 64, 0.1, True)),  # more steps: dropout against overfitting
-        ("tensorflow", None, None),
-        ("jax", "amx_bf16", None),
-    ],
+    "backend, unit, wide",
+    [("tensorflow", "amx_bf16", True), ("tensorflow", "avx512_bf16", True), ("tensorflow", None, False)]
+    + [("jax", "amx_bf16", False)],  # the bfloat16 unit is TensorFlow's (oneDNN's)
 )
-def test_small_widens_in_bfloat16_from_30_minutes_where_tensorflow_runs_it_on_a_cpu_unit(
-    monkeypatch, backend, unit, widened
+def test_from_30_minutes_small_takes_dropout_by_steps_and_widens_where_tensorflow_runs_bfloat16_on_a_cpu(
+    monkeypatch, backend, unit, wide
 ):
     import keras
 
@@ -165,19 +161,15 @@ def test_small_widens_in_bfloat16_from_30_minutes_where_tensorflow_runs_it_on_a_
     args = argparse.ArgumentParser()
     add_train_flags(args)
     model, training = configs(args.parse_args(["--time-budget", "30m"]), "small", log=heard.append)
-    assert (model.d_model, model.d_ff, model.d_k, model.dropout, training.mixed_precision) == (
-        widened or (128, 512, 32, 0.0, False)
+    assert (model.d_model, model.d_ff, model.d_k, training.mixed_precision) == (
+        (256, 1024, 64, True) if wide else (128, 512, 32, False)
     )
+    assert (model.dropout, training.dropout_from_steps) == (0.1, 9000)  # dropout where the budget buys the steps
     assert (model.num_layers, training.batch_tokens, training.time_budget_s) == (3, 1024, 1800.0)
-    dropout = ", dropout=0.1" if unit == "avx512_bf16" else ""
-    assert heard == (
-        [
-            f"preset small, a budget of 30 minutes or more with {unit.upper()}: d_model=256, d_ff=1024"
-            f"{dropout}, mixed_precision=True"
-        ]
-        if widened
-        else []
-    )
+    where = f" with {unit.upper()}" if wide else ""
+    taken = "dropout=0.1, d_model=256, d_ff=1024, dropout_from_steps=9000, mixed_precision=True"
+    taken = taken if wide else "dropout=0.1, dropout_from_steps=9000"
+    assert heard == [f"preset small, a budget of 30 minutes or more{where}: {taken}"]
 
 
 @pytest.mark.parametrize("unit", ["amx_bf16", "avx512_bf16"])
@@ -192,9 +184,11 @@ def test_small_keeps_its_width_below_30_minutes_without_a_bfloat16_unit_and_wher
     assert parse("--time-budget", "2h")[0].d_model == 256
     model, training = parse("--time-budget", "2h", "--d-model", "192", "--no-mixed-precision", "--dropout", "0.2")
     assert (model.d_model, model.d_ff, model.dropout, training.mixed_precision) == (192, 1024, 0.2, False)  # flags win
+    assert training.dropout_from_steps == 0  # a dropout given is the run's, whatever its steps
     units[0] = None
     assert parse("--time-budget", "2h") == (
-        TransformerConfig.small(),
-        TrainingConfig.preset("small", time_budget_s=7200.0),
+        TransformerConfig.small(dropout=0.1),
+        TrainingConfig.preset("small", time_budget_s=7200.0, dropout_from_steps=9000),
     )
+    assert parse("--time-budget", "2h", "--dropout-from-steps", "20000")[1].dropout_from_steps == 20000
     assert parse("--preset", "tiny", "--time-budget", "2h")[0] == TransformerConfig.tiny()  # a preset without one

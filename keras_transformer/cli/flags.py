@@ -186,18 +186,22 @@ def configs(
 ) -> tuple[TransformerConfig, TrainingConfig]:
     """The model and training settings of `preset_name` for this run (`Preset.budget_fit`: its time
     budget, and which CPU unit, if any, runs TensorFlow's bfloat16 here), overridden by `recipe`
-    (`read_recipe`), then by the flags given in `args`. `log` hears what the run's budget changed."""
+    (`read_recipe`), then by the flags given in `args`. A dropout given is the run's whatever its
+    steps (no `dropout_from_steps` but one given). `log` hears what the run's budget changed."""
     recipe = recipe or {}
     model, training = recipe_settings(args, TransformerConfig, recipe), recipe_settings(args, TrainingConfig, recipe)
+    if "dropout" in model:
+        training.setdefault("dropout_from_steps", 0)
     named = preset(preset_name)
-    unit = tensorflow_bfloat16() if named.bfloat16_budgets else None
+    unit = tensorflow_bfloat16() if named.budget_fits else None
     fit = named.budget_fit(training.get("time_budget_s"), unit)
     chosen = named.with_fit(fit)
     if fit is not None and log is not None:
         given = {**model, **training}
         taken = [f"{name}={value}" for name, value in {**fit.model, **fit.training}.items() if name not in given]
         if taken:
-            budget = f"a budget of {fit.min_budget_s / 60:g} minutes or more with {unit.upper()}"
+            budget = f"a budget of {fit.min_budget_s / 60:g} minutes or more"
+            budget += f" with {unit.upper()}" if unit else ""
             log(f"preset {preset_name}, {budget}: {', '.join(taken)}")
     return TransformerConfig(**{**chosen.model, **model}), TrainingConfig(**{**chosen.training, **training})
 

@@ -50,6 +50,7 @@ from keras_transformer.training.distribute import (
     resolve_strategy,
     worker_id,
 )
+from keras_transformer.training.dropout import dropout_for_steps, dropout_off_below
 from keras_transformer.training.optimization import compile_model, learning_rate_schedule
 from keras_transformer.training.preparation import initial_weights, prepare_model_dir
 from keras_transformer.training.schedules import StepBudgetSchedule, trained_steps
@@ -220,7 +221,10 @@ def _callbacks(
     if early_stopping is not None:  # after the callers': it sees the scores they log
         ordered.append(early_stopping)
     if training.time_budget_s:  # after the others: it measures their epoch-end work
-        ordered.append(TimeBudget(training.time_budget_s, fitted, log=log))
+        on_estimate = (
+            dropout_off_below(model, training.dropout_from_steps, log) if training.dropout_from_steps else None
+        )
+        ordered.append(TimeBudget(training.time_budget_s, fitted, log=log, on_estimate=on_estimate))
     ordered.append(stop_on_signal)  # last: a stop after the step's checkpoint and divergence checks
     return ordered, saver
 
@@ -245,7 +249,7 @@ def _train_locked(
     log: Callable[[str], None],
     stop_on_signal: StopOnSignal,
 ) -> Transformer:
-    config, tokenizer = prepare_model_dir(directory, config, training, data, log)
+    config, tokenizer = prepare_model_dir(directory, dropout_for_steps(config, training, log), training, data, log)
     model, fitted = _build(config, training, strategy)
     manager = _resume(directory, model, fitted, training, strategy, log)
     step = trained_steps(model)

@@ -22,10 +22,11 @@ class TimeBudget(keras.callbacks.Callback):
     step to the next epoch's start) and stops as soon as the time left would not cover it. Once
     stopped, Keras' end-of-run validation is cut to one batch (`stop_evaluating`).
 
-    With a `schedule` (a `StepBudgetSchedule`), it sets the schedule's step budget to
-    `steps so far + remaining time / seconds per step`, first after `calibration_steps` steps
-    (the first step, which traces the graph, excluded), then again at every epoch end, when the
-    measured time per step includes validation and checkpoints.
+    It estimates the steps the budget buys as `steps so far + remaining time / seconds per step`,
+    first after `calibration_steps` steps (the first step, which traces the graph, excluded), and
+    tells `on_estimate` that first estimate. With a `schedule` (a `StepBudgetSchedule`), it sets the
+    schedule's step budget to it, and again at every epoch end, when the measured time per step
+    includes validation and checkpoints.
     """
 
     def __init__(
@@ -35,10 +36,12 @@ class TimeBudget(keras.callbacks.Callback):
         calibration_steps: int = 20,
         log: Callable[[str], None] = print,
         clock=time.monotonic,
+        on_estimate: Callable[[float], None] | None = None,
     ):
         super().__init__()
         self.seconds = seconds
         self.schedule = schedule
+        self.on_estimate = on_estimate
         self.calibration_steps = calibration_steps
         self.log = log
         self.clock = clock
@@ -52,16 +55,23 @@ class TimeBudget(keras.callbacks.Callback):
         self.epoch_end_from = None
         self.stopped = False
 
-    def _fit_schedule(self, now: float, step: int, since: tuple[float, int]) -> None:
+    @property
+    def estimating(self) -> bool:
+        return self.schedule is not None or self.on_estimate is not None
+
+    def _estimate(self, now: float, step: int, since: tuple[float, int]) -> None:
         seconds_per_step = (now - since[0]) / max(step - since[1], 1)
         remaining = max(self.seconds - (now - self.start), 0.0)
         total = step + remaining / seconds_per_step
-        self.schedule.total_steps.assign(total)
+        if self.schedule is not None:
+            self.schedule.total_steps.assign(total)
         if not self.calibrated:
             self.log(
                 f"time budget {self.seconds:.0f}s: {seconds_per_step:.2f}s per step, about {total:.0f} steps in all"
             )
             self.calibrated = True
+            if self.on_estimate is not None:
+                self.on_estimate(total)
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.epoch_end_from is not None:
@@ -72,8 +82,8 @@ class TimeBudget(keras.callbacks.Callback):
         now, step = self.clock(), trained_steps(self.model)
         if self.timed_from is None:
             self.timed_from = (now, step)
-        elif self.schedule is not None and not self.calibrated and step - self.timed_from[1] >= self.calibration_steps:
-            self._fit_schedule(now, step, self.timed_from)
+        elif self.estimating and not self.calibrated and step - self.timed_from[1] >= self.calibration_steps:
+            self._estimate(now, step, self.timed_from)
         if now - self.start + self.epoch_end_s >= self.seconds:
             keeping = f", keeping {self.epoch_end_s:.0f}s for the run's end" if self.epoch_end_s >= 1 else ""
             self.log(f"time budget of {self.seconds:.0f}s used up at step {step}{keeping}")
@@ -87,7 +97,7 @@ class TimeBudget(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if self.schedule is not None and self.timed_from is not None and self.calibrated:
-            self._fit_schedule(self.clock(), trained_steps(self.model), self.timed_from)
+            self._estimate(self.clock(), trained_steps(self.model), self.timed_from)
 
 
 class Interrupted(Exception):
